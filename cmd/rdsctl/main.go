@@ -1,0 +1,200 @@
+// Command rdsctl runs the driver's RouterOS operations by hand: the same
+// validated commands and parsers the CSI driver uses, for operators checking
+// an RDS (or the simulator) and for `make demo`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "rdsctl:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: rdsctl [flags] COMMAND [ARGS]
+
+commands:
+  probe                         /system resource print
+  capacity                      pool size and free space
+  list                          every file-backed disk
+  get SLOT                      one disk
+  create SLOT SIZE              new exported disk (SIZE like 10G, 1536M, 1073741824)
+  resize SLOT SIZE              grow a disk
+  copy SLOT SOURCE [SIZE]       copy a disk (snapshot/clone/restore); not exported
+  delete SLOT                   remove a disk and its backing file
+  allow-host SLOT [HOSTNQN]     restrict the export to a host NQN (empty clears)
+
+flags:
+`
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("rdsctl", flag.ContinueOnError)
+	var (
+		cfg       rds.Config
+		pool      = fs.String("pool", "storage-pool", "mount point of the storage pool on the RDS")
+		basePath  = fs.String("base-path", "/storage-pool/k8s", "directory of the disks' backing files on the RDS")
+		nqnPrefix = fs.String("nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of exported disks")
+		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks")
+		show      = fs.Bool("show-commands", false, "print each RouterOS command and what RouterOS returned")
+		timeout   = fs.Duration("timeout", time.Minute, "overall timeout")
+	)
+	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address")
+	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port")
+	fs.StringVar(&cfg.User, "user", "admin", "RDS user")
+	fs.StringVar(&cfg.KeyFile, "key", "", "SSH private key file")
+	fs.StringVar(&cfg.KnownHostsFile, "known-hosts", "", "known_hosts file pinning the RDS host key")
+	fs.BoolVar(&cfg.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "accept any host key (labs only)")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("no command")
+	}
+	if *show {
+		cfg.Observer = func(r rds.CommandRecord) {
+			fmt.Printf("  > %s\n", r.Command)
+			for _, l := range strings.Split(strings.TrimRight(r.Output, "\r\n"), "\n") {
+				if l != "" {
+					fmt.Printf("  < %s\n", l)
+				}
+			}
+			if r.Err != nil {
+				fmt.Printf("  ! %v\n", r.Err)
+			}
+		}
+	}
+	client, err := rds.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	need := func(n int) error {
+		if len(rest) < n {
+			return fmt.Errorf("%s needs %d argument(s); see rdsctl -h", cmd, n)
+		}
+		return nil
+	}
+	file := func(slot string) string { return path.Join(*basePath, slot+".img") }
+	switch cmd {
+	case "probe":
+		info, err := client.Probe(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("RDS %s, RouterOS %s, up %s\n", info.BoardName, info.Version, info.Uptime)
+	case "capacity":
+		c, err := client.Capacity(ctx, *pool)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("pool %s: %d bytes total, %d bytes free\n", *pool, c.Total, c.Free)
+	case "list":
+		disks, err := client.ListDisks(ctx)
+		if err != nil {
+			return err
+		}
+		printDisks(disks...)
+	case "get":
+		if err := need(1); err != nil {
+			return err
+		}
+		d, err := client.GetDisk(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		printDisks(*d)
+	case "create":
+		if err := need(2); err != nil {
+			return err
+		}
+		size, err := rds.ParseSize(rest[1])
+		if err != nil {
+			return fmt.Errorf("size %q: %w", rest[1], err)
+		}
+		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: rest[0], FilePath: file(rest[0]), Size: size,
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0]}})
+		if err != nil {
+			return err
+		}
+		printDisks(*d)
+	case "resize":
+		if err := need(2); err != nil {
+			return err
+		}
+		size, err := rds.ParseSize(rest[1])
+		if err != nil {
+			return fmt.Errorf("size %q: %w", rest[1], err)
+		}
+		d, err := client.ResizeDisk(ctx, rest[0], size)
+		if err != nil {
+			return err
+		}
+		printDisks(*d)
+	case "copy":
+		if err := need(2); err != nil {
+			return err
+		}
+		var size int64
+		if len(rest) > 2 {
+			if size, err = rds.ParseSize(rest[2]); err != nil {
+				return fmt.Errorf("size %q: %w", rest[2], err)
+			}
+		}
+		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: rest[0], FilePath: file(rest[0]), SourceSlot: rest[1], Size: size})
+		if err != nil {
+			return err
+		}
+		printDisks(*d)
+	case "delete":
+		if err := need(1); err != nil {
+			return err
+		}
+		if err := client.DeleteDisk(ctx, rest[0], file(rest[0])); err != nil {
+			return err
+		}
+		fmt.Printf("deleted %s and %s\n", rest[0], file(rest[0]))
+	case "allow-host":
+		if err := need(1); err != nil {
+			return err
+		}
+		host := ""
+		if len(rest) > 1 {
+			host = rest[1]
+		}
+		if err := client.SetAllowedHost(ctx, rest[0], host); err != nil {
+			return err
+		}
+		fmt.Printf("%s: allowed host %q\n", rest[0], host)
+	default:
+		fs.Usage()
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	return nil
+}
+
+func printDisks(disks ...rds.Disk) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SLOT\tSIZE (bytes)\tEXPORTED\tPORT\tNQN\tFILE")
+	for _, d := range disks {
+		fmt.Fprintf(w, "%s\t%d\t%v\t%d\t%s\t%s\n", d.Slot, d.Size, d.Exported, d.Port, d.NQN, d.FilePath)
+	}
+	w.Flush()
+}

@@ -1,0 +1,411 @@
+package rds
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+	"k8s.io/klog/v2"
+)
+
+// Config of the SSH transport.
+type Config struct {
+	Address string // host name or IP of the RDS
+	Port    int    // SSH port, default 22
+	User    string
+
+	// Signer authenticates the client. When nil, KeyFile is read: an
+	// unencrypted OpenSSH or PEM private key, mounted from a Secret.
+	Signer  ssh.Signer
+	KeyFile string
+
+	// KnownHostsFile pins the RDS host key (OpenSSH known_hosts format).
+	// Required unless InsecureSkipHostKeyCheck is set.
+	KnownHostsFile string
+	// InsecureSkipHostKeyCheck accepts any host key. Labs only: it lets
+	// anyone on the path impersonate the RDS and receive every command.
+	InsecureSkipHostKeyCheck bool
+
+	MaxSessions       int           // concurrent SSH sessions, default 4
+	DialTimeout       time.Duration // TCP connect + SSH handshake, default 10s
+	CommandTimeout    time.Duration // one attempt of one command, default 30s
+	KeepAliveInterval time.Duration // default 15s; <0 disables
+	MaxAttempts       int           // per command, transient failures only, default 4
+	RetryBaseDelay    time.Duration // default 200ms, doubled per attempt, jittered
+	RetryMaxDelay     time.Duration // default 5s
+
+	// Observer, when set, sees every command attempt's outcome (for logs,
+	// metrics and the demo). Commands never contain secrets.
+	Observer func(CommandRecord)
+}
+
+// CommandRecord describes one command as run.
+type CommandRecord struct {
+	Command  string
+	Output   string
+	Err      error
+	Attempts int
+	Duration time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Port == 0 {
+		c.Port = 22
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 4
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.CommandTimeout <= 0 {
+		c.CommandTimeout = 30 * time.Second
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = 15 * time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 4
+	}
+	if c.RetryBaseDelay <= 0 {
+		c.RetryBaseDelay = 200 * time.Millisecond
+	}
+	if c.RetryMaxDelay <= 0 {
+		c.RetryMaxDelay = 5 * time.Second
+	}
+}
+
+// Client runs RouterOS commands over one long-lived SSH connection, which it
+// re-dials transparently after a failure. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	addr   string
+	sshCfg *ssh.ClientConfig
+	sem    chan struct{}
+
+	mu     sync.Mutex
+	conn   *ssh.Client
+	dials  int
+	closed bool
+}
+
+// NewClient validates the configuration and loads the key and known_hosts.
+// It does not connect; the first command does.
+func NewClient(cfg Config) (*Client, error) {
+	cfg.setDefaults()
+	if cfg.Address == "" || cfg.User == "" {
+		return nil, fmt.Errorf("%w: RDS address and user are required", ErrInvalidArgument)
+	}
+	signer := cfg.Signer
+	if signer == nil {
+		if cfg.KeyFile == "" {
+			return nil, fmt.Errorf("%w: an SSH private key file is required", ErrInvalidArgument)
+		}
+		pem, err := os.ReadFile(cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading SSH key: %w", err)
+		}
+		signer, err = ssh.ParsePrivateKey(pem)
+		if err != nil {
+			var missing *ssh.PassphraseMissingError
+			if errors.As(err, &missing) {
+				return nil, fmt.Errorf("%w: SSH key %s is passphrase-protected; mount an unencrypted key from a Secret", ErrInvalidArgument, cfg.KeyFile)
+			}
+			return nil, fmt.Errorf("%w: SSH key %s: %v", ErrInvalidArgument, cfg.KeyFile, err)
+		}
+	}
+	addr := net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port))
+	sshCfg := &ssh.ClientConfig{
+		User:    cfg.User,
+		Auth:    []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		Timeout: cfg.DialTimeout,
+	}
+	if cfg.InsecureSkipHostKeyCheck {
+		klog.Warningf("INSECURE: RDS host key verification is disabled for %s; anyone on the network path can impersonate the RDS. Use a pinned known_hosts file outside labs.", addr)
+		sshCfg.HostKeyCallback = ssh.InsecureIgnoreHostKey()
+	} else {
+		if cfg.KnownHostsFile == "" {
+			return nil, fmt.Errorf("%w: a known_hosts file pinning the RDS host key is required (or the insecure lab option)", ErrInvalidArgument)
+		}
+		cb, err := knownhosts.New(cfg.KnownHostsFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: known_hosts %s: %v", ErrInvalidArgument, cfg.KnownHostsFile, err)
+		}
+		sshCfg.HostKeyCallback = pinnedHostKey(cb)
+		sshCfg.HostKeyAlgorithms = knownKeyAlgorithms(cb, addr)
+		if len(sshCfg.HostKeyAlgorithms) == 0 {
+			return nil, fmt.Errorf("%w: known_hosts %s has no entry for %s", ErrInvalidArgument, cfg.KnownHostsFile, knownhosts.Normalize(addr))
+		}
+	}
+	return &Client{cfg: cfg, addr: addr, sshCfg: sshCfg, sem: make(chan struct{}, cfg.MaxSessions)}, nil
+}
+
+// pinnedHostKey turns knownhosts' errors into ErrHostKey.
+func pinnedHostKey(cb ssh.HostKeyCallback) ssh.HostKeyCallback {
+	return func(host string, remote net.Addr, key ssh.PublicKey) error {
+		if err := cb(host, remote, key); err != nil {
+			return fmt.Errorf("%w: %s presented %s %s: %v", ErrHostKey, host, key.Type(), ssh.FingerprintSHA256(key), err)
+		}
+		return nil
+	}
+}
+
+// knownKeyAlgorithms lists the key types pinned for addr, so the server is
+// asked for a key type we can verify rather than one we have no entry for.
+func knownKeyAlgorithms(cb ssh.HostKeyCallback, addr string) []string {
+	var ke *knownhosts.KeyError
+	err := cb(addr, &net.TCPAddr{IP: net.IPv4zero}, probeKey{})
+	if !errors.As(err, &ke) {
+		return nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	for _, k := range ke.Want {
+		t := k.Key.Type()
+		names := []string{t}
+		if t == ssh.KeyAlgoRSA {
+			names = []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				algos = append(algos, n)
+			}
+		}
+	}
+	return algos
+}
+
+// probeKey is a key of a type no known_hosts line has; offering it to the
+// knownhosts callback makes it list the keys it does know for a host.
+type probeKey struct{}
+
+func (probeKey) Type() string                        { return "rds-csi-probe" }
+func (probeKey) Marshal() []byte                     { return []byte("rds-csi-probe") }
+func (probeKey) Verify([]byte, *ssh.Signature) error { return errors.New("probe key") }
+
+// Close closes the connection. The client cannot be used afterwards.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.conn != nil {
+		err := c.conn.Close()
+		c.conn = nil
+		return err
+	}
+	return nil
+}
+
+// Dials reports how many SSH connections the client has opened.
+func (c *Client) Dials() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dials
+}
+
+// Connected reports whether a connection is currently open.
+func (c *Client) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil
+}
+
+func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("rds client is closed")
+	}
+	if c.conn != nil {
+		return c.conn, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	tcp, err := (&net.Dialer{}).DialContext(dctx, "tcp", c.addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %v", ErrTransient, c.addr, err)
+	}
+	// The handshake has no context; bound it with a deadline on the socket.
+	if dl, ok := dctx.Deadline(); ok {
+		_ = tcp.SetDeadline(dl)
+	}
+	sc, chans, reqs, err := ssh.NewClientConn(tcp, c.addr, c.sshCfg)
+	if err != nil {
+		tcp.Close()
+		switch {
+		case errors.Is(err, ErrHostKey):
+			return nil, err
+		case isAuthFailure(err):
+			return nil, fmt.Errorf("%w: SSH authentication to %s as %q refused: check the key and the RDS user", ErrInvalidArgument, c.addr, c.cfg.User)
+		}
+		return nil, fmt.Errorf("%w: SSH handshake with %s: %v", ErrTransient, c.addr, err)
+	}
+	_ = tcp.SetDeadline(time.Time{})
+	conn := ssh.NewClient(sc, chans, reqs)
+	c.conn = conn
+	c.dials++
+	if c.cfg.KeepAliveInterval > 0 {
+		go c.keepAlive(conn)
+	}
+	return conn, nil
+}
+
+func isAuthFailure(err error) bool {
+	return err != nil && bytes.Contains([]byte(err.Error()), []byte("unable to authenticate"))
+}
+
+// keepAlive probes the connection; a failed probe drops it so the next
+// command re-dials instead of hanging on a dead peer. It stops when the
+// connection closes.
+func (c *Client) keepAlive(conn *ssh.Client) {
+	done := make(chan struct{})
+	go func() { _ = conn.Wait(); close(done) }()
+	t := time.NewTicker(c.cfg.KeepAliveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			reply := make(chan error, 1)
+			go func() { _, _, err := conn.SendRequest("keepalive@openssh.com", true, nil); reply <- err }()
+			select {
+			case err := <-reply:
+				if err == nil {
+					continue
+				}
+			case <-time.After(c.cfg.KeepAliveInterval):
+			case <-done:
+				return
+			}
+			klog.V(2).InfoS("RDS keepalive failed, dropping connection", "address", c.addr)
+			c.drop(conn)
+			return
+		}
+	}
+}
+
+// drop forgets conn if it is still the current connection.
+func (c *Client) drop(conn *ssh.Client) {
+	c.mu.Lock()
+	if c.conn == conn {
+		c.conn = nil
+	}
+	c.mu.Unlock()
+	conn.Close()
+}
+
+// run executes one command, retrying transport failures with jittered
+// exponential backoff, and turns RouterOS error text into errors.
+func (c *Client) run(ctx context.Context, cmd string) (string, error) {
+	start := time.Now()
+	var (
+		out      string
+		err      error
+		attempts int
+	)
+	for attempts = 1; ; attempts++ {
+		out, err = c.runOnce(ctx, cmd)
+		if err == nil {
+			err = classifyOutput(cmd, out)
+			break
+		}
+		if !errors.Is(err, ErrTransient) || attempts >= c.cfg.MaxAttempts || ctx.Err() != nil {
+			break
+		}
+		klog.FromContext(ctx).V(2).Info("retrying RDS command after transport failure", "attempt", attempts, "err", err)
+		if werr := c.wait(ctx, attempts); werr != nil {
+			break
+		}
+	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer(CommandRecord{Command: cmd, Output: out, Err: err, Attempts: attempts, Duration: time.Since(start)})
+	}
+	return out, err
+}
+
+func (c *Client) wait(ctx context.Context, attempt int) error {
+	d := c.cfg.RetryBaseDelay << (attempt - 1)
+	if d > c.cfg.RetryMaxDelay || d <= 0 {
+		d = c.cfg.RetryMaxDelay
+	}
+	d = d/2 + rand.N(d/2+1) // jitter in [d/2, d]
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// runOnce is one attempt: one session on the shared connection.
+func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
+	select {
+	case c.sem <- struct{}{}:
+		defer func() { <-c.sem }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("%w: waiting for an SSH session slot: %v", ErrTransient, ctx.Err())
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CommandTimeout)
+	defer cancel()
+	conn, err := c.connection(cctx)
+	if err != nil {
+		return "", err
+	}
+	sess, err := conn.NewSession()
+	if err != nil {
+		c.drop(conn)
+		return "", fmt.Errorf("%w: opening SSH session: %v", ErrTransient, err)
+	}
+	defer sess.Close()
+	var buf bytes.Buffer
+	sess.Stdout = &buf
+	sess.Stderr = &buf
+	done := make(chan error, 1)
+	go func() { done <- sess.Run(cmd) }()
+	select {
+	case err = <-done:
+	case <-cctx.Done():
+		// A command that outlives its timeout leaves the session in an
+		// unknown state; drop the connection so the next attempt starts clean.
+		c.drop(conn)
+		<-done
+		return "", fmt.Errorf("%w: command timed out: %v", ErrTransient, cctx.Err())
+	}
+	var exitErr *ssh.ExitError
+	switch {
+	case err == nil:
+		return buf.String(), nil
+	case errors.As(err, &exitErr):
+		// RouterOS reports errors in the text; a non-zero status is not a
+		// transport failure, but a silent one is still a refusal.
+		if len(bytes.TrimSpace(buf.Bytes())) == 0 {
+			return "", &CommandError{Command: cmd, Output: fmt.Sprintf("exit status %d without output", exitErr.ExitStatus()), kind: ErrCommandFailed}
+		}
+		return buf.String(), nil
+	case errors.Is(err, io.EOF), isExitMissing(err):
+		c.drop(conn)
+		return "", fmt.Errorf("%w: connection lost during command", ErrTransient)
+	default:
+		c.drop(conn)
+		return "", fmt.Errorf("%w: %v", ErrTransient, err)
+	}
+}
+
+func isExitMissing(err error) bool {
+	var em *ssh.ExitMissingError
+	return errors.As(err, &em)
+}

@@ -1,0 +1,198 @@
+package rds
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Disk is a file-backed RouterOS disk as the driver sees it.
+type Disk struct {
+	Slot      string
+	Type      string
+	FilePath  string
+	Size      int64 // exact bytes (from size=, else the rounded file-size=)
+	Exported  bool  // nvme-tcp-export=yes
+	Port      int   // nvme-tcp-server-port, 0 when absent
+	NQN       string
+	AllowHost string // nvme-tcp-server-allow-host-name
+	Flags     string
+}
+
+// Export describes the NVMe/TCP export of a disk.
+type Export struct {
+	Port int
+	NQN  string
+}
+
+func (e *Export) validate() error {
+	if e == nil {
+		return nil
+	}
+	if err := ValidatePort(e.Port); err != nil {
+		return err
+	}
+	return ValidateNQN(e.NQN)
+}
+
+// args renders the export arguments of /disk add.
+func (e *Export) args() string {
+	if e == nil {
+		return "nvme-tcp-export=no"
+	}
+	return fmt.Sprintf("nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%s", e.Port, quote(e.NQN))
+}
+
+// CreateDiskRequest asks for a new, empty, file-backed disk.
+type CreateDiskRequest struct {
+	Slot     string
+	FilePath string  // absolute RouterOS path of the backing file
+	Size     int64   // requested bytes; rounded up to Granularity, never down
+	Export   *Export // nil: not exported
+}
+
+func (r CreateDiskRequest) validate() (int64, error) {
+	if err := ValidateSlot(r.Slot); err != nil {
+		return 0, err
+	}
+	if err := ValidateFilePath(r.FilePath); err != nil {
+		return 0, err
+	}
+	if err := r.Export.validate(); err != nil {
+		return 0, err
+	}
+	return RoundUpSize(r.Size)
+}
+
+// CopyDiskRequest asks for a new disk whose content is a copy of SourceSlot
+// (snapshot, clone, restore). Size 0 keeps the source's size; a larger size
+// grows the copy; a smaller one is refused.
+type CopyDiskRequest struct {
+	Slot       string
+	FilePath   string
+	SourceSlot string
+	Size       int64
+	Export     *Export
+}
+
+func (r CopyDiskRequest) validate() error {
+	if err := ValidateSlot(r.Slot); err != nil {
+		return err
+	}
+	if err := ValidateSlot(r.SourceSlot); err != nil {
+		return err
+	}
+	if r.Slot == r.SourceSlot {
+		return fmt.Errorf("%w: copy of %q onto itself", ErrInvalidArgument, r.Slot)
+	}
+	if err := ValidateFilePath(r.FilePath); err != nil {
+		return err
+	}
+	if r.Size < 0 {
+		return fmt.Errorf("%w: size %d must not be negative", ErrInvalidArgument, r.Size)
+	}
+	return r.Export.validate()
+}
+
+// Capacity of the storage pool.
+type Capacity struct {
+	Total int64
+	Free  int64
+}
+
+// SystemInfo is what /system resource print says about the RDS.
+type SystemInfo struct {
+	Version   string
+	BoardName string
+	Uptime    string
+	Raw       map[string]string
+}
+
+// File is a /file entry.
+type File struct {
+	Name string // without leading slash
+	Type string
+	Size int64 // display-rounded by RouterOS
+}
+
+func diskFromEntry(e Entry) (Disk, error) {
+	v := e.Values
+	d := Disk{
+		Slot:      v["slot"],
+		Type:      v["type"],
+		FilePath:  v["file-path"],
+		Exported:  v["nvme-tcp-export"] == "yes",
+		NQN:       v["nvme-tcp-server-nqn"],
+		AllowHost: v["nvme-tcp-server-allow-host-name"],
+		Flags:     e.Flags,
+	}
+	if d.Slot == "" {
+		return Disk{}, fmt.Errorf("%w: disk entry %d has no slot", ErrBadOutput, e.Number)
+	}
+	sizeText, ok := v["size"]
+	if !ok {
+		sizeText, ok = v["file-size"]
+	}
+	if ok {
+		n, err := ParseSize(sizeText)
+		if err != nil {
+			return Disk{}, fmt.Errorf("disk %q: %w", d.Slot, err)
+		}
+		d.Size = n
+	}
+	if p, ok := v["nvme-tcp-server-port"]; ok && p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return Disk{}, fmt.Errorf("%w: disk %q port %q", ErrBadOutput, d.Slot, p)
+		}
+		d.Port = n
+	}
+	return d, nil
+}
+
+func disksFromOutput(out string) ([]Disk, error) {
+	entries, err := ParsePrintDetail(out)
+	if err != nil {
+		return nil, err
+	}
+	disks := make([]Disk, 0, len(entries))
+	for _, e := range entries {
+		d, err := diskFromEntry(e)
+		if err != nil {
+			return nil, err
+		}
+		disks = append(disks, d)
+	}
+	sort.Slice(disks, func(i, j int) bool { return disks[i].Slot < disks[j].Slot })
+	return disks, nil
+}
+
+func capacityFromOutput(pool, out string) (Capacity, error) {
+	entries, err := ParsePrintDetail(out)
+	if err != nil {
+		return Capacity{}, err
+	}
+	if len(entries) == 0 {
+		return Capacity{}, fmt.Errorf("%w: no disk is mounted at %q", ErrNotFound, pool)
+	}
+	if len(entries) > 1 {
+		return Capacity{}, fmt.Errorf("%w: %d disks are mounted at %q", ErrBadOutput, len(entries), pool)
+	}
+	var c Capacity
+	for key, dst := range map[string]*int64{"size": &c.Total, "free": &c.Free} {
+		text, ok := entries[0].Values[key]
+		if !ok {
+			return Capacity{}, fmt.Errorf("%w: pool %q has no %s=", ErrBadOutput, pool, key)
+		}
+		n, err := ParseSize(text)
+		if err != nil {
+			return Capacity{}, fmt.Errorf("pool %q %s: %w", pool, key, err)
+		}
+		*dst = n
+	}
+	return c, nil
+}
+
+// fileName turns a disk's file-path into a /file name (no leading slash).
+func fileName(path string) string { return strings.TrimPrefix(path, "/") }

@@ -1,0 +1,12 @@
+// Package rds is the RouterOS-over-SSH client for MikroTik ROSE Data Server.
+//
+// It builds RouterOS CLI commands from validated inputs, runs them over one
+// long-lived SSH connection, and parses the `print detail` output back into
+// typed values. The command/output contract is docs/routeros.md.
+//
+// It must never send a value that did not pass validation (IDs, paths, NQNs
+// and host names are matched against strict patterns before a command is
+// built), never round a requested size down, and never retry an operation
+// that RouterOS refused (not enough space, no such item, bad argument): only
+// transport failures are retried.
+package rds

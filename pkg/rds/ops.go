@@ -1,0 +1,323 @@
+package rds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// cleanupTimeout bounds the best-effort removal of a half-made disk after a
+// failed create, which runs even when the caller's context is done.
+const cleanupTimeout = 30 * time.Second
+
+// CreateDisk creates an empty file-backed disk of at least req.Size bytes
+// and returns it as RouterOS reports it (Size is the real size). Creating a
+// disk that already exists with the same file, size and export succeeds, so
+// a retried create is idempotent; a different existing disk is
+// ErrAlreadyExists. On failure nothing is left behind.
+func (c *Client) CreateDisk(ctx context.Context, req CreateDiskRequest) (*Disk, error) {
+	size, err := req.validate()
+	if err != nil {
+		return nil, err
+	}
+	cmd := fmt.Sprintf("/disk add type=file file-path=%s file-size=%s slot=%s %s",
+		quote(req.FilePath), FormatSize(size), quote(req.Slot), req.Export.args())
+	if _, err := c.run(ctx, cmd); err != nil {
+		return c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool {
+			return d.Size >= size && sameExport(d, req.Export)
+		})
+	}
+	d, err := c.GetDisk(ctx, req.Slot)
+	if err != nil {
+		return nil, fmt.Errorf("disk %q created but cannot be read back: %w", req.Slot, err)
+	}
+	return d, nil
+}
+
+// CopyDisk creates a disk whose content is a copy of req.SourceSlot, grown
+// to req.Size when that is larger than the source. Idempotent like
+// CreateDisk; on failure nothing is left behind.
+func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	src, err := c.GetDisk(ctx, req.SourceSlot)
+	if err != nil {
+		return nil, fmt.Errorf("copy source %q: %w", req.SourceSlot, err)
+	}
+	want := src.Size
+	if req.Size > 0 {
+		if want, err = RoundUpSize(req.Size); err != nil {
+			return nil, err
+		}
+		if want < src.Size {
+			return nil, fmt.Errorf("%w: copy of %q needs at least %d bytes, %d requested", ErrInvalidArgument, req.SourceSlot, src.Size, req.Size)
+		}
+	}
+	cmd := fmt.Sprintf("/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] %s",
+		quote(req.FilePath), quote(req.Slot), quote(req.SourceSlot), req.Export.args())
+	if _, err := c.run(ctx, cmd); err != nil {
+		d, err := c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool { return sameExport(d, req.Export) })
+		if err != nil {
+			return nil, err
+		}
+		return c.growCopy(ctx, d, want)
+	}
+	d, err := c.GetDisk(ctx, req.Slot)
+	if err != nil {
+		return nil, fmt.Errorf("copy %q created but cannot be read back: %w", req.Slot, err)
+	}
+	return c.growCopy(ctx, d, want)
+}
+
+func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, error) {
+	if d.Size >= want {
+		return d, nil
+	}
+	grown, err := c.ResizeDisk(ctx, d.Slot, want)
+	if err != nil {
+		c.cleanup(ctx, d.Slot, d.FilePath)
+		return nil, fmt.Errorf("growing copy %q to %d bytes: %w", d.Slot, want, err)
+	}
+	return grown, nil
+}
+
+// afterFailedAdd decides what a failed /disk add means. A disk that already
+// exists and matches is the success of an earlier attempt whose reply was
+// lost; a mismatch is a conflict; anything else is cleaned up.
+func (c *Client) afterFailedAdd(ctx context.Context, addErr error, slot, path string, matches func(*Disk) bool) (*Disk, error) {
+	if errors.Is(addErr, ErrAlreadyExists) {
+		d, err := c.GetDisk(ctx, slot)
+		if err != nil {
+			// The file exists without a disk: not ours to remove.
+			return nil, addErr
+		}
+		if d.FilePath == path && matches(d) {
+			return d, nil
+		}
+		return nil, fmt.Errorf("%w: disk %q exists with file %s, size %d", ErrAlreadyExists, slot, d.FilePath, d.Size)
+	}
+	if !errors.Is(addErr, ErrInvalidArgument) {
+		c.cleanup(ctx, slot, path)
+	}
+	return nil, addErr
+}
+
+func sameExport(d *Disk, e *Export) bool {
+	if e == nil {
+		return !d.Exported
+	}
+	return d.Exported && d.Port == e.Port && d.NQN == e.NQN
+}
+
+// cleanup removes what a failed add may have created: the disk, if it uses
+// path, and the file at path, if no disk uses it. Best effort, logged.
+func (c *Client) cleanup(ctx context.Context, slot, path string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	if d, err := c.GetDisk(cctx, slot); err == nil {
+		if d.FilePath != path {
+			return
+		}
+		if _, err := c.run(cctx, "/disk remove [find slot="+quote(slot)+"]"); err != nil {
+			logger.Error(err, "cleanup after failed create: removing disk", "slot", slot)
+			return
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		logger.Error(err, "cleanup after failed create: reading disk", "slot", slot)
+		return
+	}
+	if users, err := c.disksUsingFile(cctx, path); err != nil || users > 0 {
+		return
+	}
+	if _, err := c.run(cctx, "/file remove [find name="+quote(fileName(path))+"]"); err != nil {
+		logger.Error(err, "cleanup after failed create: removing file", "path", path)
+	}
+}
+
+func (c *Client) disksUsingFile(ctx context.Context, path string) (int, error) {
+	disks, err := c.ListDisks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range disks {
+		if d.FilePath == path {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// GetDisk returns the disk in slot, or ErrNotFound.
+func (c *Client) GetDisk(ctx context.Context, slot string) (*Disk, error) {
+	if err := ValidateSlot(slot); err != nil {
+		return nil, err
+	}
+	out, err := c.run(ctx, "/disk print detail where slot="+quote(slot))
+	if err != nil {
+		return nil, err
+	}
+	disks, err := disksFromOutput(out)
+	if err != nil {
+		return nil, err
+	}
+	switch len(disks) {
+	case 0:
+		return nil, fmt.Errorf("%w: disk %q", ErrNotFound, slot)
+	case 1:
+		if disks[0].Slot != slot {
+			return nil, fmt.Errorf("%w: asked for disk %q, got %q", ErrBadOutput, slot, disks[0].Slot)
+		}
+		return &disks[0], nil
+	default:
+		return nil, fmt.Errorf("%w: %d disks in slot %q", ErrBadOutput, len(disks), slot)
+	}
+}
+
+// ListDisks returns every file-backed disk, sorted by slot, so that callers
+// can paginate with a stable order.
+func (c *Client) ListDisks(ctx context.Context) ([]Disk, error) {
+	out, err := c.run(ctx, "/disk print detail where type=file")
+	if err != nil {
+		return nil, err
+	}
+	return disksFromOutput(out)
+}
+
+// ResizeDisk grows a disk to at least size bytes and returns it. A disk that
+// is already as large is returned unchanged; disks never shrink.
+func (c *Client) ResizeDisk(ctx context.Context, slot string, size int64) (*Disk, error) {
+	want, err := RoundUpSize(size)
+	if err != nil {
+		return nil, err
+	}
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	if d.Size >= want {
+		return d, nil
+	}
+	if _, err := c.run(ctx, fmt.Sprintf("/disk set [find slot=%s] file-size=%s", quote(slot), FormatSize(want))); err != nil {
+		return nil, err
+	}
+	d, err = c.GetDisk(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	if d.Size < want {
+		return nil, fmt.Errorf("%w: disk %q is %d bytes after resize to %d", ErrCommandFailed, slot, d.Size, want)
+	}
+	return d, nil
+}
+
+// DeleteDisk removes the disk in slot and its backing file. filePath is the
+// file the caller expects the disk to use; it is removed even when the disk
+// is already gone, so a delete interrupted between the two steps completes
+// on retry. Deleting what does not exist succeeds.
+func (c *Client) DeleteDisk(ctx context.Context, slot, filePath string) error {
+	if err := ValidateSlot(slot); err != nil {
+		return err
+	}
+	if err := ValidateFilePath(filePath); err != nil {
+		return err
+	}
+	d, err := c.GetDisk(ctx, slot)
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if d.FilePath != filePath {
+			return fmt.Errorf("%w: disk %q uses %s, not %s; refusing to delete", ErrInvalidArgument, slot, d.FilePath, filePath)
+		}
+		if _, err := c.run(ctx, "/disk remove [find slot="+quote(slot)+"]"); err != nil {
+			return err
+		}
+	}
+	_, err = c.run(ctx, "/file remove [find name="+quote(fileName(filePath))+"]")
+	return err
+}
+
+// GetFile returns the /file entry for an absolute path, or ErrNotFound.
+func (c *Client) GetFile(ctx context.Context, path string) (*File, error) {
+	if err := ValidateFilePath(path); err != nil {
+		return nil, err
+	}
+	out, err := c.run(ctx, "/file print detail where name="+quote(fileName(path)))
+	if err != nil {
+		return nil, err
+	}
+	entries, err := ParsePrintDetail(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: file %s", ErrNotFound, path)
+	}
+	v := entries[0].Values
+	f := &File{Name: v["name"], Type: v["type"]}
+	if s, ok := v["size"]; ok {
+		if f.Size, err = ParseSize(s); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// Capacity returns the total and free bytes of the pool mounted at pool.
+func (c *Client) Capacity(ctx context.Context, pool string) (Capacity, error) {
+	if err := ValidatePoolName(pool); err != nil {
+		return Capacity{}, err
+	}
+	out, err := c.run(ctx, "/disk print detail where mount-point="+quote(pool))
+	if err != nil {
+		return Capacity{}, err
+	}
+	return capacityFromOutput(pool, out)
+}
+
+// Probe runs /system resource print: the RDS answers and is RouterOS.
+func (c *Client) Probe(ctx context.Context) (*SystemInfo, error) {
+	out, err := c.run(ctx, "/system resource print")
+	if err != nil {
+		return nil, err
+	}
+	raw, err := ParseResource(out)
+	if err != nil {
+		return nil, err
+	}
+	return &SystemInfo{Version: raw["version"], BoardName: raw["board-name"], Uptime: raw["uptime"], Raw: raw}, nil
+}
+
+// SetAllowedHost restricts the disk's NVMe/TCP export to one host NQN, or
+// lifts the restriction when hostNQN is empty. The semantics of RouterOS'
+// nvme-tcp-server-allow-host-name are not verified on hardware; callers keep
+// storage-level fencing built on it behind a flag.
+func (c *Client) SetAllowedHost(ctx context.Context, slot, hostNQN string) error {
+	if hostNQN != "" {
+		if err := ValidateNQN(hostNQN); err != nil {
+			return err
+		}
+	}
+	// set on [find] silently does nothing for a missing disk.
+	if _, err := c.GetDisk(ctx, slot); err != nil {
+		return err
+	}
+	if _, err := c.run(ctx, fmt.Sprintf("/disk set [find slot=%s] nvme-tcp-server-allow-host-name=%s", quote(slot), quote(hostNQN))); err != nil {
+		return err
+	}
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if d.AllowHost != hostNQN {
+		return fmt.Errorf("%w: disk %q allows %q after setting %q", ErrCommandFailed, slot, d.AllowHost, hostNQN)
+	}
+	return nil
+}

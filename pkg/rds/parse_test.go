@@ -1,0 +1,153 @@
+package rds
+
+import (
+	"errors"
+	"testing"
+)
+
+// realDisk is print detail output as seen on RDS hardware (RouterOS 7).
+const realDisk = `Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT
+31 Bt type=file slot="vm-storage-001" slot-default="" parent="" fs=- model="/raid10/vm-storage-001.img" size=1 099 511 627 776 mount-filesystem=no mount-read-only=no compress=no sector-size=512 raid-master=none nvme-tcp-export=yes
+      nvme-tcp-server-port=4420 nvme-tcp-server-nqn="nqn.2026-09.com.mikrotik:rds2216.vm-storage-001" nvme-tcp-server-allow-host-name="" iscsi-export=no nfs-sharing=no smb-sharing=no media-sharing=no media-interface=none swap=no
+      file-path=/raid10/vm-storage-001.img file-size=1024.0GiB file-offset=0
+`
+
+// unnumbered is the shape the peer driver's tests recorded: no legend, no
+// entry number, one property group per line.
+const unnumbered = `type=file slot="pvc-test-123" slot-default="" parent="" fs=-
+               model="/storage-pool/test.img"
+               size=53 687 091 200 mount-filesystem=yes mount-read-only=no
+               nvme-tcp-export=yes nvme-tcp-server-port=4420
+               nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-test-123"
+               file-path=/storage-pool/test.img
+               file-size=50.0GiB file-offset=0`
+
+func TestParseDisks(t *testing.T) {
+	tests := []struct {
+		name string
+		out  string
+		want []Disk
+	}{
+		{"empty output is no disks", "", nil},
+		{"only whitespace", "\r\n  \n", nil},
+		{"hardware output", realDisk, []Disk{{
+			Slot: "vm-storage-001", Type: "file", FilePath: "/raid10/vm-storage-001.img", Size: 1 << 40,
+			Exported: true, Port: 4420, NQN: "nqn.2026-09.com.mikrotik:rds2216.vm-storage-001", Flags: "Bt",
+		}}},
+		{"unnumbered", unnumbered, []Disk{{
+			Slot: "pvc-test-123", Type: "file", FilePath: "/storage-pool/test.img", Size: 53687091200,
+			Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-test-123",
+		}}},
+		{"two entries, crlf, comment, sorted by slot", "Flags: B - BLOCK-DEVICE\r\n 0 B  ;;; made by rds-csi\r\n      type=file slot=\"zz\" file-path=/p/zz.img size=1 048 576\r\n\r\n 1 B type=file slot=\"aa\" file-path=/p/aa.img file-size=2.0MiB nvme-tcp-export=no\r\n",
+			[]Disk{
+				{Slot: "aa", Type: "file", FilePath: "/p/aa.img", Size: 2 << 20, Flags: "B"},
+				{Slot: "zz", Type: "file", FilePath: "/p/zz.img", Size: 1 << 20, Flags: "B"},
+			}},
+		{"comment line before the number line", " ;;; hello\n 4 B type=file slot=\"c\" file-path=/p/c.img size=512\n",
+			[]Disk{{Slot: "c", Type: "file", FilePath: "/p/c.img", Size: 512, Flags: "B"}}},
+		{"quoted value with escapes and spaces", ` 0 type=file slot="q" model="a \"b\" c" file-path=/p/q.img size=0`,
+			[]Disk{{Slot: "q", Type: "file", FilePath: "/p/q.img"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := disksFromOutput(tc.out)
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d disks %+v, want %d", len(got), got, len(tc.want))
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("disk %d:\n got %+v\nwant %+v", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestParseRejectsGarbage(t *testing.T) {
+	for _, out := range []string{
+		"\x00\x01\x02garbage",
+		"hello world",
+		` 0 type=file slot="unterminated`,
+		` 0 B`,
+		` 0 type=file slot="x" size=12 34`, // 34 is not a thousands group
+		` 0 Type!=x`,
+		`=value`,
+		` 0 type=file size=lots`,
+	} {
+		if _, err := disksFromOutput(out); !errors.Is(err, ErrBadOutput) {
+			t.Errorf("%q: got %v, want ErrBadOutput", out, err)
+		}
+	}
+}
+
+func TestParseCapacity(t *testing.T) {
+	out := " 0 BM type=partition slot=\"storage-pool\" mount-point=\"storage-pool\" fs=btrfs\n     size=7 681 501 126 656 free=7 000 000 000 000\n"
+	c, err := capacityFromOutput("storage-pool", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Total != 7681501126656 || c.Free != 7000000000000 {
+		t.Errorf("got %+v", c)
+	}
+	if _, err := capacityFromOutput("storage-pool", ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing pool: got %v, want ErrNotFound", err)
+	}
+	if _, err := capacityFromOutput("p", ` 0 slot="p" size=10`); !errors.Is(err, ErrBadOutput) {
+		t.Errorf("missing free=: got %v, want ErrBadOutput", err)
+	}
+}
+
+func TestParseResource(t *testing.T) {
+	out := "                   uptime: 3d4h12m\n                  version: 7.20.4 (stable)\n               board-name: RDS2216\n"
+	got, err := ParseResource(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["version"] != "7.20.4 (stable)" || got["board-name"] != "RDS2216" || got["uptime"] != "3d4h12m" {
+		t.Errorf("got %v", got)
+	}
+	for _, bad := range []string{"", "garbage without colon", "Bad Key: x"} {
+		if _, err := ParseResource(bad); !errors.Is(err, ErrBadOutput) {
+			t.Errorf("%q: got %v, want ErrBadOutput", bad, err)
+		}
+	}
+}
+
+func TestClassifyOutput(t *testing.T) {
+	tests := []struct {
+		out  string
+		want error
+	}{
+		{"", nil},
+		{" 0 type=file slot=\"a\"", nil},
+		{"failure: not enough space\n", ErrNoSpace},
+		{"failure: no such item", ErrNotFound},
+		{"no such item", ErrNotFound},
+		{"failure: disk with such slot already exists", ErrAlreadyExists},
+		{"failure: file already exists", ErrAlreadyExists},
+		{"failure: could not create file", ErrCommandFailed},
+		{"syntax error (line 1 column 7)", ErrInvalidArgument},
+		{"bad command name dsk (line 1 column 2)", ErrInvalidArgument},
+		{"expected end of command (line 1 column 40)", ErrInvalidArgument},
+		{"invalid value for argument file-size", ErrInvalidArgument},
+		{"input does not match any value of type", ErrInvalidArgument},
+	}
+	for _, tc := range tests {
+		err := classifyOutput("/cmd", tc.out)
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("%q: unexpected %v", tc.out, err)
+			}
+			continue
+		}
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%q: got %v, want %v", tc.out, err, tc.want)
+		}
+		if errors.Is(err, ErrTransient) {
+			t.Errorf("%q: a RouterOS refusal must never be transient", tc.out)
+		}
+	}
+}

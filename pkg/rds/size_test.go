@@ -1,0 +1,84 @@
+package rds
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+	}{
+		{"0", 0},
+		{"512", 512},
+		{"53 687 091 200", 53687091200},
+		{"1 099 511 627 776", 1 << 40},
+		{"50.0GiB", 50 << 30},
+		{"1024.0GiB", 1 << 40},
+		{"1.5GiB", 3 << 29},
+		{"10G", 10 << 30},
+		{"10g", 10 << 30},
+		{"1.5TiB", 3 << 39},
+		{"100 KiB", 100 << 10},
+		{"100k", 100 << 10},
+		{"2M", 2 << 20},
+		{"2MB", 2 << 20},
+		{"12.3MiB", 12897485}, // display-rounded: nearest byte
+		{"  7 ", 7},
+	}
+	for _, tc := range tests {
+		got, err := ParseSize(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "G", "1.2.3G", ".5G", "5.G", "10 XB", "12 34", "1 2345", "-1", "99999999999999999999T", "1e9"} {
+		if _, err := ParseSize(bad); !errors.Is(err, ErrBadOutput) {
+			t.Errorf("ParseSize(%q): got %v, want ErrBadOutput", bad, err)
+		}
+	}
+}
+
+func TestRoundUpAndFormat(t *testing.T) {
+	tests := []struct {
+		req      int64
+		rounded  int64
+		argument string
+	}{
+		{1, MiB, "1M"},
+		{MiB, MiB, "1M"},
+		{MiB + 1, 2 * MiB, "2M"},
+		{3 * GiB / 2, 3 * GiB / 2, "1536M"}, // never "1G"
+		{GiB, GiB, "1G"},
+		{10*GiB - 1, 10 * GiB, "10G"},
+		{TiB, TiB, "1T"},
+		{TiB + MiB, TiB + MiB, "1048577M"},
+	}
+	for _, tc := range tests {
+		got, err := RoundUpSize(tc.req)
+		if err != nil || got != tc.rounded {
+			t.Errorf("RoundUpSize(%d) = %d, %v; want %d", tc.req, got, err, tc.rounded)
+			continue
+		}
+		if got < tc.req {
+			t.Errorf("RoundUpSize(%d) rounded down to %d", tc.req, got)
+		}
+		if s := FormatSize(got); s != tc.argument {
+			t.Errorf("FormatSize(%d) = %q, want %q", got, s, tc.argument)
+		}
+		// The argument reads back as exactly the rounded size.
+		if back, err := ParseSize(FormatSize(got)); err != nil || back != got {
+			t.Errorf("ParseSize(FormatSize(%d)) = %d, %v", got, back, err)
+		}
+	}
+	for _, bad := range []int64{0, -1, math.MaxInt64} {
+		if _, err := RoundUpSize(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("RoundUpSize(%d): got %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	if s := FormatSize(1000); s != "1000" {
+		t.Errorf("FormatSize(1000) = %q", s)
+	}
+}

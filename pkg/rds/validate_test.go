@@ -1,0 +1,63 @@
+package rds
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// hostile are values that must never reach RouterOS: each could end a
+// quoted string, start a new command, or expand a variable.
+var hostile = []string{
+	"pvc-1;/system reboot", "pvc-1]", "pvc-1[", `pvc-1"`, "pvc-1'", "pvc 1", "pvc-1\n/disk remove 0",
+	"pvc-1\r", "$x", "pvc-$(id)", "pvc-1`", "pvc-1\\", "pvc-1{", "pvc-1\t", "", "-pvc", "pvc-",
+	"PVC-1", strings.Repeat("a", 65), "pvc\x00", "pvc/1", "pvc.1",
+}
+
+func TestValidateSlotRejectsHostile(t *testing.T) {
+	for _, v := range hostile {
+		if err := ValidateSlot(v); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ValidateSlot(%q) = %v, want ErrInvalidArgument", v, err)
+		}
+	}
+	for _, ok := range []string{"a", "pvc-1", "pvc-3f1c2f5e-6a1b-4c3d-9e8f-0123456789ab", "snap-0", strings.Repeat("a", 64)} {
+		if err := ValidateSlot(ok); err != nil {
+			t.Errorf("ValidateSlot(%q) = %v", ok, err)
+		}
+	}
+}
+
+func TestValidateFilePath(t *testing.T) {
+	for _, ok := range []string{"/storage-pool/k8s/pvc-1.img", "/p/a_b.c-d"} {
+		if err := ValidateFilePath(ok); err != nil {
+			t.Errorf("ValidateFilePath(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "relative/x.img", "/", "/a//b", "/a/../b", "/a/./b", "/a/b;c", `/a/"b`, "/a/b c", "/a/$b", "/a/b]", "/a/b\n", "/" + strings.Repeat("a", 300), "/a/.hidden"} {
+		if err := ValidateFilePath(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ValidateFilePath(%q) = %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+}
+
+func TestValidateNQN(t *testing.T) {
+	for _, ok := range []string{"nqn.2000-02.com.mikrotik:pvc-1", "nqn.2014-08.org.nvmexpress:uuid:3f1c2f5e-6a1b-4c3d-9e8f-0123456789ab"} {
+		if err := ValidateNQN(ok); err != nil {
+			t.Errorf("ValidateNQN(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "nqn", "iqn.2000-02.com.x:a", "nqn.2000-02.com.mikrotik:pvc 1", `nqn.2000-02.com.mikrotik:a"`, "nqn.2000-02.com.mikrotik:a;b", "nqn.2000-02.com.mikrotik:" + strings.Repeat("a", 220)} {
+		if err := ValidateNQN(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ValidateNQN(%q) = %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+}
+
+func TestQuotePanicsOnUnvalidatedValue(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("quote accepted a double quote")
+		}
+	}()
+	quote(`a"b`)
+}
