@@ -1,0 +1,62 @@
+package csi
+
+import (
+	"context"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// RDS is what the controller needs from the RouterOS client.
+type RDS interface {
+	CreateDisk(ctx context.Context, req rds.CreateDiskRequest) (*rds.Disk, error)
+	CopyDisk(ctx context.Context, req rds.CopyDiskRequest) (*rds.Disk, error)
+	GetDisk(ctx context.Context, slot string) (*rds.Disk, error)
+	ListDisks(ctx context.Context) ([]rds.Disk, error)
+	ResizeDisk(ctx context.Context, slot string, size int64) (*rds.Disk, error)
+	DeleteDisk(ctx context.Context, slot, filePath string) error
+	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
+	Probe(ctx context.Context) (*rds.SystemInfo, error)
+}
+
+// ReadinessCheck reports why the driver cannot serve yet (nil: ready).
+type ReadinessCheck func(ctx context.Context) error
+
+// Driver holds what the CSI services share. It is built once in main.
+type Driver struct {
+	opts      Options
+	rds       RDS
+	readiness []ReadinessCheck
+}
+
+// NewDriver returns a driver for validated options. rds may be nil in node
+// mode.
+func NewDriver(opts Options, client RDS) *Driver {
+	d := &Driver{opts: opts, rds: client}
+	if client != nil {
+		d.readiness = append(d.readiness, func(ctx context.Context) error {
+			_, err := client.Probe(ctx)
+			return err
+		})
+	}
+	return d
+}
+
+// AddReadinessCheck adds a condition Probe must pass (for example: the
+// attachment index's informers have synced).
+func (d *Driver) AddReadinessCheck(c ReadinessCheck) { d.readiness = append(d.readiness, c) }
+
+// Ready runs every readiness check.
+func (d *Driver) Ready(ctx context.Context) error {
+	for _, c := range d.readiness {
+		if err := c(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TopologyKey is the topology segment naming the RDS a volume lives on and
+// the RDS a node can reach.
+func (d *Driver) TopologyKey() string { return "topology." + d.opts.DriverName + "/rds" }
+
+func (d *Driver) controllerEnabled() bool { return d.opts.Mode != ModeNode }

@@ -1,0 +1,48 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// toStatus is the one place where internal errors become gRPC status codes.
+// Errors that already carry a status (request validation in the RPCs) pass
+// through unchanged.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, rds.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, rds.ErrNoSpace):
+		code = codes.ResourceExhausted
+	case errors.Is(err, rds.ErrAlreadyExists):
+		code = codes.AlreadyExists
+	case errors.Is(err, rds.ErrInvalidArgument):
+		code = codes.InvalidArgument
+	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey):
+		// The RDS is unreachable or not the one we pinned: the CO retries.
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
+}
+
+// statusf builds a status error for request validation at the top of an RPC.
+func statusf(code codes.Code, format string, args ...any) error {
+	return status.Error(code, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,130 @@
+package csi
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// Modes of the driver binary.
+const (
+	ModeController = "controller"
+	ModeNode       = "node"
+	ModeAll        = "all"
+)
+
+// DefaultDriverName is the CSI driver name registered with Kubernetes.
+const DefaultDriverName = "rds.csi.srvlab.io"
+
+// Options are the driver's settings, filled from flags. Secrets are never
+// options: the SSH key and known_hosts are files mounted from a Secret.
+type Options struct {
+	Mode       string
+	Endpoint   string
+	DriverName string
+	NodeID     string
+
+	RDSAddress                  string
+	RDSPort                     int
+	RDSUser                     string
+	RDSKeyFile                  string
+	RDSKnownHostsFile           string
+	RDSInsecureSkipHostKeyCheck bool
+	RDSPool                     string // mount point of the pool (capacity)
+	VolumePath                  string // directory of backing files on the RDS
+
+	NVMeAddress string // NVMe/TCP target address; defaults to RDSAddress
+	NVMePort    int
+	NQNPrefix   string
+
+	MaxVolumesPerNode int64
+}
+
+// AddFlags registers the options on fs with their defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Mode, "mode", ModeAll, "what to run: controller, node or all")
+	fs.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint, unix:///path or tcp://host:port")
+	fs.StringVar(&o.DriverName, "driver-name", DefaultDriverName, "CSI driver name")
+	fs.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
+	fs.StringVar(&o.RDSAddress, "rds-address", "", "RDS management address (SSH)")
+	fs.IntVar(&o.RDSPort, "rds-port", 22, "RDS SSH port")
+	fs.StringVar(&o.RDSUser, "rds-user", "admin", "RDS SSH user")
+	fs.StringVar(&o.RDSKeyFile, "rds-key-file", "/etc/rds-csi/ssh/id_ed25519", "SSH private key file, mounted from a Secret")
+	fs.StringVar(&o.RDSKnownHostsFile, "rds-known-hosts-file", "/etc/rds-csi/ssh/known_hosts", "known_hosts file pinning the RDS host key, mounted from a Secret")
+	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key; labs only, logged as a warning")
+	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool (for capacity)")
+	fs.StringVar(&o.VolumePath, "rds-volume-path", "/storage-pool/kubernetes-volumes", "directory on the RDS that holds the volumes' backing files")
+	fs.StringVar(&o.NVMeAddress, "nvme-address", "", "NVMe/TCP target address nodes connect to (default: --rds-address)")
+	fs.IntVar(&o.NVMePort, "nvme-port", 4420, "NVMe/TCP port of exported volumes")
+	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
+	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may attach (0: no limit)")
+}
+
+// Validate checks the options for the selected mode and returns one error
+// naming every problem, so a misconfigured pod says what to fix in one line.
+func (o *Options) Validate() error {
+	var errs []string
+	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	switch o.Mode {
+	case ModeController, ModeNode, ModeAll:
+	default:
+		add("--mode must be controller, node or all, not %q", o.Mode)
+	}
+	if _, _, err := ParseEndpoint(o.Endpoint); err != nil {
+		add("--endpoint: %v", err)
+	}
+	if o.DriverName == "" {
+		add("--driver-name is empty")
+	}
+	if o.Mode != ModeController && o.NodeID == "" {
+		add("--node-id is required in %s mode", o.Mode)
+	}
+	if o.Mode != ModeNode {
+		if o.RDSAddress == "" {
+			add("--rds-address is required in %s mode", o.Mode)
+		}
+		if o.RDSKeyFile == "" {
+			add("--rds-key-file is required")
+		}
+		if o.RDSKnownHostsFile == "" && !o.RDSInsecureSkipHostKeyCheck {
+			add("--rds-known-hosts-file is required (or --rds-insecure-skip-host-key-check for labs)")
+		}
+		if err := rds.ValidatePoolName(o.RDSPool); err != nil {
+			add("--rds-pool: %v", err)
+		}
+		if err := rds.ValidateFilePath(o.VolumePath); err != nil {
+			add("--rds-volume-path: %v", err)
+		}
+	}
+	if err := rds.ValidatePort(o.NVMePort); err != nil {
+		add("--nvme-port: %v", err)
+	}
+	if !strings.HasPrefix(o.NQNPrefix, "nqn.") || rds.ValidateNQN(o.NQNPrefix+"x") != nil {
+		add("--nqn-prefix %q does not form valid NQNs", o.NQNPrefix)
+	}
+	if o.MaxVolumesPerNode < 0 {
+		add("--max-volumes-per-node must not be negative")
+	}
+	if len(errs) > 0 {
+		return errors.New("invalid configuration: " + strings.Join(errs, "; "))
+	}
+	if o.NVMeAddress == "" {
+		o.NVMeAddress = o.RDSAddress
+	}
+	return nil
+}
+
+// RDSConfig is the SSH client configuration the options describe.
+func (o *Options) RDSConfig() rds.Config {
+	return rds.Config{
+		Address:                  o.RDSAddress,
+		Port:                     o.RDSPort,
+		User:                     o.RDSUser,
+		KeyFile:                  o.RDSKeyFile,
+		KnownHostsFile:           o.RDSKnownHostsFile,
+		InsecureSkipHostKeyCheck: o.RDSInsecureSkipHostKeyCheck,
+	}
+}

@@ -1,0 +1,119 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+)
+
+// ParseEndpoint splits a CSI endpoint (unix:///path/csi.sock or
+// tcp://127.0.0.1:10000) into a network and an address.
+func ParseEndpoint(endpoint string) (network, address string, err error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", "", fmt.Errorf("endpoint %q: %w", endpoint, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		address = u.Path
+		if u.Host != "" { // unix://relative/path
+			address = filepath.Join(u.Host, u.Path)
+		}
+		if address == "" {
+			return "", "", fmt.Errorf("endpoint %q has no socket path", endpoint)
+		}
+		return "unix", address, nil
+	case "tcp":
+		if u.Host == "" {
+			return "", "", fmt.Errorf("endpoint %q has no host:port", endpoint)
+		}
+		return "tcp", u.Host, nil
+	}
+	return "", "", fmt.Errorf("endpoint %q: scheme must be unix:// or tcp://", endpoint)
+}
+
+// Listen opens the endpoint, replacing a stale unix socket left by a
+// previous run.
+func Listen(endpoint string) (net.Listener, error) {
+	network, address, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(address), 0o750); err != nil {
+			return nil, err
+		}
+		if err := os.Remove(address); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("removing stale socket %s: %w", address, err)
+		}
+	}
+	return net.Listen(network, address)
+}
+
+var requestID atomic.Uint64
+
+// logAndMapErrors logs each call with its request and response stripped of
+// secrets, and turns any error into a gRPC status in one place.
+func logAndMapErrors(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	logger := klog.FromContext(ctx).WithValues("method", info.FullMethod, "id", requestID.Add(1))
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+	logger.V(4).Info("request", "request", protosanitizer.StripSecrets(req))
+	resp, err := handler(ctx, req)
+	err = toStatus(err)
+	if err != nil {
+		logger.Error(err, "failed", "duration", time.Since(start))
+	} else {
+		logger.V(4).Info("response", "response", protosanitizer.StripSecrets(resp), "duration", time.Since(start))
+	}
+	return resp, err
+}
+
+// NewGRPCServer returns a server with the driver's interceptors and the
+// given services registered (nil services are skipped).
+func NewGRPCServer(ids csi.IdentityServer, cs csi.ControllerServer, ns csi.NodeServer) *grpc.Server {
+	srv := grpc.NewServer(grpc.UnaryInterceptor(logAndMapErrors))
+	if ids != nil {
+		csi.RegisterIdentityServer(srv, ids)
+	}
+	if cs != nil {
+		csi.RegisterControllerServer(srv, cs)
+	}
+	if ns != nil {
+		csi.RegisterNodeServer(srv, ns)
+	}
+	return srv
+}
+
+// Serve runs srv on lis until ctx is done, then stops gracefully: in-flight
+// RPCs finish (bounded by grace), new ones are refused.
+func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		klog.Warning("graceful stop timed out; closing remaining connections")
+		srv.Stop()
+	}
+	return nil
+}
