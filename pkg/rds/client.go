@@ -371,7 +371,9 @@ func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
 		return "", fmt.Errorf("%w: opening SSH session: %v", ErrTransient, err)
 	}
 	defer sess.Close()
-	var buf bytes.Buffer
+	// x/crypto/ssh copies stdout and stderr in separate goroutines; a shared
+	// writer must be locked or replies get lost.
+	var buf lockedBuffer
 	sess.Stdout = &buf
 	sess.Stderr = &buf
 	done := make(chan error, 1)
@@ -403,6 +405,30 @@ func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
 		c.drop(conn)
 		return "", fmt.Errorf("%w: %v", ErrTransient, err)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the two copy goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.b.Bytes())
 }
 
 func isExitMissing(err error) bool {
