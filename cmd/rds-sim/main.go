@@ -1,0 +1,135 @@
+// Command rds-sim runs the RDS simulator (pkg/rds/rdssim) as a standalone
+// SSH server, for local runs and demos:
+//
+//	rds-sim --data-dir /tmp/rds --authorized-keys ~/.ssh/id_ed25519.pub
+//	ssh -p 2222 -i ~/.ssh/id_ed25519 admin@127.0.0.1 '/system resource print'
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+type options struct {
+	listen         string
+	dataDir        string
+	poolName       string
+	poolSize       string
+	hostKey        string
+	authorizedKeys string
+	knownHostsOut  string
+	latency        time.Duration
+	crlf           bool
+}
+
+func (o *options) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:2222", "address to listen on for SSH")
+	fs.StringVar(&o.dataDir, "data-dir", "", "directory holding the pool's disk files and the simulator state (required)")
+	fs.StringVar(&o.poolName, "pool-name", rdssim.DefaultPoolName, "slot and mount point of the pool disk")
+	fs.StringVar(&o.poolSize, "pool-size", "100G", "pool capacity: bytes or a k/K/M/G/T suffixed size")
+	fs.StringVar(&o.hostKey, "host-key", "", "SSH host key file, generated (ed25519) if missing (default <data-dir>/.rdssim-host-key)")
+	fs.StringVar(&o.authorizedKeys, "authorized-keys", "", "OpenSSH authorized_keys file of the keys allowed to log in (required)")
+	fs.StringVar(&o.knownHostsOut, "write-known-hosts", "", "write a known_hosts file pinning the host key for the listen address")
+	fs.DurationVar(&o.latency, "latency", 0, "delay added before every command")
+	fs.BoolVar(&o.crlf, "crlf", false, "end output lines with CRLF")
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "rds-sim:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// run starts the simulator and serves until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rds-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	o.addFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlagValue{klogFlags.Lookup("v")}, "v", "log verbosity (2 logs every command)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.dataDir == "" {
+		return errors.New("--data-dir is required")
+	}
+	if o.authorizedKeys == "" {
+		return errors.New("--authorized-keys is required")
+	}
+	poolSize, err := rdssim.ParseSize(o.poolSize)
+	if err != nil || poolSize <= 0 {
+		return fmt.Errorf("--pool-size %q: want a positive size like 100G", o.poolSize)
+	}
+	if o.hostKey == "" {
+		o.hostKey = filepath.Join(o.dataDir, ".rdssim-host-key")
+	}
+	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
+	if err != nil {
+		return err
+	}
+	srv, err := rdssim.New(rdssim.Config{
+		DataDir:        o.dataDir,
+		PoolName:       o.poolName,
+		PoolSize:       poolSize,
+		HostKeyPath:    o.hostKey,
+		AuthorizedKeys: keys,
+		Latency:        o.latency,
+		CRLF:           o.crlf,
+		Logger:         klog.Background(),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	addr, err := srv.Start(o.listen)
+	if err != nil {
+		return err
+	}
+	if o.knownHostsOut != "" {
+		if err := srv.WriteKnownHosts(o.knownHostsOut); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "rds-sim listening on %s\n", addr)
+	fmt.Fprintf(stdout, "host key %s %s\n", srv.HostPublicKey().Type(), ssh.FingerprintSHA256(srv.HostPublicKey()))
+	fmt.Fprintf(stdout, "pool %q: %d bytes in %s\n", o.poolName, poolSize, srv.DataDir())
+
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "rds-sim shutting down")
+	return srv.Close()
+}
+
+// klogFlagValue exposes klog's -v on our flag set.
+type klogFlagValue struct{ f *flag.Flag }
+
+func (v klogFlagValue) String() string {
+	if v.f == nil {
+		return ""
+	}
+	return v.f.Value.String()
+}
+
+func (v klogFlagValue) Set(s string) error { return v.f.Value.Set(s) }

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+// clientKey writes an authorized_keys file for a fresh client key.
+func clientKey(t *testing.T) (ssh.Signer, string) {
+	t.Helper()
+	signer, pub, err := rdssim.NewTestKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "authorized_keys")
+	if err := os.WriteFile(path, ssh.MarshalAuthorizedKey(pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return signer, path
+}
+
+// readBanner reads the start-up lines and returns the listen address and
+// the host key fingerprint.
+func readBanner(t *testing.T, r *bufio.Reader) (addr, fingerprint string) {
+	t.Helper()
+	for addr == "" || fingerprint == "" {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading start-up output: %v (so far %q)", err, line)
+		}
+		if a, ok := strings.CutPrefix(line, "rds-sim listening on "); ok {
+			addr = strings.TrimSpace(a)
+		}
+		if f, ok := strings.CutPrefix(line, "host key ssh-ed25519 "); ok {
+			fingerprint = strings.TrimSpace(f)
+		}
+	}
+	return addr, fingerprint
+}
+
+func dialAndRun(t *testing.T, addr string, signer ssh.Signer, hostKeys ssh.HostKeyCallback, cmds ...string) []string {
+	t.Helper()
+	c, err := ssh.Dial("tcp", addr, &ssh.ClientConfig{
+		User:            "admin",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: hostKeys,
+		Timeout:         30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var outs []string
+	for _, cmd := range cmds {
+		sess, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := sess.CombinedOutput(cmd)
+		sess.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		outs = append(outs, string(out))
+	}
+	return outs
+}
+
+func goTool(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		t.Skip("no go tool to build the binary")
+	}
+	return p
+}
+
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "rds-sim")
+	build := exec.Command(goTool(t), "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	signer, authKeys := clientKey(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	start := func() (*exec.Cmd, *bufio.Reader, *bytes.Buffer) {
+		cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--pool-size", "20G",
+			"--authorized-keys", authKeys, "--write-known-hosts", knownHosts, "--latency", "1ms")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		return cmd, bufio.NewReader(stdout), &stderr
+	}
+	stop := func(cmd *exec.Cmd, out *bufio.Reader, stderr *bytes.Buffer) {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := io.ReadAll(out)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("exit after SIGTERM: %v\nstdout: %s\nstderr: %s", err, rest, stderr)
+		}
+		if !strings.Contains(string(rest), "shutting down") {
+			t.Errorf("no shutdown message: %q", rest)
+		}
+	}
+
+	cmd, out, stderr := start()
+	addr, fp := readBanner(t, out)
+	hostKeys, err := knownhosts.New(knownHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := dialAndRun(t, addr, signer, hostKeys,
+		"/system resource print",
+		`/disk add type=file file-path="/storage-pool/k8s/pvc-1.img" file-size=1G slot="pvc-1" nvme-tcp-export=yes nvme-tcp-server-port=4420 nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-1"`,
+		`/disk print detail where mount-point="storage-pool"`,
+	)
+	if !strings.Contains(outs[0], "board-name: RDS2216") || outs[1] != "" || !strings.Contains(outs[2], "size=21 474 836 480 free=20 401 094 656 ") {
+		t.Errorf("outputs: %q", outs)
+	}
+	if fi, err := os.Stat(filepath.Join(dataDir, "k8s", "pvc-1.img")); err != nil || fi.Size() != 1<<30 {
+		t.Errorf("backing file: %v %v", fi, err)
+	}
+	stop(cmd, out, stderr)
+
+	// Restarted on the same data dir: same host key, same disks.
+	cmd, out, stderr = start()
+	addr2, fp2 := readBanner(t, out)
+	if fp2 != fp {
+		t.Errorf("host key changed across restart: %s, then %s", fp, fp2)
+	}
+	hostKeys, err = knownhosts.New(knownHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs = dialAndRun(t, addr2, signer, hostKeys, `/disk print detail where slot="pvc-1"`)
+	if !strings.Contains(outs[0], `slot="pvc-1"`) {
+		t.Errorf("disk lost across restart: %q", outs[0])
+	}
+	stop(cmd, out, stderr)
+}
+
+func TestRunFlags(t *testing.T) {
+	_, authKeys := clientKey(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no data dir", []string{"--authorized-keys", authKeys}, "--data-dir is required"},
+		{"no keys", []string{"--data-dir", dir}, "--authorized-keys is required"},
+		{"bad pool size", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--pool-size", "lots"}, "--pool-size"},
+		{"missing keys file", []string{"--data-dir", dir, "--authorized-keys", filepath.Join(dir, "none")}, "authorized keys"},
+		{"extra argument", []string{"--data-dir", dir, "--authorized-keys", authKeys, "now"}, "unexpected arguments"},
+		{"unknown flag", []string{"--colour"}, "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), tc.args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	signer, authKeys := clientKey(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--pool-name", "pool2", "-v", "2"}, pw, io.Discard)
+		pw.Close()
+	}()
+	r := bufio.NewReader(pr)
+	addr, _ := readBanner(t, r)
+	key, err := rdssim.LoadOrGenerateHostKey(filepath.Join(dir, ".rdssim-host-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := dialAndRun(t, addr, signer, ssh.FixedHostKey(key.PublicKey()), `/disk print detail where mount-point="pool2"`)
+	if !strings.Contains(outs[0], `mount-point="pool2"`) {
+		t.Errorf("pool: %q", outs[0])
+	}
+	go io.Copy(io.Discard, r)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+}

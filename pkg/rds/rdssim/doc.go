@@ -1,0 +1,39 @@
+// Package rdssim is a simulated MikroTik ROSE Data Server for tests and
+// local runs: a real SSH server (public-key auth, a persistent host key)
+// that runs the RouterOS command subset of docs/routeros.md, one command per
+// SSH exec, against real sparse files in a data directory.
+//
+// What it simulates:
+//   - /disk add (type=file, new or copy-from=[find slot=...]), /disk set
+//     (grow, export settings, allowed host), /disk remove, /disk print
+//     detail [where ...]; the pool disk with size= and free=;
+//   - /file print detail [where name=...], /file remove;
+//   - /system resource print;
+//   - RouterOS error text: "failure: ...", "syntax error (line 1 column N)",
+//     "bad command name ...", "expected end of command ...",
+//     "invalid value for argument ...", always with exit status 0.
+//
+// Disks are backed by files under Config.DataDir ("/storage-pool/k8s/a.img"
+// is DataDir/k8s/a.img) of exactly the requested size, sparse, so a test can
+// attach them to loop devices (BackingFile). Copies are independent files
+// with the source's content. The disk table is kept in a JSON file in the
+// data directory, so a restarted simulator sees the same disks.
+//
+// Free space is the pool size minus the logical sizes of all files in the
+// pool, including files whose disk was removed: /disk remove leaves the file
+// behind, as on RouterOS, and only /file remove frees its space.
+//
+// Tests steer it at run time (goroutine-safe): added latency, failing,
+// garbling, hanging or dropping the Nth matching command, refusing
+// connections; Commands is the log of every command with its reply.
+//
+// Behaviour the real RDS was not observed to have, chosen to be strict:
+// /file remove of a file that a disk still uses fails ("file is in use"),
+// /disk add requires slot=, and values may not contain `$`.
+//
+// It must never be used as, or in place of, production storage; never run
+// a command through a shell or touch a path outside its data directory;
+// never round a size (a disk file is exactly the bytes asked for); and
+// never import pkg/rds: it implements the contract independently so that
+// it can catch the client's mistakes instead of sharing them.
+package rdssim

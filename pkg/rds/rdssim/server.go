@@ -1,0 +1,549 @@
+package rdssim
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/klog/v2"
+)
+
+// DefaultPoolName is the pool disk's slot and mount point on a stock RDS.
+const DefaultPoolName = "storage-pool"
+
+// DefaultPoolSize is used when Config.PoolSize is zero.
+const DefaultPoolSize = 100 << 30 // 100 GiB
+
+// serverVersion is what RouterOS announces.
+const serverVersion = "SSH-2.0-ROSSSH"
+
+// handshakeTimeout bounds how long a connection may take to authenticate.
+const handshakeTimeout = 30 * time.Second
+
+// ErrNotFound is returned by BackingFile for an unknown slot.
+var ErrNotFound = errors.New("rdssim: no such disk")
+
+// Config configures a Server.
+type Config struct {
+	// DataDir holds the pool: disk files live under it (the RouterOS path
+	// "/<PoolName>/k8s/a.img" is DataDir/k8s/a.img) together with the
+	// simulator's state file. Created if missing. Required.
+	DataDir string
+	// PoolName is the pool disk's slot and mount point; default
+	// "storage-pool".
+	PoolName string
+	// PoolSize is the pool's capacity in bytes; default 100 GiB.
+	PoolSize int64
+	// HostKey is the SSH host key. When nil, the key at HostKeyPath is
+	// loaded or generated; when both are empty, a fresh in-memory key is
+	// used (it changes with every New).
+	HostKey     ssh.Signer
+	HostKeyPath string
+	// AuthorizedKeys are the public keys allowed to log in (any user name).
+	// Required.
+	AuthorizedKeys []ssh.PublicKey
+	// Latency is added before every command; SetLatency changes it later.
+	Latency time.Duration
+	// CRLF ends output lines with "\r\n" instead of "\n", to check that a
+	// client copes with both.
+	CRLF bool
+	// Logger receives connection and command logs; the zero value discards
+	// them.
+	Logger klog.Logger
+	// Now is the clock for uptime and timestamps; default time.Now.
+	Now func() time.Time
+}
+
+// Stats counts connections.
+type Stats struct {
+	Accepted        int // TCP connections accepted and served
+	Refused         int // closed at once because of SetRefuseConnections
+	HandshakeFailed int // SSH handshake or authentication failed
+	Commands        int // exec requests received
+}
+
+// Server is a simulated RDS: an SSH server that runs the RouterOS subset of
+// docs/routeros.md against real sparse files. All methods are safe for
+// concurrent use.
+type Server struct {
+	dataDir  string
+	pool     string
+	poolSize int64
+	crlf     bool
+	log      klog.Logger
+	now      func() time.Time
+	started  time.Time
+	hostKey  ssh.Signer
+	sshConf  *ssh.ServerConfig
+
+	stateMu sync.Mutex // the disk table and the files under dataDir
+	disks   []*disk
+
+	faultMu sync.Mutex // faults, seq; taken before logMu
+	faults  []*armedFault
+	seq     int
+
+	logMu  sync.Mutex
+	cmdLog []*Command
+
+	latency atomic.Int64 // time.Duration
+	refuse  atomic.Bool
+
+	connMu    sync.Mutex
+	closed    bool
+	listeners []net.Listener
+	conns     map[net.Conn]struct{}
+	stats     Stats
+	wg        sync.WaitGroup
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+}
+
+// New creates a Server and loads its disk table from the data directory.
+// It does not listen yet: call Serve or Start.
+func New(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("rdssim: DataDir is required")
+	}
+	if len(cfg.AuthorizedKeys) == 0 {
+		return nil, errors.New("rdssim: at least one authorized key is required")
+	}
+	if cfg.PoolName == "" {
+		cfg.PoolName = DefaultPoolName
+	}
+	if strings.ContainsAny(cfg.PoolName, "/\\ \"$") || strings.HasPrefix(cfg.PoolName, ".") {
+		return nil, fmt.Errorf("rdssim: invalid pool name %q", cfg.PoolName)
+	}
+	if cfg.PoolSize == 0 {
+		cfg.PoolSize = DefaultPoolSize
+	}
+	if cfg.PoolSize < 0 {
+		return nil, fmt.Errorf("rdssim: negative pool size %d", cfg.PoolSize)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("rdssim: create data dir: %w", err)
+	}
+	hostKey := cfg.HostKey
+	switch {
+	case hostKey != nil:
+	case cfg.HostKeyPath != "":
+		if hostKey, err = LoadOrGenerateHostKey(cfg.HostKeyPath); err != nil {
+			return nil, fmt.Errorf("rdssim: %w", err)
+		}
+	default:
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		if hostKey, err = ssh.NewSignerFromKey(priv); err != nil {
+			return nil, err
+		}
+	}
+	disks, err := loadState(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
+
+	s := &Server{
+		dataDir:  dataDir,
+		pool:     cfg.PoolName,
+		poolSize: cfg.PoolSize,
+		crlf:     cfg.CRLF,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		hostKey:  hostKey,
+		disks:    disks,
+		conns:    map[net.Conn]struct{}{},
+	}
+	s.started = s.now()
+	s.latency.Store(int64(cfg.Latency))
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+
+	authorized := make([][]byte, len(cfg.AuthorizedKeys))
+	for i, k := range cfg.AuthorizedKeys {
+		authorized[i] = k.Marshal()
+	}
+	s.sshConf = &ssh.ServerConfig{
+		ServerVersion: serverVersion,
+		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			m := key.Marshal()
+			for _, a := range authorized {
+				if bytes.Equal(a, m) {
+					return &ssh.Permissions{}, nil
+				}
+			}
+			return nil, fmt.Errorf("public key of user %q is not authorized", meta.User())
+		},
+	}
+	s.sshConf.AddHostKey(hostKey)
+	return s, nil
+}
+
+// HostPublicKey is the server's SSH host key, for a known_hosts entry.
+func (s *Server) HostPublicKey() ssh.PublicKey { return s.hostKey.PublicKey() }
+
+// Addr is the address of the first listener, "" before Serve/Start.
+func (s *Server) Addr() string {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if len(s.listeners) == 0 {
+		return ""
+	}
+	return s.listeners[0].Addr().String()
+}
+
+// DataDir is the absolute data directory.
+func (s *Server) DataDir() string { return s.dataDir }
+
+// Start listens on addr ("127.0.0.1:0" for a free port) and serves in the
+// background. It returns the address actually listened on.
+func (s *Server) Start(addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("rdssim: listen: %w", err)
+	}
+	if !s.addListener(l) {
+		l.Close()
+		return "", errors.New("rdssim: server closed")
+	}
+	s.wg.Add(1) // addListener succeeded, so Close has not started waiting
+	go func() {
+		defer s.wg.Done()
+		if err := s.serve(l); err != nil {
+			s.log.Error(err, "serve stopped", "addr", l.Addr().String())
+		}
+	}()
+	return l.Addr().String(), nil
+}
+
+// Serve accepts connections on l until Close. It returns nil after Close.
+func (s *Server) Serve(l net.Listener) error {
+	if !s.addListener(l) {
+		l.Close()
+		return errors.New("rdssim: server closed")
+	}
+	return s.serve(l)
+}
+
+func (s *Server) addListener(l net.Listener) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.listeners = append(s.listeners, l)
+	return true
+}
+
+func (s *Server) serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if s.refuse.Load() {
+			s.connMu.Lock()
+			s.stats.Refused++
+			s.connMu.Unlock()
+			c.Close()
+			continue
+		}
+		if !s.track(c) {
+			c.Close()
+			continue
+		}
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			s.handleConn(c)
+		}()
+	}
+}
+
+// track registers a connection so Close can end it; false once closed.
+func (s *Server) track(c net.Conn) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.stats.Accepted++
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	delete(s.conns, c)
+}
+
+// Stats returns the connection counters.
+func (s *Server) Stats() Stats {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	st := s.stats
+	s.faultMu.Lock()
+	st.Commands = s.seq
+	s.faultMu.Unlock()
+	return st
+}
+
+// Close stops listening, drops every connection and waits for their
+// goroutines. The data directory keeps the disks for the next New.
+func (s *Server) Close() error {
+	s.connMu.Lock()
+	if s.closed {
+		s.connMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.connMu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) handleConn(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	sconn, chans, reqs, err := ssh.NewServerConn(c, s.sshConf)
+	if err != nil {
+		s.connMu.Lock()
+		s.stats.HandshakeFailed++
+		s.connMu.Unlock()
+		s.log.V(1).Info("ssh handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	c.SetDeadline(time.Time{})
+	log := s.log.WithValues("remote", c.RemoteAddr().String(), "user", sconn.User())
+	log.V(2).Info("connected")
+
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
+		sconn.Wait()
+		cancel()
+	}()
+	go ssh.DiscardRequests(reqs)
+
+	var sessions sync.WaitGroup
+	for nc := range chans {
+		if nc.ChannelType() != "session" {
+			nc.Reject(ssh.UnknownChannelType, "only session channels are supported")
+			continue
+		}
+		ch, creqs, err := nc.Accept()
+		if err != nil {
+			continue
+		}
+		sessions.Add(1)
+		go func() {
+			defer sessions.Done()
+			s.handleSession(ctx, c, ch, creqs, sconn.User())
+		}()
+	}
+	cancel()
+	sessions.Wait()
+	log.V(2).Info("disconnected")
+}
+
+// handleSession serves one session channel: one exec, like RouterOS.
+func (s *Server) handleSession(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-chan *ssh.Request, user string) {
+	defer ch.Close()
+	defer func() { go ssh.DiscardRequests(reqs) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case req, ok := <-reqs:
+			if !ok {
+				return
+			}
+			switch req.Type {
+			case "exec":
+				var payload struct{ Command string }
+				if err := ssh.Unmarshal(req.Payload, &payload); err != nil {
+					req.Reply(false, nil)
+					continue
+				}
+				// Log the command before accepting the request: a client
+				// whose session.Start returned finds it in Commands().
+				entry, fault, latency := s.arrive(payload.Command, user)
+				req.Reply(true, nil)
+				s.exec(ctx, c, ch, reqs, entry, fault, latency)
+				return
+			case "env", "pty-req", "window-change":
+				req.Reply(true, nil)
+			default: // shell, subsystem: only exec is offered
+				req.Reply(false, nil)
+			}
+		}
+	}
+}
+
+// exec runs one logged command after its latency, applies its fault, and
+// replies on the channel.
+func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-chan *ssh.Request, entry *Command, fault Fault, latency time.Duration) {
+	line := entry.Text // immutable after arrive
+	s.log.V(2).Info("command", "seq", entry.Seq, "user", entry.User, "command", line, "fault", fault.Kind.String())
+
+	if latency > 0 {
+		if !waitOrGone(ctx, reqs, latency) {
+			return
+		}
+	}
+	var out string
+	switch fault.Kind {
+	case FaultHang:
+		waitOrGone(ctx, reqs, -1)
+		return
+	case FaultDropBeforeExec:
+		c.Close()
+		return
+	case FaultFail:
+		out = withNewline(fault.Output)
+	default:
+		out = s.execute(line)
+		s.logUpdate(entry, func(e *Command) { e.Executed, e.Result = true, out })
+	}
+	switch fault.Kind {
+	case FaultDropAfterExec:
+		c.Close()
+		return
+	case FaultGarbage:
+		out = fault.Output
+	}
+	s.logUpdate(entry, func(e *Command) { e.Output = out })
+	if s.crlf {
+		out = strings.ReplaceAll(out, "\n", "\r\n")
+	}
+	if _, err := ch.Write([]byte(out)); err != nil {
+		return
+	}
+	ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
+}
+
+// waitOrGone waits d (forever when d < 0) and reports whether the time
+// passed; it returns false early when the client closed the session or the
+// connection, or the server is closing. It keeps serving the session's
+// requests meanwhile, so the SSH connection never stalls.
+func waitOrGone(ctx context.Context, reqs <-chan *ssh.Request, d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		select {
+		case <-timeout:
+			return true
+		case <-ctx.Done():
+			return false
+		case req, ok := <-reqs:
+			if !ok {
+				return false
+			}
+			req.Reply(false, nil)
+		}
+	}
+}
+
+func withNewline(s string) string {
+	if s == "" || strings.HasSuffix(s, "\n") {
+		return s
+	}
+	return s + "\n"
+}
+
+// BackingFile returns the host path of the file behind the disk with this
+// slot, e.g. to attach it to a loop device.
+func (s *Server) BackingFile(slot string) (string, error) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	d := s.diskBySlot(slot)
+	if d == nil {
+		return "", fmt.Errorf("%w: slot %q", ErrNotFound, slot)
+	}
+	rel, err := s.relPath(d.FilePath)
+	if err != nil {
+		return "", err
+	}
+	return s.hostPath(rel), nil
+}
+
+// DiskInfo describes one file disk, for assertions.
+type DiskInfo struct {
+	Slot          string
+	FilePath      string // RouterOS path
+	BackingFile   string // host path
+	Size          int64  // the backing file's length; -1 if it is missing
+	NVMeTCPExport bool
+	NVMeTCPPort   int
+	NVMeTCPNQN    string
+	AllowHostName string
+}
+
+// Disks returns the file disks in table order.
+func (s *Server) Disks() []DiskInfo {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	out := make([]DiskInfo, 0, len(s.disks))
+	for _, d := range s.disks {
+		info := DiskInfo{
+			Slot:          d.Slot,
+			FilePath:      d.FilePath,
+			Size:          s.fileSize(d),
+			NVMeTCPExport: d.Export,
+			NVMeTCPPort:   d.Port,
+			NVMeTCPNQN:    d.NQN,
+			AllowHostName: d.AllowHost,
+		}
+		if rel, err := s.relPath(d.FilePath); err == nil {
+			info.BackingFile = s.hostPath(rel)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// Free is the pool's free space as /disk print reports it.
+func (s *Server) Free() (int64, error) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.free()
+}
