@@ -1,0 +1,27 @@
+package nvme
+
+import "errors"
+
+// Sentinel errors. The CSI layer maps them to gRPC codes with errors.Is.
+var (
+	// ErrInvalidArgument: an NQN, address, port or configuration value failed
+	// validation; nothing was done.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrForeignNQN: the NQN does not start with this driver's prefix, so this
+	// package refuses to act on it.
+	ErrForeignNQN = errors.New("NQN does not belong to this driver")
+	// ErrInUse: the caller reported that a staged volume still uses the
+	// subsystem; it was left connected.
+	ErrInUse = errors.New("subsystem still in use")
+	// ErrNotConnected: no controller (or loop device) exists for the NQN.
+	ErrNotConnected = errors.New("not connected")
+	// ErrNoDevice: the subsystem is connected but no usable namespace block
+	// device exists (yet).
+	ErrNoDevice = errors.New("no namespace block device")
+	// ErrTargetUnreachable: the kernel could not reach the target (refused,
+	// timed out, no route). Worth retrying.
+	ErrTargetUnreachable = errors.New("NVMe/TCP target unreachable")
+	// ErrConnectFailed: the kernel refused the connect for another reason
+	// (see the node's kernel log).
+	ErrConnectFailed = errors.New("NVMe/TCP connect failed")
+)

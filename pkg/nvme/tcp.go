@@ -1,0 +1,497 @@
+package nvme
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Config configures a TCPConnector. Only NQNPrefix is required; the paths
+// exist so that tests (and containers with host paths mounted elsewhere) can
+// point the connector at another tree.
+type Config struct {
+	// NQNPrefix: the connector acts only on NQNs that start with it, e.g.
+	// "nqn.2000-02.com.mikrotik:pvc-". Required.
+	NQNPrefix string
+
+	SysRoot     string // default /sys
+	DevRoot     string // default /dev
+	EtcNVMeDir  string // holds hostnqn and hostid; default /etc/nvme
+	FabricsPath string // default /dev/nvme-fabrics
+
+	// Runner loads the nvme-tcp kernel module ("modprobe nvme-tcp") when the
+	// fabrics device is missing. Default ExecRunner.
+	Runner Runner
+	// Resolver turns a host name in Target.Address into an IP address (the
+	// kernel takes numeric addresses only). Default net.DefaultResolver.
+	Resolver interface {
+		LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+	}
+
+	// CtrlLossTimeout: how long the kernel keeps reconnecting a lost
+	// controller before giving up and failing I/O. Default 10m (nvme-cli's
+	// default), long enough to ride out an RDS reboot; negative means
+	// reconnect forever. Whole seconds, rounded up.
+	CtrlLossTimeout time.Duration
+	// ReconnectDelay between reconnect attempts. Default 5s.
+	ReconnectDelay time.Duration
+	// KeepAliveTimeout for the admin queue. Default 5s (the kernel's default).
+	KeepAliveTimeout time.Duration
+	// PollInterval between sysfs scans while waiting for a device. Default
+	// 100ms. Waiting itself is bounded only by the caller's context.
+	PollInterval time.Duration
+}
+
+// Defaults for Config.
+const (
+	DefaultCtrlLossTimeout  = 10 * time.Minute
+	DefaultReconnectDelay   = 5 * time.Second
+	DefaultKeepAliveTimeout = 5 * time.Second
+	DefaultPollInterval     = 100 * time.Millisecond
+)
+
+// TCPConnector connects this node to RDS volumes over NVMe/TCP.
+//
+// It writes the connect option string to /dev/nvme-fabrics itself rather than
+// running nvme-cli: the node image needs no nvme-cli (whose flags, exit codes,
+// "already connected" handling and config-file side effects such as
+// /etc/nvme/config.json differ between 1.x and 2.x), the kernel answers with
+// an exact errno (EALREADY for a duplicate), and the whole contract is one
+// write that tests check in a plain file.
+type TCPConnector struct {
+	cfg   Config
+	guard nqnGuard
+	sys   sysfs
+	locks keyedMutex
+
+	idMu sync.Mutex
+	id   *HostIdentity
+
+	// kernel, when set by tests, plays the kernel's part after the option
+	// string reached the fabrics file: it may create the sysfs tree and
+	// return the errno the kernel would.
+	kernel func(options string) error
+}
+
+var _ Connector = (*TCPConnector)(nil)
+var _ SizeRefresher = (*TCPConnector)(nil)
+
+// NewTCPConnector validates cfg and fills in defaults. It does no I/O.
+func NewTCPConnector(cfg Config) (*TCPConnector, error) {
+	guard, err := newNQNGuard(cfg.NQNPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/sys"
+	}
+	if cfg.DevRoot == "" {
+		cfg.DevRoot = "/dev"
+	}
+	if cfg.EtcNVMeDir == "" {
+		cfg.EtcNVMeDir = defaultEtcNVMe
+	}
+	if cfg.FabricsPath == "" {
+		cfg.FabricsPath = "/dev/nvme-fabrics"
+	}
+	if cfg.Runner == nil {
+		cfg.Runner = ExecRunner{}
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.CtrlLossTimeout == 0 {
+		cfg.CtrlLossTimeout = DefaultCtrlLossTimeout
+	}
+	if cfg.ReconnectDelay == 0 {
+		cfg.ReconnectDelay = DefaultReconnectDelay
+	}
+	if cfg.KeepAliveTimeout == 0 {
+		cfg.KeepAliveTimeout = DefaultKeepAliveTimeout
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.ReconnectDelay < 0 || cfg.KeepAliveTimeout < 0 {
+		return nil, fmt.Errorf("%w: reconnect delay and keep-alive timeout must be positive", ErrInvalidArgument)
+	}
+	if cfg.CtrlLossTimeout > 0 && cfg.CtrlLossTimeout < cfg.ReconnectDelay {
+		return nil, fmt.Errorf("%w: ctrl loss timeout %v is shorter than the reconnect delay %v: the kernel would never reconnect", ErrInvalidArgument, cfg.CtrlLossTimeout, cfg.ReconnectDelay)
+	}
+	return &TCPConnector{cfg: cfg, guard: guard, sys: sysfs{root: cfg.SysRoot}}, nil
+}
+
+// HostIdentity returns this node's host NQN and host ID, creating and
+// persisting them on first use if the node has none.
+func (c *TCPConnector) HostIdentity() (HostIdentity, error) {
+	c.idMu.Lock()
+	defer c.idMu.Unlock()
+	if c.id != nil {
+		return *c.id, nil
+	}
+	id, err := LoadOrCreateHostIdentity(c.cfg.EtcNVMeDir)
+	if err != nil {
+		return HostIdentity{}, err
+	}
+	c.id = &id
+	return id, nil
+}
+
+// Connect connects the node to t (unless a live controller for t.NQN already
+// exists) and waits, bounded by ctx, for the namespace block device.
+func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
+	if err := c.guard.check(t.NQN); err != nil {
+		return "", err
+	}
+	port := t.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	if port < 1 || port > 65535 {
+		return "", fmt.Errorf("%w: port %d for %s", ErrInvalidArgument, t.Port, t.NQN)
+	}
+	logger := klog.FromContext(ctx).WithValues("nqn", t.NQN)
+
+	unlock, err := c.locks.lock(ctx, t.NQN)
+	if err != nil {
+		return "", err
+	}
+	defer func() { unlock() }()
+
+	st, err := c.sys.lookup(t.NQN)
+	if err != nil {
+		return "", err
+	}
+	if st.live() {
+		logger.V(4).Info("already connected", "controllers", controllerNames(st.controllers))
+		return c.waitForDevice(ctx, t.NQN)
+	}
+
+	addr, err := c.resolve(ctx, t.Address)
+	if err != nil {
+		return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
+	}
+	id, err := c.HostIdentity()
+	if err != nil {
+		return "", fmt.Errorf("connecting %s: host identity: %w", t.NQN, err)
+	}
+	opts := c.options(addr, port, t.NQN, id)
+
+	results, err := c.startFabricsWrite(ctx, opts)
+	if err != nil {
+		return "", fmt.Errorf("connecting %s to %s: %w", t.NQN, net.JoinHostPort(addr, strconv.Itoa(port)), err)
+	}
+	select {
+	case r := <-results:
+		switch {
+		case r.err == nil:
+			logger.Info("connected", "address", addr, "port", port, "reply", r.reply)
+		case errors.Is(r.err, syscall.EALREADY):
+			logger.Info("kernel reports the controller already exists", "address", addr, "port", port)
+		default:
+			return "", c.connectError(t.NQN, addr, port, r.err)
+		}
+	case <-ctx.Done():
+		// The kernel's connect cannot be interrupted. Keep this NQN locked
+		// until it returns, so a Disconnect cannot slip in between.
+		held := unlock
+		unlock = func() {}
+		go func() {
+			r := <-results
+			logger.Info("connect attempt finished after its caller gave up", "err", r.err)
+			held()
+		}()
+		return "", fmt.Errorf("connecting %s to %s: %w", t.NQN, net.JoinHostPort(addr, strconv.Itoa(port)), ctx.Err())
+	}
+	return c.waitForDevice(ctx, t.NQN)
+}
+
+// DevicePath returns /dev/<namespace> for nqn as sysfs shows it now.
+func (c *TCPConnector) DevicePath(ctx context.Context, nqn string) (string, error) {
+	if err := validateNQN(nqn); err != nil {
+		return "", err
+	}
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		return "", err
+	}
+	return c.pickDevice(nqn, st)
+}
+
+// IsConnected reports whether a controller for nqn exists and is not being
+// deleted. It may be live or reconnecting.
+func (c *TCPConnector) IsConnected(_ context.Context, nqn string) (bool, error) {
+	if err := validateNQN(nqn); err != nil {
+		return false, err
+	}
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		return false, err
+	}
+	return len(activeControllers(st.controllers)) > 0, nil
+}
+
+// Disconnect deletes every controller of subsystem nqn, after inUse has
+// confirmed no staged volume uses it. Not connected is success. Controllers
+// of other subsystems are never written to.
+func (c *TCPConnector) Disconnect(ctx context.Context, nqn string, inUse InUseFunc) error {
+	if err := c.guard.check(nqn); err != nil {
+		return err
+	}
+	if inUse == nil {
+		return fmt.Errorf("%w: disconnecting %s needs an in-use check", ErrInvalidArgument, nqn)
+	}
+	logger := klog.FromContext(ctx).WithValues("nqn", nqn)
+
+	unlock, err := c.locks.lock(ctx, nqn)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		return err
+	}
+	ctrls := activeControllers(st.controllers)
+	if len(ctrls) == 0 {
+		logger.V(4).Info("not connected; nothing to disconnect")
+		return nil
+	}
+	busy, err := inUse(ctx, nqn)
+	if err != nil {
+		return fmt.Errorf("disconnecting %s: in-use check: %w", nqn, err)
+	}
+	if busy {
+		return fmt.Errorf("%w: %s is still used by a staged volume on this node; unstage it first", ErrInUse, nqn)
+	}
+	for _, ctrl := range ctrls {
+		got, err := c.sys.controllerNQN(ctrl.name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("disconnecting %s: %w", nqn, err)
+		}
+		if got != nqn {
+			logger.Info("controller changed subsystem since the scan; leaving it alone", "controller", ctrl.name, "now", got)
+			continue
+		}
+		if err := c.sys.writeControllerAttr(ctrl.name, "delete_controller"); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted meanwhile (ctrl_loss_tmo expired, or another caller)
+			}
+			return fmt.Errorf("disconnecting %s: deleting controller %s: %w", nqn, ctrl.name, err)
+		}
+		logger.Info("deleted controller", "controller", ctrl.name)
+	}
+	return nil
+}
+
+// RefreshSize asks each live controller of nqn to rescan its namespaces, so
+// the kernel picks up a size change even if the target sent no
+// namespace-changed notice.
+func (c *TCPConnector) RefreshSize(ctx context.Context, nqn string) error {
+	if err := c.guard.check(nqn); err != nil {
+		return err
+	}
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		return err
+	}
+	var done int
+	for _, ctrl := range st.controllers {
+		if ctrl.state != stateLive {
+			continue
+		}
+		if got, err := c.sys.controllerNQN(ctrl.name); err != nil || got != nqn {
+			continue
+		}
+		if err := c.sys.writeControllerAttr(ctrl.name, "rescan_controller"); err != nil {
+			return fmt.Errorf("rescanning %s via %s: %w", nqn, ctrl.name, err)
+		}
+		done++
+	}
+	if done == 0 {
+		return fmt.Errorf("%w: %s has no live controller to rescan", ErrNotConnected, nqn)
+	}
+	klog.FromContext(ctx).V(4).Info("rescanned namespaces", "nqn", nqn, "controllers", done)
+	return nil
+}
+
+// options builds the fabrics option string. Every value in it has been
+// validated (NQNs, numeric address, port, UUID), so none can add options.
+func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentity) string {
+	return fmt.Sprintf("transport=tcp,traddr=%s,trsvcid=%d,nqn=%s,hostnqn=%s,hostid=%s,ctrl_loss_tmo=%d,reconnect_delay=%d,keep_alive_tmo=%d",
+		addr, port, nqn, id.NQN, id.ID,
+		kernelSeconds(c.cfg.CtrlLossTimeout), kernelSeconds(c.cfg.ReconnectDelay), kernelSeconds(c.cfg.KeepAliveTimeout))
+}
+
+// kernelSeconds rounds up to whole seconds; negative means "forever" (-1).
+func kernelSeconds(d time.Duration) int {
+	if d < 0 {
+		return -1
+	}
+	return int(math.Ceil(d.Seconds()))
+}
+
+// resolve returns a numeric address for the kernel.
+func (c *TCPConnector) resolve(ctx context.Context, address string) (string, error) {
+	if ip := net.ParseIP(address); ip != nil {
+		return ip.String(), nil
+	}
+	if address == "" || strings.ContainsAny(address, ",= \t\r\n%/") {
+		return "", fmt.Errorf("%w: target address %q is neither an IP address nor a host name", ErrInvalidArgument, address)
+	}
+	addrs, err := c.cfg.Resolver.LookupIPAddr(ctx, address)
+	if err != nil {
+		return "", fmt.Errorf("%w: resolving %q: %w", ErrTargetUnreachable, address, err)
+	}
+	for _, a := range addrs { // prefer IPv4, as RDS data ports usually are
+		if a.IP.To4() != nil {
+			return a.IP.String(), nil
+		}
+	}
+	for _, a := range addrs {
+		if a.Zone == "" {
+			return a.IP.String(), nil
+		}
+	}
+	return "", fmt.Errorf("%w: %q resolved to no usable address", ErrTargetUnreachable, address)
+}
+
+type fabricsResult struct {
+	reply string // "instance=N,cntlid=M" from the real device
+	err   error
+}
+
+// startFabricsWrite opens the fabrics device and writes opts in a goroutine:
+// the kernel's connect blocks for as long as the TCP connect and the NVMe
+// handshake take, and cannot be cancelled. The goroutine ends when the write
+// returns; the result channel is buffered so nobody has to read it.
+func (c *TCPConnector) startFabricsWrite(ctx context.Context, opts string) (<-chan fabricsResult, error) {
+	f, err := c.openFabrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	results := make(chan fabricsResult, 1)
+	go func() {
+		defer f.Close()
+		_, err := f.Write([]byte(opts))
+		if err == nil && c.kernel != nil {
+			err = c.kernel(opts)
+		}
+		var reply string
+		if err == nil {
+			// The real device answers on the same descriptor; a plain file
+			// is at EOF here.
+			buf := make([]byte, 256)
+			if n, _ := f.Read(buf); n > 0 {
+				reply = strings.TrimSpace(string(buf[:n]))
+			}
+		}
+		results <- fabricsResult{reply: reply, err: err}
+	}()
+	return results, nil
+}
+
+func (c *TCPConnector) openFabrics(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(c.cfg.FabricsPath, os.O_RDWR, 0)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	// The device exists only while nvme-fabrics is loaded; nvme-tcp pulls it in.
+	if _, merr := c.cfg.Runner.Run(ctx, "modprobe", "nvme-tcp"); merr != nil {
+		return nil, fmt.Errorf("%w: %s is missing and loading nvme-tcp failed (load the nvme-tcp kernel module on the node): %w", ErrConnectFailed, c.cfg.FabricsPath, merr)
+	}
+	f, err = os.OpenFile(c.cfg.FabricsPath, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s is missing even after loading nvme-tcp; is /dev from the host mounted into the node plugin?", ErrConnectFailed, c.cfg.FabricsPath)
+	}
+	return f, err
+}
+
+func (c *TCPConnector) connectError(nqn, addr string, port int, err error) error {
+	target := net.JoinHostPort(addr, strconv.Itoa(port))
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ECONNRESET} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: connecting %s at %s: %w; check the RDS address and that the disk is exported on that port", ErrTargetUnreachable, nqn, target, err)
+		}
+	}
+	return fmt.Errorf("%w: connecting %s at %s: %w; the node's kernel log (dmesg) has the reason, e.g. an unknown NQN or a refused host NQN", ErrConnectFailed, nqn, target, err)
+}
+
+// waitForDevice polls sysfs until the NQN has a usable block device or ctx
+// ends. It checks once before the first tick.
+func (c *TCPConnector) waitForDevice(ctx context.Context, nqn string) (string, error) {
+	ticker := time.NewTicker(c.cfg.PollInterval)
+	defer ticker.Stop()
+	var last error
+	for {
+		st, err := c.sys.lookup(nqn)
+		if err != nil {
+			return "", err
+		}
+		path, err := c.pickDevice(nqn, st)
+		if err == nil {
+			return path, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for the block device of %s: %w (%w)", nqn, last, ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}
+
+// pickDevice chooses the device to hand out: a multipath head (or a
+// namespace without multipath) before a single path, lowest namespace ID
+// first, and only one whose /dev node exists.
+func (c *TCPConnector) pickDevice(nqn string, st nqnState) (string, error) {
+	if !st.connected() {
+		return "", fmt.Errorf("%w: no NVMe subsystem or controller has NQN %s", ErrNotConnected, nqn)
+	}
+	for _, ns := range st.namespaces {
+		path := filepath.Join(c.cfg.DevRoot, ns.name)
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+	}
+	seen := make([]string, 0, len(st.namespaces))
+	for _, ns := range st.namespaces {
+		seen = append(seen, ns.name)
+	}
+	return "", fmt.Errorf("%w: %s is connected (subsystems %v, controllers %v) but has no namespace with a device node under %s (namespaces seen: %v); check that the RDS disk is exported",
+		ErrNoDevice, nqn, st.subsystems, controllerNames(st.controllers), c.cfg.DevRoot, seen)
+}
+
+func activeControllers(all []controller) []controller {
+	var out []controller
+	for _, c := range all {
+		if !strings.HasPrefix(c.state, stateDeleting) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func controllerNames(cs []controller) []string {
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.name+"("+c.state+")")
+	}
+	return out
+}

@@ -1,0 +1,644 @@
+package nvme
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+)
+
+const (
+	nqnA       = testPrefix + "vol-a"
+	nqnB       = testPrefix + "vol-b"
+	nqnForeign = "nqn.2014-08.org.example:boot-disk"
+)
+
+// testCtx bounds a test that waits for something the test itself makes
+// happen; the bound is a safety net, never part of an assertion.
+// Logs go to the test's log.
+func testCtx(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func expiredCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func notInUse(context.Context, string) (bool, error) { return false, nil }
+
+func TestDevicePath(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(h *fakeHost)
+		want    string // device name under DevRoot
+		wantErr error
+	}{
+		{
+			name: "single path without multipath",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnA)
+				h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+				h.private("nvme0", "nvme0n1")
+			},
+			want: "nvme0n1",
+		},
+		{
+			name: "native multipath prefers the head over the paths",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnA)
+				h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+				h.controller("nvme-subsys0", "nvme1", nqnA, "live")
+				h.path("nvme0", "nvme0c0n1")
+				h.path("nvme1", "nvme0c1n1")
+				h.devNode("nvme0c0n1") // even if a path had a node, the head wins
+				h.head("nvme-subsys0", "nvme0n1")
+			},
+			want: "nvme0n1",
+		},
+		{
+			name: "only a path with a device node: use it",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnA)
+				h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+				h.path("nvme0", "nvme0c0n1")
+				h.devNode("nvme0c0n1")
+			},
+			want: "nvme0c0n1",
+		},
+		{
+			name: "only a hidden path: no device yet",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnA)
+				h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+				h.path("nvme0", "nvme0c0n1")
+			},
+			wantErr: ErrNoDevice,
+		},
+		{
+			name: "head in sysfs but no device node yet",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnA)
+				h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+				h.write(filepath.Join(h.subsysDir("nvme-subsys0"), "nvme0n1", "size"), "2048\n")
+			},
+			wantErr: ErrNoDevice,
+		},
+		{
+			name: "other subsystems around: picks by NQN",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnForeign)
+				h.controller("nvme-subsys0", "nvme0", nqnForeign, "live")
+				h.head("nvme-subsys0", "nvme0n1")
+				h.subsystem("nvme-subsys1", nqnB)
+				h.controller("nvme-subsys1", "nvme1", nqnB, "live")
+				h.head("nvme-subsys1", "nvme1n1")
+				h.subsystem("nvme-subsys2", nqnA)
+				h.controller("nvme-subsys2", "nvme2", nqnA, "live")
+				h.head("nvme-subsys2", "nvme2n1")
+			},
+			want: "nvme2n1",
+		},
+		{
+			name: "several namespaces: lowest namespace ID",
+			setup: func(h *fakeHost) {
+				h.subsystem("nvme-subsys0", nqnA)
+				h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+				h.head("nvme-subsys0", "nvme0n10")
+				h.head("nvme-subsys0", "nvme0n2")
+			},
+			want: "nvme0n2",
+		},
+		{
+			name: "controller not linked from the subsystem directory",
+			setup: func(h *fakeHost) {
+				h.controller("", "nvme4", nqnA, "live")
+				h.private("nvme4", "nvme4n1")
+			},
+			want: "nvme4n1",
+		},
+		{
+			name:    "not connected",
+			setup:   func(h *fakeHost) { h.subsystem("nvme-subsys0", nqnB) },
+			wantErr: ErrNotConnected,
+		},
+		{
+			name:    "no NVMe core at all",
+			setup:   func(h *fakeHost) { h.remove(filepath.Join(h.sys, "class")) },
+			wantErr: ErrNotConnected,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			tt.setup(h)
+			got, err := h.connector().DevicePath(context.Background(), nqnA)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("DevicePath = %q, %v; want %v", got, err, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), nqnA) {
+					t.Errorf("error %q does not name the NQN", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := filepath.Join(h.dev, tt.want); got != want {
+				t.Errorf("DevicePath = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestConnectFresh(t *testing.T) {
+	h := newFakeHost(t)
+	c := h.connector()
+	var kernelSaw string
+	c.kernel = func(opts string) error {
+		kernelSaw = opts
+		h.subsystem("nvme-subsys3", nqnA)
+		h.controller("nvme-subsys3", "nvme3", nqnA, "live")
+		h.path("nvme3", "nvme3c3n1")
+		h.head("nvme-subsys3", "nvme3n1")
+		return nil
+	}
+	got, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", Port: 4420, NQN: nqnA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(h.dev, "nvme3n1"); got != want {
+		t.Errorf("Connect = %q, want %q", got, want)
+	}
+	want := "transport=tcp,traddr=10.0.0.5,trsvcid=4420,nqn=" + nqnA +
+		",hostnqn=" + testHostNQN + ",hostid=" + testHostID +
+		",ctrl_loss_tmo=600,reconnect_delay=5,keep_alive_tmo=5"
+	if w := h.fabricsWritten(); w != want {
+		t.Errorf("fabrics got\n%q\nwant\n%q", w, want)
+	}
+	if kernelSaw != want {
+		t.Errorf("the kernel saw %q", kernelSaw)
+	}
+}
+
+func TestConnectOptions(t *testing.T) {
+	h := newFakeHost(t)
+	cfg := h.config()
+	cfg.CtrlLossTimeout = -1
+	cfg.ReconnectDelay = 1500 * time.Millisecond
+	cfg.KeepAliveTimeout = 30 * time.Second
+	cfg.Resolver = fakeResolver{"rds.storage.lan": {{IP: net.ParseIP("fd00::7")}, {IP: net.ParseIP("192.168.88.10")}}}
+	c, err := NewTCPConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.kernel = func(string) error {
+		h.controller("", "nvme0", nqnA, "live")
+		h.private("nvme0", "nvme0n1")
+		return nil
+	}
+	if _, err := c.Connect(testCtx(t), Target{Address: "rds.storage.lan", NQN: nqnA}); err != nil {
+		t.Fatal(err)
+	}
+	w := h.fabricsWritten()
+	for _, part := range []string{"traddr=192.168.88.10,", "trsvcid=4420,", ",ctrl_loss_tmo=-1,", ",reconnect_delay=2,", ",keep_alive_tmo=30"} {
+		if !strings.Contains(w, part) {
+			t.Errorf("fabrics %q lacks %q", w, part)
+		}
+	}
+}
+
+type fakeResolver map[string][]net.IPAddr
+
+func (r fakeResolver) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
+	if a, ok := r[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func TestConnectAlreadyConnected(t *testing.T) {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+	h.head("nvme-subsys0", "nvme0n1")
+	c := h.connector()
+	c.kernel = func(string) error { t.Error("the kernel was asked to connect again"); return nil }
+	got, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != filepath.Join(h.dev, "nvme0n1") {
+		t.Errorf("Connect = %q", got)
+	}
+	if w := h.fabricsWritten(); w != "" {
+		t.Errorf("fabrics written although connected: %q", w)
+	}
+}
+
+func TestConnectKernelSaysAlready(t *testing.T) {
+	// The controller is reconnecting (not live), so a connect is attempted;
+	// the kernel answers EALREADY, which is success.
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controller("nvme-subsys0", "nvme0", nqnA, "connecting")
+	h.head("nvme-subsys0", "nvme0n1")
+	c := h.connector()
+	c.kernel = func(string) error { return &os.PathError{Op: "write", Path: h.fabrics, Err: syscall.EALREADY} }
+	got, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != filepath.Join(h.dev, "nvme0n1") {
+		t.Errorf("Connect = %q", got)
+	}
+	if h.fabricsWritten() == "" {
+		t.Error("no connect was attempted for a controller that is not live")
+	}
+}
+
+func TestConnectKernelErrors(t *testing.T) {
+	for _, tt := range []struct {
+		errno syscall.Errno
+		want  error
+	}{
+		{syscall.ECONNREFUSED, ErrTargetUnreachable},
+		{syscall.ETIMEDOUT, ErrTargetUnreachable},
+		{syscall.EINVAL, ErrConnectFailed},
+		{syscall.EIO, ErrConnectFailed},
+	} {
+		t.Run(tt.errno.Error(), func(t *testing.T) {
+			h := newFakeHost(t)
+			c := h.connector()
+			c.kernel = func(string) error { return &os.PathError{Op: "write", Path: h.fabrics, Err: tt.errno} }
+			_, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+			if !errors.Is(err, tt.want) || !errors.Is(err, tt.errno) {
+				t.Fatalf("Connect err = %v, want %v wrapping %v", err, tt.want, tt.errno)
+			}
+			if !strings.Contains(err.Error(), nqnA) || !strings.Contains(err.Error(), "10.0.0.5:4420") {
+				t.Errorf("error %q does not name the NQN and the target", err)
+			}
+		})
+	}
+}
+
+func TestConnectRejectsBadInput(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		t    Target
+		want error
+	}{
+		{"comma in NQN", Target{Address: "10.0.0.5", NQN: nqnA + ",duplicate_connect"}, ErrInvalidArgument},
+		{"foreign NQN", Target{Address: "10.0.0.5", NQN: nqnForeign}, ErrForeignNQN},
+		{"prefix alone", Target{Address: "10.0.0.5", NQN: testPrefix}, ErrForeignNQN},
+		{"option in address", Target{Address: "10.0.0.5,hostnqn=x", NQN: nqnA}, ErrInvalidArgument},
+		{"empty address", Target{NQN: nqnA}, ErrInvalidArgument},
+		{"unknown host", Target{Address: "nowhere.invalid", NQN: nqnA}, ErrTargetUnreachable},
+		{"bad port", Target{Address: "10.0.0.5", Port: 70000, NQN: nqnA}, ErrInvalidArgument},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			cfg := h.config()
+			cfg.Resolver = fakeResolver{}
+			c, err := NewTCPConnector(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Connect(testCtx(t), tt.t); !errors.Is(err, tt.want) {
+				t.Fatalf("Connect err = %v, want %v", err, tt.want)
+			}
+			if w := h.fabricsWritten(); w != "" {
+				t.Errorf("fabrics written: %q", w)
+			}
+		})
+	}
+}
+
+func TestConnectMissingNamespace(t *testing.T) {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+	_, err := h.connector().Connect(expiredCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Connect err = %v, want ErrNoDevice and DeadlineExceeded", err)
+	}
+	for _, s := range []string{nqnA, "nvme0(live)", "exported"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+}
+
+func TestConnectWaitsForNamespace(t *testing.T) {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+	c := h.connector()
+	type result struct {
+		path string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+		done <- result{p, err}
+	}()
+	// Whether Connect has scanned yet or not, it must find the namespace.
+	h.head("nvme-subsys0", "nvme0n1")
+	r := <-done
+	if r.err != nil || r.path != filepath.Join(h.dev, "nvme0n1") {
+		t.Fatalf("Connect = %q, %v", r.path, r.err)
+	}
+}
+
+func TestConnectRenumbered(t *testing.T) {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+	h.head("nvme-subsys0", "nvme0n1")
+	c := h.connector()
+	ctx := testCtx(t)
+	if got, err := c.DevicePath(ctx, nqnA); err != nil || got != filepath.Join(h.dev, "nvme0n1") {
+		t.Fatalf("before: DevicePath = %q, %v", got, err)
+	}
+
+	// The RDS went away; the kernel dropped the controller and subsystem.
+	// Another volume was connected meanwhile and took the freed numbers,
+	// and volume A came back under new ones.
+	h.remove(h.subsysDir("nvme-subsys0"), h.ctrlDir("nvme0"), filepath.Join(h.dev, "nvme0n1"))
+	h.subsystem("nvme-subsys0", nqnB)
+	h.controller("nvme-subsys0", "nvme0", nqnB, "live")
+	h.head("nvme-subsys0", "nvme0n1")
+	h.subsystem("nvme-subsys1", nqnA)
+	h.controller("nvme-subsys1", "nvme1", nqnA, "live")
+	h.path("nvme1", "nvme1c1n1")
+	h.head("nvme-subsys1", "nvme1n1")
+
+	if got, err := c.DevicePath(ctx, nqnA); err != nil || got != filepath.Join(h.dev, "nvme1n1") {
+		t.Fatalf("after: DevicePath(A) = %q, %v", got, err)
+	}
+	if got, err := c.DevicePath(ctx, nqnB); err != nil || got != filepath.Join(h.dev, "nvme0n1") {
+		t.Fatalf("after: DevicePath(B) = %q, %v", got, err)
+	}
+	c.kernel = func(string) error { t.Error("the kernel was asked to connect again"); return nil }
+	if got, err := c.Connect(ctx, Target{Address: "10.0.0.5", NQN: nqnA}); err != nil || got != filepath.Join(h.dev, "nvme1n1") {
+		t.Fatalf("after: Connect(A) = %q, %v", got, err)
+	}
+}
+
+func TestConnectMissingFabricsLoadsModule(t *testing.T) {
+	h := newFakeHost(t)
+	h.remove(h.fabrics)
+	cfg := h.config()
+	var ran []string
+	cfg.Runner = RunnerFunc(func(_ context.Context, name string, args ...string) ([]byte, error) {
+		ran = append(ran, name+" "+strings.Join(args, " "))
+		h.write(h.fabrics, "")
+		return nil, nil
+	})
+	c, err := NewTCPConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.kernel = func(string) error {
+		h.controller("", "nvme0", nqnA, "live")
+		h.private("nvme0", "nvme0n1")
+		return nil
+	}
+	if _, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ran) != 1 || ran[0] != "modprobe nvme-tcp" {
+		t.Errorf("ran %q, want modprobe nvme-tcp once", ran)
+	}
+}
+
+func TestConnectCancelledWhileKernelConnects(t *testing.T) {
+	h := newFakeHost(t)
+	c := h.connector()
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	c.kernel = func(string) error {
+		close(entered)
+		<-release
+		h.controller("", "nvme0", nqnA, "live")
+		h.private("nvme0", "nvme0n1")
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Connect(ctx, Target{Address: "10.0.0.5", NQN: nqnA})
+		done <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Connect err = %v, want Canceled", err)
+	}
+
+	// The kernel has not answered yet: the NQN stays locked, so a
+	// Disconnect cannot run between the connect and its result.
+	if err := c.Disconnect(expiredCtx(t), nqnA, notInUse); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Disconnect during the in-flight connect = %v, want DeadlineExceeded", err)
+	}
+	if got := h.read(filepath.Join(h.dev, "nvme-fabrics")); got == "" {
+		t.Error("nothing was written to fabrics")
+	}
+	close(release)
+	// Once the kernel answers, the lock is released and the controller is
+	// there to disconnect.
+	if err := c.Disconnect(testCtx(t), nqnA, notInUse); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.ctrlAttr("nvme0", "delete_controller"); got != "1" {
+		t.Errorf("delete_controller = %q, want 1", got)
+	}
+}
+
+// disconnectHost has volume A on two paths (one controller linked only from
+// class/nvme), one of its controllers already being deleted, another volume
+// of this driver, and a foreign subsystem.
+func disconnectHost(t *testing.T) *fakeHost {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnForeign)
+	h.controller("nvme-subsys0", "nvme0", nqnForeign, "live")
+	h.head("nvme-subsys0", "nvme0n1")
+	h.subsystem("nvme-subsys1", nqnA)
+	h.controller("nvme-subsys1", "nvme1", nqnA, "live")
+	h.controller("", "nvme2", nqnA, "connecting")
+	h.controller("nvme-subsys1", "nvme5", nqnA, "deleting")
+	h.path("nvme1", "nvme1c1n1")
+	h.path("nvme2", "nvme1c2n1")
+	h.head("nvme-subsys1", "nvme1n1")
+	h.subsystem("nvme-subsys3", nqnB)
+	h.controller("nvme-subsys3", "nvme3", nqnB, "live")
+	h.head("nvme-subsys3", "nvme3n1")
+	return h
+}
+
+var errMountinfo = errors.New("mountinfo unreadable")
+
+func TestDisconnect(t *testing.T) {
+	all := []string{"nvme0", "nvme1", "nvme2", "nvme3", "nvme5"}
+	tests := []struct {
+		name        string
+		nqn         string
+		inUse       InUseFunc
+		wantErr     error
+		wantDeleted []string
+		wantAsked   bool
+	}{
+		{name: "deletes only the NQN's controllers", nqn: nqnA, inUse: notInUse, wantDeleted: []string{"nvme1", "nvme2"}, wantAsked: true},
+		{name: "not connected is success", nqn: testPrefix + "vol-gone", inUse: notInUse},
+		{name: "foreign NQN refused", nqn: nqnForeign, inUse: notInUse, wantErr: ErrForeignNQN},
+		{name: "in use", nqn: nqnA, inUse: func(context.Context, string) (bool, error) { return true, nil }, wantErr: ErrInUse, wantAsked: true},
+		{name: "in-use check fails", nqn: nqnA, inUse: func(context.Context, string) (bool, error) { return false, errMountinfo }, wantErr: errMountinfo, wantAsked: true},
+		{name: "no in-use check", nqn: nqnA, wantErr: ErrInvalidArgument},
+		{name: "invalid NQN", nqn: nqnA + ",x", inUse: notInUse, wantErr: ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := disconnectHost(t)
+			asked := false
+			var inUse InUseFunc
+			if tt.inUse != nil {
+				inUse = func(ctx context.Context, nqn string) (bool, error) {
+					asked = true
+					if nqn != tt.nqn {
+						t.Errorf("in-use check asked about %q", nqn)
+					}
+					return tt.inUse(ctx, nqn)
+				}
+			}
+			err := h.connector().Disconnect(testCtx(t), tt.nqn, inUse)
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Fatal(err)
+			case tt.wantErr != nil && err == nil:
+				t.Fatalf("Disconnect succeeded, want %v", tt.wantErr)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Fatalf("Disconnect err = %v, want %v", err, tt.wantErr)
+			}
+			if asked != tt.wantAsked {
+				t.Errorf("in-use check asked = %v, want %v", asked, tt.wantAsked)
+			}
+			deleted := map[string]bool{}
+			for _, c := range tt.wantDeleted {
+				deleted[c] = true
+			}
+			for _, c := range all {
+				got := h.ctrlAttr(c, "delete_controller")
+				if want := map[bool]string{true: "1", false: ""}[deleted[c]]; got != want {
+					t.Errorf("%s/delete_controller = %q, want %q", c, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestDisconnectSkipsControllerThatChangedSubsystem(t *testing.T) {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys1", nqnA)
+	// The subsystem directory still links nvme1, but by the time we look
+	// at the controller itself it belongs to another subsystem.
+	h.controller("nvme-subsys1", "nvme1", nqnForeign, "live")
+	if err := h.connector().Disconnect(testCtx(t), nqnA, notInUse); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.ctrlAttr("nvme1", "delete_controller"); got != "" {
+		t.Errorf("foreign controller was deleted: %q", got)
+	}
+}
+
+func TestIsConnected(t *testing.T) {
+	h := disconnectHost(t)
+	h.subsystem("nvme-subsys7", testPrefix+"vol-dying")
+	h.controller("nvme-subsys7", "nvme7", testPrefix+"vol-dying", "deleting (no IO)")
+	c := h.connector()
+	for nqn, want := range map[string]bool{nqnA: true, nqnB: true, nqnForeign: true, testPrefix + "vol-gone": false, testPrefix + "vol-dying": false} {
+		got, err := c.IsConnected(context.Background(), nqn)
+		if err != nil || got != want {
+			t.Errorf("IsConnected(%s) = %v, %v; want %v", nqn, got, err, want)
+		}
+	}
+}
+
+func TestRefreshSize(t *testing.T) {
+	h := disconnectHost(t)
+	c := h.connector()
+	if err := c.RefreshSize(context.Background(), nqnA); err != nil {
+		t.Fatal(err)
+	}
+	for ctrl, want := range map[string]string{"nvme0": "", "nvme1": "1", "nvme2": "", "nvme3": "", "nvme5": ""} {
+		if got := h.ctrlAttr(ctrl, "rescan_controller"); got != want {
+			t.Errorf("%s/rescan_controller = %q, want %q", ctrl, got, want)
+		}
+	}
+	if err := c.RefreshSize(context.Background(), testPrefix+"vol-gone"); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("RefreshSize(not connected) = %v", err)
+	}
+	if err := c.RefreshSize(context.Background(), nqnForeign); !errors.Is(err, ErrForeignNQN) {
+		t.Errorf("RefreshSize(foreign) = %v", err)
+	}
+}
+
+func TestNewTCPConnectorValidates(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no prefix", Config{}},
+		{"prefix without nqn.", Config{NQNPrefix: "2000-02.com.mikrotik:pvc-"}},
+		{"prefix with comma", Config{NQNPrefix: "nqn.2000-02.com.mikrotik:pvc,"}},
+		{"ctrl loss shorter than reconnect delay", Config{NQNPrefix: testPrefix, CtrlLossTimeout: time.Second, ReconnectDelay: 10 * time.Second}},
+		{"negative keep-alive", Config{NQNPrefix: testPrefix, KeepAliveTimeout: -time.Second}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := NewTCPConnector(tt.cfg); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("NewTCPConnector err = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	if _, err := NewTCPConnector(Config{NQNPrefix: "nqn.2000-02.com.mikrotik"}); err != nil {
+		t.Errorf("a bare authority prefix is fine: %v", err)
+	}
+}
+
+func TestKeyedMutex(t *testing.T) {
+	var k keyedMutex
+	unlockA, err := k.lock(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.lock(expiredCtx(t), "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock of a held key = %v", err)
+	}
+	unlockB, err := k.lock(context.Background(), "b")
+	if err != nil {
+		t.Fatalf("other key blocked: %v", err)
+	}
+	unlockB()
+	unlockA()
+	unlockA() // releasing twice is harmless
+	unlockA2, err := k.lock(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockA2()
+	if len(k.locks) != 0 {
+		t.Errorf("%d lock entries left behind", len(k.locks))
+	}
+}
