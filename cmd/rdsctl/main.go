@@ -5,6 +5,9 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"os"
@@ -12,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -35,6 +40,7 @@ commands:
   copy SLOT SOURCE [SIZE]       copy a disk (snapshot/clone/restore); not exported
   delete SLOT                   remove a disk and its backing file
   allow-host SLOT [HOSTNQN]     restrict the export to a host NQN (empty clears)
+  gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
 
 flags:
 `
@@ -63,6 +69,12 @@ func run(args []string) error {
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return fmt.Errorf("no command")
+	}
+	if fs.Arg(0) == "gen-key" {
+		if fs.NArg() != 2 {
+			return fmt.Errorf("gen-key needs a PATH")
+		}
+		return genKey(fs.Arg(1))
 	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
@@ -197,4 +209,38 @@ func printDisks(disks ...rds.Disk) {
 		fmt.Fprintf(w, "%s\t%d\t%v\t%d\t%s\t%s\n", d.Slot, d.Size, d.Exported, d.Port, d.NQN, d.FilePath)
 	}
 	w.Flush()
+}
+
+// genKey writes an unencrypted ed25519 private key (it is mounted from a
+// Kubernetes Secret, which is where its protection lives) and its public
+// key in authorized_keys form, for `/user ssh-keys import` on the RDS.
+func genKey(path string) error {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "rds-csi")
+	if err != nil {
+		return err
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := pem.Encode(f, block); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s (%s)\n", path, path+".pub", ssh.FingerprintSHA256(sshPub))
+	return nil
 }

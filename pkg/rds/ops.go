@@ -77,7 +77,7 @@ func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, erro
 	if d.Size >= want {
 		return d, nil
 	}
-	grown, err := c.ResizeDisk(ctx, d.Slot, want)
+	grown, err := c.grow(ctx, d.Slot, want)
 	if err != nil {
 		c.cleanup(ctx, d.Slot, d.FilePath)
 		return nil, fmt.Errorf("growing copy %q to %d bytes: %w", d.Slot, want, err)
@@ -203,10 +203,16 @@ func (c *Client) ResizeDisk(ctx context.Context, slot string, size int64) (*Disk
 	if d.Size >= want {
 		return d, nil
 	}
+	return c.grow(ctx, slot, want)
+}
+
+// grow sets an existing disk's size to want (a Granularity multiple) and
+// reads back the real size.
+func (c *Client) grow(ctx context.Context, slot string, want int64) (*Disk, error) {
 	if _, err := c.run(ctx, fmt.Sprintf("/disk set [find slot=%s] file-size=%s", quote(slot), FormatSize(want))); err != nil {
 		return nil, err
 	}
-	d, err = c.GetDisk(ctx, slot)
+	d, err := c.GetDisk(ctx, slot)
 	if err != nil {
 		return nil, err
 	}
