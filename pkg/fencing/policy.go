@@ -1,0 +1,241 @@
+package fencing
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// AccessMode is how a volume may be shared, as far as publishing goes.
+type AccessMode int
+
+const (
+	// SingleNode: SINGLE_NODE_WRITER, SINGLE_NODE_SINGLE_WRITER,
+	// SINGLE_NODE_MULTI_WRITER (RWO, RWOP). One node at a time.
+	SingleNode AccessMode = iota
+	// MultiNodeReadOnly: MULTI_NODE_READER_ONLY (ROX). Any number of nodes,
+	// all read-only.
+	MultiNodeReadOnly
+	// MultiNodeMultiWriter: MULTI_NODE_MULTI_WRITER on raw block (KubeVirt
+	// live migration). At most two nodes, for at most the migration timeout.
+	MultiNodeMultiWriter
+)
+
+func (m AccessMode) String() string {
+	switch m {
+	case SingleNode:
+		return "single-node"
+	case MultiNodeReadOnly:
+		return "multi-node-read-only"
+	case MultiNodeMultiWriter:
+		return "multi-node-multi-writer"
+	}
+	return fmt.Sprintf("AccessMode(%d)", int(m))
+}
+
+// Holder is a node that holds the volume: a VolumeAttachment for it exists,
+// or this driver committed a claim for it, or both.
+type Holder struct {
+	Node string
+	// Since is when the holding began: the VolumeAttachment's creation time
+	// or the claim's time, whichever is earlier. It comes from API objects,
+	// so it survives a controller restart.
+	Since time.Time
+	// DetachingSince is set when the holder is being detached: its
+	// VolumeAttachment has a deletion timestamp. Zero otherwise.
+	DetachingSince time.Time
+}
+
+// NodeState is what the API server says about a node.
+type NodeState struct {
+	Exists bool
+	// Ready is the node's Ready condition; NotReadySince is when it last
+	// stopped being Ready (zero when Ready or unknown).
+	Ready         bool
+	NotReadySince time.Time
+	// OutOfService: the node carries the node.kubernetes.io/out-of-service
+	// taint, the operator's statement that it is down.
+	OutOfService bool
+}
+
+// Config of the policy.
+type Config struct {
+	// GracePeriod: a holder that started detaching less than this long ago
+	// does not block a publish to another node (VM restart handoff).
+	GracePeriod time.Duration
+	// NotReadyThreshold: a holder whose node has been NotReady for longer is
+	// fenced. Zero disables the rule (the default): NotReady alone may be a
+	// partition with the node still writing.
+	NotReadyThreshold time.Duration
+	// MigrationTimeout: how long two nodes may hold a multi-writer volume.
+	MigrationTimeout time.Duration
+}
+
+// DefaultConfig is the policy's default configuration.
+func DefaultConfig() Config {
+	return Config{GracePeriod: 30 * time.Second, MigrationTimeout: 5 * time.Minute}
+}
+
+// Request is a publish of a volume to a node.
+type Request struct {
+	VolumeID string
+	Node     string
+	Mode     AccessMode
+	ReadOnly bool
+}
+
+// Verdict is the outcome of a decision.
+type Verdict int
+
+const (
+	// Allow: publish (committing a claim first) and return success.
+	Allow Verdict = iota
+	// AlreadyPublished: the node already holds the volume; return success
+	// with the same publish context, change nothing.
+	AlreadyPublished
+	// Refuse: FAILED_PRECONDITION; the volume is held elsewhere.
+	Refuse
+)
+
+func (v Verdict) String() string {
+	return [...]string{"allow", "already-published", "refuse"}[v]
+}
+
+// FenceReason says why a holder is stale.
+type FenceReason string
+
+const (
+	FenceNodeDeleted  FenceReason = "NodeDeleted"
+	FenceOutOfService FenceReason = "OutOfService"
+	FenceNotReady     FenceReason = "NotReady"
+)
+
+// Fence is a stale holder the caller must fence before publishing.
+type Fence struct {
+	Node   string
+	Reason FenceReason
+}
+
+// Decision is what Decide concluded.
+type Decision struct {
+	Verdict Verdict
+	// Reason is a sentence for the operator: who blocks, or why it is fine.
+	Reason string
+	// Blocking is the node that caused a refusal.
+	Blocking string
+	// Fence lists stale holders to fence (release their claims, record a
+	// metric and an event) before the publish proceeds.
+	Fence []Fence
+	// Handoffs lists detaching holders inside the grace period that were
+	// let through.
+	Handoffs []string
+	// MigrationStart: this publish makes a second node hold a multi-writer
+	// volume.
+	MigrationStart bool
+}
+
+// Decide returns the publish decision for req given the volume's holders.
+// nodes returns the state of a node by name.
+func Decide(req Request, holders []Holder, nodes func(string) NodeState, now time.Time, cfg Config) Decision {
+	var (
+		d      Decision
+		live   []Holder // other holders that still count
+		self   *Holder
+		sorted = append([]Holder(nil), holders...)
+	)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Since.Before(sorted[j].Since) })
+	for i := range sorted {
+		h := sorted[i]
+		if h.Node == req.Node {
+			self = &sorted[i]
+			continue
+		}
+		if reason, stale := staleness(nodes(h.Node), now, cfg); stale {
+			d.Fence = append(d.Fence, Fence{Node: h.Node, Reason: reason})
+			continue
+		}
+		if !h.DetachingSince.IsZero() && now.Sub(h.DetachingSince) <= cfg.GracePeriod {
+			d.Handoffs = append(d.Handoffs, h.Node)
+			continue
+		}
+		live = append(live, h)
+	}
+
+	switch req.Mode {
+	case MultiNodeReadOnly:
+		if !req.ReadOnly {
+			return refuse(d, "", fmt.Sprintf("volume %s is multi-node read-only; publish it read-only", req.VolumeID))
+		}
+		return allowOrRepeat(d, self, fmt.Sprintf("read-only volume %s may be published on any number of nodes", req.VolumeID))
+
+	case MultiNodeMultiWriter:
+		if self != nil {
+			if len(live) == 1 && self.Since.After(live[0].Since) && now.Sub(self.Since) > cfg.MigrationTimeout {
+				return refuse(d, live[0].Node, fmt.Sprintf(
+					"volume %s has been held by %s and %s for %s, longer than the migration timeout of %s; detach it from one of them",
+					req.VolumeID, live[0].Node, req.Node, now.Sub(self.Since).Round(time.Second), cfg.MigrationTimeout))
+			}
+			return allowOrRepeat(d, self, "")
+		}
+		switch len(live) {
+		case 0:
+			d.Reason = fmt.Sprintf("volume %s is free", req.VolumeID)
+			return d
+		case 1:
+			d.MigrationStart = true
+			d.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", req.VolumeID, live[0].Node, req.Node)
+			return d
+		default:
+			return refuse(d, live[len(live)-1].Node, fmt.Sprintf(
+				"volume %s is already held by %s and %s; a live migration allows two nodes at most",
+				req.VolumeID, live[0].Node, live[1].Node))
+		}
+
+	default: // SingleNode
+		if len(live) > 0 {
+			h := live[0]
+			why := "attached"
+			if !h.DetachingSince.IsZero() {
+				why = fmt.Sprintf("still detaching after %s (grace period %s)", now.Sub(h.DetachingSince).Round(time.Second), cfg.GracePeriod)
+			}
+			return refuse(d, h.Node, fmt.Sprintf(
+				"volume %s is %s on node %s, which is healthy; it can move once that node detaches it, is deleted, or is tainted node.kubernetes.io/out-of-service",
+				req.VolumeID, why, h.Node))
+		}
+		return allowOrRepeat(d, self, "")
+	}
+}
+
+func allowOrRepeat(d Decision, self *Holder, reason string) Decision {
+	if self != nil && self.DetachingSince.IsZero() {
+		d.Verdict = AlreadyPublished
+		d.Reason = "already published to this node"
+		return d
+	}
+	d.Verdict = Allow
+	d.Reason = reason
+	return d
+}
+
+func refuse(d Decision, blocking, reason string) Decision {
+	return Decision{Verdict: Refuse, Blocking: blocking, Reason: reason}
+}
+
+// staleness says whether a holder on a node in state n may be fenced.
+func staleness(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
+	switch {
+	case !n.Exists:
+		return FenceNodeDeleted, true
+	case n.OutOfService:
+		return FenceOutOfService, true
+	case cfg.NotReadyThreshold > 0 && !n.Ready && !n.NotReadySince.IsZero() && now.Sub(n.NotReadySince) > cfg.NotReadyThreshold:
+		return FenceNotReady, true
+	}
+	return "", false
+}
+
+// Stale reports whether a holder on a node in state n is stale at now: the
+// event-driven reactions use it to fence without waiting for a publish.
+func Stale(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
+	return staleness(n, now, cfg)
+}

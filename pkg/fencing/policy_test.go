@@ -1,0 +1,191 @@
+package fencing
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func healthy() NodeState { return NodeState{Exists: true, Ready: true} }
+
+type nodeMap map[string]NodeState
+
+func (m nodeMap) get(name string) NodeState {
+	if s, ok := m[name]; ok {
+		return s
+	}
+	return NodeState{} // unknown: deleted
+}
+
+func TestDecide(t *testing.T) {
+	cfg := DefaultConfig()
+	withNotReady := cfg
+	withNotReady.NotReadyThreshold = time.Minute
+	now := t0.Add(time.Hour)
+	allHealthy := nodeMap{"a": healthy(), "b": healthy(), "c": healthy()}
+
+	tests := []struct {
+		name      string
+		req       Request
+		holders   []Holder
+		nodes     nodeMap
+		cfg       Config
+		verdict   Verdict
+		blocking  string
+		fence     []Fence
+		handoffs  []string
+		migration bool
+		reason    string // substring
+	}{
+		{name: "free volume", req: Request{VolumeID: "v", Node: "a"}, nodes: allHealthy, verdict: Allow},
+		{name: "same node again", req: Request{VolumeID: "v", Node: "a"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: allHealthy, verdict: AlreadyPublished},
+		{name: "held by another healthy node", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: allHealthy, verdict: Refuse, blocking: "a", reason: "on node a"},
+		{name: "holder node deleted: fenced", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"b": healthy()}, verdict: Allow,
+			fence: []Fence{{Node: "a", Reason: FenceNodeDeleted}}},
+		{name: "holder out of service: fenced", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, OutOfService: true}, "b": healthy()},
+			verdict: Allow, fence: []Fence{{Node: "a", Reason: FenceOutOfService}}},
+		{name: "holder NotReady, rule off by default: refused", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: t0}, "b": healthy()},
+			verdict: Refuse, blocking: "a"},
+		{name: "holder NotReady past threshold: fenced", cfg: withNotReady, req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-2 * time.Minute)}, "b": healthy()},
+			verdict: Allow, fence: []Fence{{Node: "a", Reason: FenceNotReady}}},
+		{name: "holder NotReady under threshold: refused", cfg: withNotReady, req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-30 * time.Second)}, "b": healthy()},
+			verdict: Refuse, blocking: "a"},
+		{name: "holder detaching within grace: handoff", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0, DetachingSince: now.Add(-10 * time.Second)}}, nodes: allHealthy,
+			verdict: Allow, handoffs: []string{"a"}},
+		{name: "holder detaching past grace: refused", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0, DetachingSince: now.Add(-31 * time.Second)}}, nodes: allHealthy,
+			verdict: Refuse, blocking: "a", reason: "still detaching"},
+		{name: "same node re-publishing while its detach is pending: allowed again", req: Request{VolumeID: "v", Node: "a"},
+			holders: []Holder{{Node: "a", Since: t0, DetachingSince: now.Add(-time.Hour)}}, nodes: allHealthy, verdict: Allow},
+		{name: "stale and healthy holders: the healthy one still blocks", req: Request{VolumeID: "v", Node: "c"},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: t0.Add(time.Second)}},
+			nodes: nodeMap{"b": healthy(), "c": healthy()}, verdict: Refuse, blocking: "b"},
+		{name: "read-only many nodes", req: Request{VolumeID: "v", Node: "c", Mode: MultiNodeReadOnly, ReadOnly: true},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: t0}}, nodes: allHealthy, verdict: Allow},
+		{name: "read-only volume published writable: refused", req: Request{VolumeID: "v", Node: "c", Mode: MultiNodeReadOnly},
+			nodes: allHealthy, verdict: Refuse, reason: "read-only"},
+		{name: "multi-writer: first node", req: Request{VolumeID: "v", Node: "a", Mode: MultiNodeMultiWriter},
+			nodes: allHealthy, verdict: Allow},
+		{name: "multi-writer: second node starts a migration", req: Request{VolumeID: "v", Node: "b", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: allHealthy, verdict: Allow, migration: true},
+		{name: "multi-writer: third node refused", req: Request{VolumeID: "v", Node: "c", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: now.Add(-time.Minute)}}, nodes: allHealthy,
+			verdict: Refuse, blocking: "b", reason: "two nodes at most"},
+		{name: "multi-writer: third node allowed when a holder is fenced", req: Request{VolumeID: "v", Node: "c", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: now.Add(-time.Minute)}}, nodes: nodeMap{"b": healthy(), "c": healthy()},
+			verdict: Allow, migration: true, fence: []Fence{{Node: "a", Reason: FenceNodeDeleted}}},
+		{name: "multi-writer: repeat within the migration window", req: Request{VolumeID: "v", Node: "b", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: now.Add(-4 * time.Minute)}}, nodes: allHealthy, verdict: AlreadyPublished},
+		{name: "multi-writer: migration timed out", req: Request{VolumeID: "v", Node: "b", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: now.Add(-6 * time.Minute)}}, nodes: allHealthy,
+			verdict: Refuse, blocking: "a", reason: "migration timeout"},
+		{name: "multi-writer: the source repeating after the timeout is fine", req: Request{VolumeID: "v", Node: "a", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: now.Add(-6 * time.Minute)}}, nodes: allHealthy, verdict: AlreadyPublished},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			if c == (Config{}) {
+				c = cfg
+			}
+			d := Decide(tc.req, tc.holders, tc.nodes.get, now, c)
+			if d.Verdict != tc.verdict {
+				t.Fatalf("verdict %v (%s), want %v", d.Verdict, d.Reason, tc.verdict)
+			}
+			if d.Blocking != tc.blocking {
+				t.Errorf("blocking %q, want %q", d.Blocking, tc.blocking)
+			}
+			if !equalFences(d.Fence, tc.fence) {
+				t.Errorf("fence %v, want %v", d.Fence, tc.fence)
+			}
+			if strings.Join(d.Handoffs, ",") != strings.Join(tc.handoffs, ",") {
+				t.Errorf("handoffs %v, want %v", d.Handoffs, tc.handoffs)
+			}
+			if d.MigrationStart != tc.migration {
+				t.Errorf("migration start %v, want %v", d.MigrationStart, tc.migration)
+			}
+			if !strings.Contains(d.Reason, tc.reason) {
+				t.Errorf("reason %q does not mention %q", d.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+func equalFences(a, b []Fence) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDecideIsPure: the same inputs give the same decision, and the
+// caller's slice is not reordered.
+func TestDecideIsPure(t *testing.T) {
+	holders := []Holder{{Node: "b", Since: t0.Add(time.Minute)}, {Node: "a", Since: t0}}
+	nodes := nodeMap{"a": healthy(), "b": healthy(), "c": healthy()}
+	first := Decide(Request{VolumeID: "v", Node: "c", Mode: MultiNodeMultiWriter}, holders, nodes.get, t0.Add(time.Hour), DefaultConfig())
+	second := Decide(Request{VolumeID: "v", Node: "c", Mode: MultiNodeMultiWriter}, holders, nodes.get, t0.Add(time.Hour), DefaultConfig())
+	if first.Verdict != second.Verdict || first.Reason != second.Reason || first.Blocking != second.Blocking {
+		t.Fatalf("decisions differ: %+v vs %+v", first, second)
+	}
+	if holders[0].Node != "b" {
+		t.Fatal("Decide reordered the caller's holders")
+	}
+}
+
+// FuzzDecideSingleNodeSafety: whatever the holders and node states, a
+// single-node volume is never allowed onto a node while another healthy,
+// non-detaching holder exists.
+func FuzzDecideSingleNodeSafety(f *testing.F) {
+	f.Add(uint8(3), uint16(0b101010), int64(40))
+	f.Fuzz(func(t *testing.T, n uint8, bits uint16, detachAgo int64) {
+		names := []string{"a", "b", "c", "d"}
+		count := int(n % 5)
+		now := t0.Add(time.Hour)
+		nodes := nodeMap{"x": healthy()}
+		var holders []Holder
+		for i := 0; i < count && i < len(names); i++ {
+			b := bits >> (3 * i)
+			h := Holder{Node: names[i], Since: t0.Add(time.Duration(i) * time.Second)}
+			if b&1 != 0 {
+				h.DetachingSince = now.Add(-time.Duration(detachAgo%120) * time.Second)
+			}
+			switch {
+			case b&2 != 0:
+				// deleted: absent from the map
+			case b&4 != 0:
+				nodes[names[i]] = NodeState{Exists: true, OutOfService: true}
+			default:
+				nodes[names[i]] = healthy()
+			}
+			holders = append(holders, h)
+		}
+		cfg := DefaultConfig()
+		d := Decide(Request{VolumeID: "v", Node: "x"}, holders, nodes.get, now, cfg)
+		if d.Verdict == Refuse {
+			return
+		}
+		for _, h := range holders {
+			st := nodes.get(h.Node)
+			blocking := st.Exists && !st.OutOfService && (h.DetachingSince.IsZero() || now.Sub(h.DetachingSince) > cfg.GracePeriod)
+			if blocking {
+				t.Fatalf("allowed onto x while %s holds it healthily: %+v", h.Node, d)
+			}
+		}
+	})
+}
