@@ -69,7 +69,7 @@ func TestDecide(t *testing.T) {
 			holders: []Holder{{Node: "a", Since: t0, DetachingSince: now.Add(-time.Hour)}}, nodes: allHealthy, verdict: Allow},
 		{name: "stale and healthy holders: the healthy one still blocks", req: Request{VolumeID: "v", Node: "c"},
 			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: t0.Add(time.Second)}},
-			nodes: nodeMap{"b": healthy(), "c": healthy()}, verdict: Refuse, blocking: "b"},
+			nodes:   nodeMap{"b": healthy(), "c": healthy()}, verdict: Refuse, blocking: "b"},
 		{name: "read-only many nodes", req: Request{VolumeID: "v", Node: "c", Mode: MultiNodeReadOnly, ReadOnly: true},
 			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: t0}}, nodes: allHealthy, verdict: Allow},
 		{name: "read-only volume published writable: refused", req: Request{VolumeID: "v", Node: "c", Mode: MultiNodeReadOnly},
