@@ -3,6 +3,8 @@ package csi
 import (
 	"context"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -14,6 +16,7 @@ type RDS interface {
 	ListDisks(ctx context.Context) ([]rds.Disk, error)
 	ResizeDisk(ctx context.Context, slot string, size int64) (*rds.Disk, error)
 	DeleteDisk(ctx context.Context, slot, filePath string) error
+	GetFile(ctx context.Context, path string) (*rds.File, error)
 	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
 	Probe(ctx context.Context) (*rds.SystemInfo, error)
 }
@@ -60,3 +63,24 @@ func (d *Driver) Ready(ctx context.Context) error {
 func (d *Driver) TopologyKey() string { return "topology." + d.opts.DriverName + "/rds" }
 
 func (d *Driver) controllerEnabled() bool { return d.opts.Mode != ModeNode }
+
+// topology is where this driver's volumes are accessible from: nodes that
+// reach this RDS.
+func (d *Driver) topology() *csi.Topology {
+	return &csi.Topology{Segments: map[string]string{d.TopologyKey(): d.opts.RDSName}}
+}
+
+// topologyAllowed reports whether volumes on this RDS satisfy a request's
+// requisite topologies (preferred ones are only hints). A requisite segment
+// is satisfied when it names this RDS under TopologyKey.
+func (d *Driver) topologyAllowed(req *csi.TopologyRequirement) bool {
+	if len(req.GetRequisite()) == 0 {
+		return true
+	}
+	for _, t := range req.GetRequisite() {
+		if t.GetSegments()[d.TopologyKey()] == d.opts.RDSName {
+			return true
+		}
+	}
+	return false
+}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -35,13 +37,29 @@ type Options struct {
 	RDSInsecureSkipHostKeyCheck bool
 	RDSPool                     string // mount point of the pool (capacity)
 	VolumePath                  string // directory of backing files on the RDS
+	// RDSName names the RDS in topology (volumes' accessible_topology and
+	// the nodes' segments); a Kubernetes label value. Defaults to
+	// RDSAddress when that is a valid label value.
+	RDSName string
 
 	NVMeAddress string // NVMe/TCP target address; defaults to RDSAddress
 	NVMePort    int
 	NQNPrefix   string
 
 	MaxVolumesPerNode int64
+
+	// ShutdownGrace bounds how long in-flight RPCs may run after SIGTERM.
+	ShutdownGrace time.Duration
 }
+
+// maxVolumePathLength keeps the longest snapshot file path
+// (<path>/snapshots/<snap-id>.src-<volume-id>.t-<19 digits>.img, 123
+// characters after the path) within RouterOS' 255.
+const maxVolumePathLength = 132
+
+// labelValuePattern is a Kubernetes label value (topology segments are
+// node labels).
+var labelValuePattern = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
 
 // AddFlags registers the options on fs with their defaults.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
@@ -56,11 +74,13 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RDSKnownHostsFile, "rds-known-hosts-file", "/etc/rds-csi/ssh/known_hosts", "known_hosts file pinning the RDS host key, mounted from a Secret")
 	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key; labs only, logged as a warning")
 	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool (for capacity)")
-	fs.StringVar(&o.VolumePath, "rds-volume-path", "/storage-pool/kubernetes-volumes", "directory on the RDS that holds the volumes' backing files")
+	fs.StringVar(&o.VolumePath, "rds-volume-path", "/storage-pool/kubernetes-volumes", "directory on the RDS that holds the volumes' backing files (snapshots go to its snapshots/ subdirectory); changing it orphans existing volumes")
+	fs.StringVar(&o.RDSName, "rds-name", "", "name of the RDS in volume topology, a label value (default: --rds-address)")
 	fs.StringVar(&o.NVMeAddress, "nvme-address", "", "NVMe/TCP target address nodes connect to (default: --rds-address)")
 	fs.IntVar(&o.NVMePort, "nvme-port", 4420, "NVMe/TCP port of exported volumes")
 	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
 	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may attach (0: no limit)")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight RPCs may finish after SIGTERM")
 }
 
 // Validate checks the options for the selected mode and returns one error
@@ -97,7 +117,22 @@ func (o *Options) Validate() error {
 		}
 		if err := rds.ValidateFilePath(o.VolumePath); err != nil {
 			add("--rds-volume-path: %v", err)
+		} else if len(o.VolumePath) > maxVolumePathLength {
+			add("--rds-volume-path must be at most %d characters, so that snapshot file names fit RouterOS' 255", maxVolumePathLength)
+		} else if o.VolumePath == "/"+o.RDSPool {
+			add("--rds-volume-path must be a directory inside the pool, not the pool itself")
 		}
+		switch {
+		case o.RDSName != "":
+			if !labelValuePattern.MatchString(o.RDSName) {
+				add("--rds-name %q must be a Kubernetes label value (1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)", o.RDSName)
+			}
+		case o.RDSAddress != "" && !labelValuePattern.MatchString(o.RDSAddress):
+			add("--rds-name is required: --rds-address %q is not a Kubernetes label value, so it cannot name the RDS in topology", o.RDSAddress)
+		}
+	}
+	if o.ShutdownGrace < 0 {
+		add("--shutdown-grace must not be negative")
 	}
 	if err := rds.ValidatePort(o.NVMePort); err != nil {
 		add("--nvme-port: %v", err)
@@ -113,6 +148,9 @@ func (o *Options) Validate() error {
 	}
 	if o.NVMeAddress == "" {
 		o.NVMeAddress = o.RDSAddress
+	}
+	if o.RDSName == "" {
+		o.RDSName = o.RDSAddress
 	}
 	return nil
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/crypto/ssh"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+func TestConfigErrorIsOneLine(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no RDS address", []string{"--mode=controller", "--endpoint=unix://" + dir + "/csi.sock"}, []string{"--rds-address is required"}},
+		{"bad mode and port", []string{"--mode=both", "--nvme-port=0", "--rds-address=10.0.0.1"}, []string{"--mode must be", "--nvme-port"}},
+		{"IPv6 RDS without a name", []string{"--mode=controller", "--rds-address=fd00::1"}, []string{"--rds-name is required"}},
+		{"node mode", []string{"--mode=node", "--node-id=n1"}, []string{"node service is not implemented yet"}},
+		{"missing key file", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, []string{"RDS client", "nope"}},
+		{"stray argument", []string{"--mode=controller", "extra"}, []string{"unexpected arguments"}},
+	}
+	for _, tc := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		out := stderr.String()
+		if code != 1 {
+			t.Errorf("%s: exit %d, want 1 (stderr %q)", tc.name, code, out)
+		}
+		if strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.HasPrefix(out, "rds-csi-driver: ") {
+			t.Errorf("%s: stderr is not one line: %q", tc.name, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: %q does not mention %q", tc.name, out, w)
+			}
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, &stdout, &stderr); code != 0 || strings.TrimSpace(stdout.String()) == "" {
+		t.Errorf("--version: exit %d, %q", code, stdout.String())
+	}
+}
+
+// TestServeAndGracefulStop runs the binary's main path against the
+// simulator: flags, key and known_hosts files, the socket, a real call,
+// then the context that SIGTERM cancels.
+func TestServeAndGracefulStop(t *testing.T) {
+	dir := t.TempDir()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{signer.PublicKey()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	addr, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts := filepath.Join(dir, "known_hosts")
+	if err := sim.WriteKnownHosts(knownHosts); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(ctx, []string{"--mode=controller", "--endpoint=" + endpoint, "--rds-address=" + host, "--rds-port=" + port,
+			"--rds-key-file=" + keyFile, "--rds-known-hosts-file=" + knownHosts, "--shutdown-grace=5s"}, &stdout, &stderr)
+	}()
+
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// WaitForReady blocks until the server listens, so no polling is needed.
+	probe, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
+	if err != nil || !probe.GetReady().GetValue() {
+		t.Fatalf("Probe: %v %v", probe, err)
+	}
+	vol, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789",
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	if vol.Volume.VolumeContext["nvmeAddress"] != host {
+		t.Errorf("volume context %v, want the RDS address as NVMe address", vol.Volume.VolumeContext)
+	}
+	cancel() // what SIGTERM does
+	if code := <-exit; code != 0 {
+		t.Errorf("exit %d after graceful stop; stderr %s", code, stderr.String())
+	}
+}

@@ -1,0 +1,194 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// Snapshots are full copies of a volume's disk (/disk add copy-from=),
+// not exported, with their source volume and creation time in the backing
+// file name (see snapshotFilePath and docs/volumes-and-snapshots.md). A
+// copy is complete when /disk add returns, so a snapshot is ready at once.
+
+func snapshotOf(d *rds.Disk, m snapshotMeta) *csi.Snapshot {
+	return &csi.Snapshot{
+		SnapshotId:     m.SnapshotID,
+		SourceVolumeId: m.SourceVolumeID,
+		SizeBytes:      d.Size,
+		CreationTime:   timestamppb.New(m.CreatedAt),
+		ReadyToUse:     true,
+	}
+}
+
+// getSnapshot returns a snapshot's disk and metadata, or NOT_FOUND.
+func (s *ControllerServer) getSnapshot(ctx context.Context, id string) (*rds.Disk, snapshotMeta, error) {
+	if !isSnapshotID(id) {
+		return nil, snapshotMeta{}, statusf(codes.NotFound, "snapshot %q does not exist: this driver's snapshot IDs are snap-<uuid> or snap-<32 hex digits>", id)
+	}
+	d, err := s.d.rds.GetDisk(ctx, id)
+	if errors.Is(err, rds.ErrNotFound) {
+		return nil, snapshotMeta{}, statusf(codes.NotFound, "snapshot %s does not exist on the RDS", id)
+	}
+	if err != nil {
+		return nil, snapshotMeta{}, fmt.Errorf("snapshot %s: looking it up on the RDS: %w", id, err)
+	}
+	m, err := s.d.parseSnapshotDisk(d)
+	if err != nil {
+		return nil, snapshotMeta{}, statusf(codes.FailedPrecondition, "the RDS disk in slot %s is not a snapshot of this driver with --rds-volume-path=%s: %v", id, s.d.opts.VolumePath, err)
+	}
+	return d, m, nil
+}
+
+func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	name, source := req.GetName(), req.GetSourceVolumeId()
+	if name == "" {
+		return nil, statusf(codes.InvalidArgument, "CreateSnapshot: name is required")
+	}
+	if source == "" {
+		return nil, statusf(codes.InvalidArgument, "CreateSnapshot: snapshot %q: source volume ID is required", name)
+	}
+	if err := checkParameters(req.GetParameters()); err != nil {
+		return nil, statusf(codes.InvalidArgument, "snapshot %q: %v", name, err)
+	}
+	id := SnapshotIDFromName(name)
+	release, err := s.acquire("snapshot", id, snapshotKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	logger := klog.FromContext(ctx).WithValues("snapshot", id, "name", name, "sourceVolume", source)
+
+	// An earlier attempt may have made it already.
+	existing, err := s.d.rds.GetDisk(ctx, id)
+	switch {
+	case err == nil:
+		return s.existingSnapshot(existing, name, source)
+	case !errors.Is(err, rds.ErrNotFound):
+		return nil, fmt.Errorf("snapshot %s (name %q): looking it up on the RDS: %w", id, name, err)
+	}
+	if _, err := s.getVolume(ctx, source); err != nil {
+		return nil, err
+	}
+	meta := snapshotMeta{SnapshotID: id, SourceVolumeID: source, CreatedAt: s.now().UTC()}
+	d, err := s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: s.d.snapshotFilePath(meta), SourceSlot: source})
+	switch {
+	case errors.Is(err, rds.ErrAlreadyExists):
+		// Made meanwhile by another controller replica, with its own
+		// creation time in the file name: that one is the snapshot.
+		if existing, gerr := s.d.rds.GetDisk(ctx, id); gerr == nil {
+			return s.existingSnapshot(existing, name, source)
+		}
+		return nil, fmt.Errorf("snapshot %s (name %q): the RDS already has a different disk or file for it: %w", id, name, err)
+	case errors.Is(err, rds.ErrNoSpace):
+		return nil, fmt.Errorf("snapshot %s (name %q) of volume %s: the RDS pool is full, nothing was created; free space on the RDS: %w", id, name, source, err)
+	case err != nil:
+		return nil, fmt.Errorf("snapshot %s (name %q) of volume %s: copying on the RDS: %w", id, name, source, err)
+	}
+	logger.Info("snapshot created", "bytes", d.Size, "file", d.FilePath)
+	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(d, meta)}, nil
+}
+
+func (s *ControllerServer) existingSnapshot(d *rds.Disk, name, source string) (*csi.CreateSnapshotResponse, error) {
+	m, err := s.d.parseSnapshotDisk(d)
+	if err != nil {
+		return nil, statusf(codes.AlreadyExists, "snapshot %s (name %q): the RDS slot is taken by a disk that is not a snapshot of this driver: %v", d.Slot, name, err)
+	}
+	if m.SourceVolumeID != source {
+		return nil, statusf(codes.AlreadyExists, "snapshot %s (name %q) already exists of volume %s, not %s; use another name", d.Slot, name, m.SourceVolumeID, source)
+	}
+	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(d, m)}, nil
+}
+
+func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, statusf(codes.InvalidArgument, "DeleteSnapshot: snapshot ID is required")
+	}
+	logger := klog.FromContext(ctx).WithValues("snapshot", id)
+	if !isSnapshotID(id) {
+		logger.V(2).Info("not a snapshot ID of this driver; nothing to delete")
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	release, err := s.acquire("snapshot", id, snapshotKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	d, _, err := s.getSnapshot(ctx, id)
+	if status.Code(err) == codes.NotFound {
+		// The file name is known only from the disk, so a file left by a
+		// delete interrupted between its two steps stays (see the docs).
+		return &csi.DeleteSnapshotResponse{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if err := s.d.rds.DeleteDisk(ctx, id, d.FilePath); err != nil {
+		return nil, fmt.Errorf("snapshot %s: deleting it on the RDS: %w", id, err)
+	}
+	logger.Info("snapshot deleted", "file", d.FilePath)
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, statusf(codes.InvalidArgument, "GetSnapshot: snapshot ID is required")
+	}
+	d, m, err := s.getSnapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.GetSnapshotResponse{Snapshot: snapshotOf(d, m)}, nil
+}
+
+func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	if err := checkListArgs("ListSnapshots", req.GetMaxEntries(), req.GetStartingToken(), isSnapshotID); err != nil {
+		return nil, err
+	}
+	wantSource := req.GetSourceVolumeId()
+	var snaps []*csi.Snapshot
+	if id := req.GetSnapshotId(); id != "" {
+		// One snapshot; a missing one is an empty list, not an error.
+		d, m, err := s.getSnapshot(ctx, id)
+		switch {
+		case status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition:
+		case err != nil:
+			return nil, err
+		case wantSource == "" || m.SourceVolumeID == wantSource:
+			snaps = append(snaps, snapshotOf(d, m))
+		}
+	} else {
+		disks, err := s.d.rds.ListDisks(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing disks on the RDS: %w", err)
+		}
+		for i := range disks {
+			d := &disks[i]
+			if !isSnapshotID(d.Slot) {
+				continue
+			}
+			m, err := s.d.parseSnapshotDisk(d)
+			if err != nil || (wantSource != "" && m.SourceVolumeID != wantSource) {
+				continue
+			}
+			snaps = append(snaps, snapshotOf(d, m))
+		}
+		sort.Slice(snaps, func(i, j int) bool { return snaps[i].SnapshotId < snaps[j].SnapshotId })
+	}
+	snaps, next := page(snaps, (*csi.Snapshot).GetSnapshotId, req.GetStartingToken(), req.GetMaxEntries())
+	resp := &csi.ListSnapshotsResponse{NextToken: next}
+	for _, sn := range snaps {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: sn})
+	}
+	return resp, nil
+}

@@ -1,0 +1,277 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// fakeRDS is an in-memory RDS with the semantics of rds.Client: sizes
+// rounded up to rds.Granularity, idempotent adds, "not enough space",
+// deletes that remove the disk and its file. Errors can be injected per
+// method.
+type fakeRDS struct {
+	mu       sync.Mutex
+	disks    map[string]rds.Disk
+	files    map[string]int64 // absolute path -> bytes
+	poolSize int64
+	fail     map[string]error // method -> error for its next call
+	calls    map[string]int
+	hold     map[string]*hold
+}
+
+// hold stops the next call of a method until released, so a test can keep
+// an RPC in flight.
+type hold struct {
+	entered chan struct{} // closed when the call has arrived
+	release chan struct{} // close to let it go on
+}
+
+func newFakeRDS(poolSize int64) *fakeRDS {
+	return &fakeRDS{
+		disks:    map[string]rds.Disk{},
+		files:    map[string]int64{},
+		poolSize: poolSize,
+		fail:     map[string]error{},
+		calls:    map[string]int{},
+		hold:     map[string]*hold{},
+	}
+}
+
+// failNext makes the next call of method return err.
+func (f *fakeRDS) failNext(method string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[method] = err
+}
+
+// holdNext arms a hold on the next call of method.
+func (f *fakeRDS) holdNext(method string) *hold {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := &hold{entered: make(chan struct{}), release: make(chan struct{})}
+	f.hold[method] = h
+	return h
+}
+
+func (f *fakeRDS) enter(method string) error {
+	f.mu.Lock()
+	h := f.hold[method]
+	delete(f.hold, method)
+	f.mu.Unlock()
+	if h != nil {
+		close(h.entered)
+		<-h.release
+	}
+	f.mu.Lock()
+	f.calls[method]++
+	err := f.fail[method]
+	delete(f.fail, method)
+	return err // f.mu stays locked for the method body
+}
+
+func (f *fakeRDS) used() int64 {
+	var n int64
+	for _, s := range f.files {
+		n += s
+	}
+	return n
+}
+
+// putDisk adds a disk and its file directly, for test setup.
+func (f *fakeRDS) putDisk(d rds.Disk) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.disks[d.Slot] = d
+	f.files[d.FilePath] = d.Size
+}
+
+func (f *fakeRDS) disk(slot string) (rds.Disk, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.disks[slot]
+	return d, ok
+}
+
+func (f *fakeRDS) fileExists(path string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.files[path]
+	return ok
+}
+
+func (f *fakeRDS) add(slot, path string, size int64, e *rds.Export, matches func(rds.Disk) bool) (*rds.Disk, error) {
+	if d, ok := f.disks[slot]; ok {
+		if d.FilePath == path && matches(d) {
+			return &d, nil
+		}
+		return nil, fmt.Errorf("%w: disk %q exists with file %s", rds.ErrAlreadyExists, slot, d.FilePath)
+	}
+	if _, ok := f.files[path]; ok {
+		return nil, fmt.Errorf("%w: file %s", rds.ErrAlreadyExists, path)
+	}
+	if size > f.poolSize-f.used() {
+		return nil, fmt.Errorf("%w: failure: not enough space", rds.ErrNoSpace)
+	}
+	d := rds.Disk{Slot: slot, Type: "file", FilePath: path, Size: size}
+	if e != nil {
+		d.Exported, d.Port, d.NQN = true, e.Port, e.NQN
+	}
+	f.disks[slot] = d
+	f.files[path] = size
+	return &d, nil
+}
+
+func sameExportFake(d rds.Disk, e *rds.Export) bool {
+	if e == nil {
+		return !d.Exported
+	}
+	return d.Exported && d.Port == e.Port && d.NQN == e.NQN
+}
+
+func (f *fakeRDS) CreateDisk(_ context.Context, req rds.CreateDiskRequest) (*rds.Disk, error) {
+	err := f.enter("CreateDisk")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := rds.ValidateSlot(req.Slot); err != nil {
+		return nil, err
+	}
+	size, err := rds.RoundUpSize(req.Size)
+	if err != nil {
+		return nil, err
+	}
+	return f.add(req.Slot, req.FilePath, size, req.Export, func(d rds.Disk) bool {
+		return d.Size >= size && sameExportFake(d, req.Export)
+	})
+}
+
+func (f *fakeRDS) CopyDisk(_ context.Context, req rds.CopyDiskRequest) (*rds.Disk, error) {
+	err := f.enter("CopyDisk")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	src, ok := f.disks[req.SourceSlot]
+	if !ok {
+		return nil, fmt.Errorf("copy source %q: %w", req.SourceSlot, rds.ErrNotFound)
+	}
+	want := src.Size
+	if req.Size > 0 {
+		if want, err = rds.RoundUpSize(req.Size); err != nil {
+			return nil, err
+		}
+		if want < src.Size {
+			return nil, fmt.Errorf("%w: copy smaller than source", rds.ErrInvalidArgument)
+		}
+	}
+	return f.add(req.Slot, req.FilePath, want, req.Export, func(d rds.Disk) bool { return sameExportFake(d, req.Export) })
+}
+
+func (f *fakeRDS) GetDisk(_ context.Context, slot string) (*rds.Disk, error) {
+	err := f.enter("GetDisk")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := rds.ValidateSlot(slot); err != nil {
+		return nil, err
+	}
+	d, ok := f.disks[slot]
+	if !ok {
+		return nil, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+	}
+	return &d, nil
+}
+
+func (f *fakeRDS) ListDisks(context.Context) ([]rds.Disk, error) {
+	err := f.enter("ListDisks")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rds.Disk, 0, len(f.disks))
+	for _, d := range f.disks {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
+	return out, nil
+}
+
+func (f *fakeRDS) ResizeDisk(_ context.Context, slot string, size int64) (*rds.Disk, error) {
+	err := f.enter("ResizeDisk")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	want, err := rds.RoundUpSize(size)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := f.disks[slot]
+	if !ok {
+		return nil, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+	}
+	if d.Size >= want {
+		return &d, nil
+	}
+	if want-d.Size > f.poolSize-f.used() {
+		return nil, fmt.Errorf("%w: failure: not enough space", rds.ErrNoSpace)
+	}
+	d.Size = want
+	f.disks[slot] = d
+	f.files[d.FilePath] = want
+	return &d, nil
+}
+
+func (f *fakeRDS) DeleteDisk(_ context.Context, slot, filePath string) error {
+	err := f.enter("DeleteDisk")
+	defer f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if d, ok := f.disks[slot]; ok {
+		if d.FilePath != filePath {
+			return fmt.Errorf("%w: disk %q uses %s, not %s; refusing to delete", rds.ErrInvalidArgument, slot, d.FilePath, filePath)
+		}
+		delete(f.disks, slot)
+	}
+	delete(f.files, filePath)
+	return nil
+}
+
+func (f *fakeRDS) GetFile(_ context.Context, path string) (*rds.File, error) {
+	err := f.enter("GetFile")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	size, ok := f.files[path]
+	if !ok {
+		return nil, fmt.Errorf("%w: file %s", rds.ErrNotFound, path)
+	}
+	return &rds.File{Name: strings.TrimPrefix(path, "/"), Type: ".img file", Size: size}, nil
+}
+
+func (f *fakeRDS) Capacity(_ context.Context, pool string) (rds.Capacity, error) {
+	err := f.enter("Capacity")
+	defer f.mu.Unlock()
+	if err != nil {
+		return rds.Capacity{}, err
+	}
+	return rds.Capacity{Total: f.poolSize, Free: f.poolSize - f.used()}, nil
+}
+
+func (f *fakeRDS) Probe(context.Context) (*rds.SystemInfo, error) {
+	err := f.enter("Probe")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &rds.SystemInfo{Version: "7.20.4 (stable)", BoardName: "RDS2216"}, nil
+}

@@ -1,0 +1,155 @@
+package csi
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/crypto/ssh"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+// simEnv is the driver as deployed, minus Kubernetes: the real gRPC server
+// on a unix socket, the real rds.Client, and the RDS simulator over SSH on
+// loopback, backed by sparse files in a temporary directory.
+type simEnv struct {
+	sim      *rdssim.Server
+	client   *rds.Client
+	cs       *ControllerServer
+	endpoint string // unix:///.../csi.sock
+	conn     *grpc.ClientConn
+	ctrl     csi.ControllerClient
+	ident    csi.IdentityClient
+	signer   ssh.Signer
+	stop     func()
+}
+
+type simEnvConfig struct {
+	DataDir  string        // default: a new temporary directory
+	PoolSize int64         // default 100 GiB
+	Latency  time.Duration // added by the simulator to every command
+	Node     csi.NodeServer
+	Now      func() time.Time
+}
+
+func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = filepath.Join(t.TempDir(), "pool")
+	}
+	if cfg.PoolSize == 0 {
+		cfg.PoolSize = 100 * rds.GiB
+	}
+	signer, pub, err := rdssim.NewTestKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := rdssim.New(rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	if err := sim.WriteKnownHosts(knownHosts); err != nil {
+		t.Fatal(err)
+	}
+	host, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
+	client, err := rds.NewClient(rds.Config{Address: host, Port: port, User: "admin", Signer: signer, KnownHostsFile: knownHosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Mode: ModeController, DriverName: DefaultDriverName,
+		Endpoint:   "unix://" + filepath.Join(t.TempDir(), "csi.sock"),
+		RDSAddress: host, RDSPort: port, RDSUser: "admin", RDSKeyFile: "unused", RDSKnownHostsFile: knownHosts,
+		RDSPool: rdssim.DefaultPoolName, VolumePath: "/storage-pool/kubernetes-volumes",
+		NVMePort: 4420, NQNPrefix: testNQNPrefix, ShutdownGrace: 5 * time.Second,
+	}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := NewDriver(opts, client)
+	cs := NewControllerServer(d)
+	if cfg.Now != nil {
+		cs.now = cfg.Now
+	}
+	srv := NewGRPCServer(NewIdentityServer(d), cs, cfg.Node)
+	lis, err := Listen(opts.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, srv, lis, opts.ShutdownGrace) }()
+	conn, err := grpc.NewClient(opts.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &simEnv{sim: sim, client: client, cs: cs, endpoint: opts.Endpoint, conn: conn, signer: signer,
+		ctrl: csi.NewControllerClient(conn), ident: csi.NewIdentityClient(conn)}
+	stopped := false
+	env.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		conn.Close()
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		client.Close()
+		sim.Close()
+	}
+	t.Cleanup(env.stop)
+	return env
+}
+
+// routerOS runs one command on the simulator as an operator would, by
+// hand over SSH, outside the driver.
+func (e *simEnv) routerOS(t *testing.T, command string) string {
+	t.Helper()
+	c, err := ssh.Dial("tcp", e.sim.Addr(), &ssh.ClientConfig{
+		User: "admin", Auth: []ssh.AuthMethod{ssh.PublicKeys(e.signer)},
+		HostKeyCallback: ssh.FixedHostKey(e.sim.HostPublicKey()), Timeout: 30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	out, err := sess.CombinedOutput(command)
+	if err != nil {
+		t.Fatalf("%s: %v", command, err)
+	}
+	return string(out)
+}
+
+func (e *simEnv) disk(slot string) (rdssim.DiskInfo, bool) {
+	for _, d := range e.sim.Disks() {
+		if d.Slot == slot {
+			return d, true
+		}
+	}
+	return rdssim.DiskInfo{}, false
+}
+
+func grpcCode(err error) codes.Code { return status.Code(err) }
