@@ -1,0 +1,264 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// Namespace is the prefix of every family this package defines.
+const Namespace = "rds_csi"
+
+// Results of ControllerPublishVolume / ControllerUnpublishVolume that exist
+// from the start (at 0), so that rate() and absent() work before the first
+// attach. Other short results (for example "aborted", "error") are
+// recorded as given.
+const (
+	ResultAttached         = "attached"
+	ResultAlreadyPublished = "already-published"
+	ResultRefused          = "refused"
+	ResultDetached         = "detached"
+)
+
+// Results of an RDS command.
+const (
+	RDSResultSuccess = "success"
+	RDSResultTimeout = "timeout"
+	RDSResultError   = "error"
+)
+
+// Reasons a live migration ended.
+const (
+	MigrationCompleted = "completed"
+	MigrationTimedOut  = "timed_out"
+)
+
+// Other replaces a label value that is not a short identifier.
+const Other = "other"
+
+// labelPattern is what a caller-supplied label value must look like: a
+// short lowercase identifier. Anything else (an error message, a volume ID
+// inside a command) becomes "other", keeping the number of series bounded.
+var labelPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
+
+// reasonPattern is the same for the policy's CamelCase fence reasons.
+var reasonPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,39}$`)
+
+func label(v string) string {
+	if labelPattern.MatchString(v) {
+		return v
+	}
+	return Other
+}
+
+// commandLabel turns a RouterOS command path ("/disk add", "/system
+// resource print") into a label value ("disk_add"). A command with
+// arguments does not match and becomes "other": arguments carry volume IDs.
+func commandLabel(command string) string {
+	c := strings.TrimPrefix(strings.TrimSpace(command), "/")
+	c = strings.NewReplacer(" ", "_", "/", "_").Replace(strings.ToLower(c))
+	return label(c)
+}
+
+// Buckets, in seconds. A publish decision is in-memory plus at most one
+// conditional update to the API server; RDS commands include copying a
+// disk for snapshots and clones, which can take minutes.
+var (
+	decisionBuckets   = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	rdsCommandBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+)
+
+// Metrics owns the driver's collectors and the registry they are on.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	publish           *prometheus.CounterVec
+	unpublish         *prometheus.CounterVec
+	publishDecision   prometheus.Histogram
+	conflicts         prometheus.Counter
+	fences            *prometheus.CounterVec
+	handoffs          prometheus.Counter
+	migrationsStarted prometheus.Counter
+	migrationsEnded   *prometheus.CounterVec
+	rdsCommand        *prometheus.HistogramVec
+	rdsConnected      prometheus.Gauge
+	indexVolumes      prometheus.Gauge
+	indexAttachments  prometheus.Gauge
+	indexNodes        prometheus.Gauge
+	leader            prometheus.Gauge
+}
+
+// New returns Metrics registered on a new registry, together with the Go
+// runtime and process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "publish_total",
+			Help: "ControllerPublishVolume calls by result (attached, already-published, refused, or the failure).",
+		}, []string{"result"}),
+		unpublish: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "unpublish_total",
+			Help: "ControllerUnpublishVolume calls by result (detached, or the failure).",
+		}, []string{"result"}),
+		publishDecision: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "publish_decision_duration_seconds",
+			Help:    "Time to decide a ControllerPublishVolume, including committing the attachment claim to the API server.",
+			Buckets: decisionBuckets,
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "attach_conflicts_total",
+			Help: "Publishes refused because another healthy node holds the single-node volume.",
+		}),
+		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "fences_total",
+			Help: "Stale attachments fenced, by reason (NodeDeleted, OutOfService, NotReady).",
+		}, []string{"reason"}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "grace_period_handoffs_total",
+			Help: "Publishes allowed because the previous node detached within the grace period.",
+		}),
+		migrationsStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "migrations_started_total",
+			Help: "Live migrations started: a multi-writer raw block volume published to a second node.",
+		}),
+		migrationsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "migrations_ended_total",
+			Help: "Live migrations ended, by reason (completed, timed_out).",
+		}, []string{"reason"}),
+		rdsCommand: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "rds_command_duration_seconds",
+			Help:    "Duration of RouterOS commands on the RDS, by command (disk_add, disk_print, ...) and result (success, timeout, error).",
+			Buckets: rdsCommandBuckets,
+		}, []string{"command", "result"}),
+		rdsConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "rds_ssh_connected",
+			Help: "1 while the SSH connection to the RDS is established, 0 otherwise.",
+		}),
+		indexVolumes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "index_volumes",
+			Help: "Volumes of this driver in the attachment index.",
+		}),
+		indexAttachments: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "index_attachments",
+			Help: "Attachments (volume on node) in the attachment index.",
+		}),
+		indexNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "index_nodes",
+			Help: "Nodes known to the attachment index.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "leader",
+			Help: "1 while this controller replica holds the leader lease, 0 otherwise.",
+		}),
+	}
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.publish, m.unpublish, m.publishDecision, m.conflicts, m.fences, m.handoffs,
+		m.migrationsStarted, m.migrationsEnded, m.rdsCommand, m.rdsConnected,
+		m.indexVolumes, m.indexAttachments, m.indexNodes, m.leader,
+	)
+	// Series that exist from the start, so that alerts and dashboards see
+	// zeros instead of nothing.
+	for _, r := range []string{ResultAttached, ResultAlreadyPublished, ResultRefused} {
+		m.publish.WithLabelValues(r)
+	}
+	m.unpublish.WithLabelValues(ResultDetached)
+	for _, r := range []fencing.FenceReason{fencing.FenceNodeDeleted, fencing.FenceOutOfService, fencing.FenceNotReady} {
+		m.fences.WithLabelValues(string(r))
+	}
+	for _, r := range []string{MigrationCompleted, MigrationTimedOut} {
+		m.migrationsEnded.WithLabelValues(r)
+	}
+	return m
+}
+
+// Registry is the registry every collector is on (for tests and for
+// adding collectors of other packages).
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		Registry:      m.registry,
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// PublishResult counts a ControllerPublishVolume by its result.
+func (m *Metrics) PublishResult(result string) { m.publish.WithLabelValues(label(result)).Inc() }
+
+// UnpublishResult counts a ControllerUnpublishVolume by its result.
+func (m *Metrics) UnpublishResult(result string) { m.unpublish.WithLabelValues(label(result)).Inc() }
+
+// PublishDecision records how long a publish decision took.
+func (m *Metrics) PublishDecision(d time.Duration) { m.publishDecision.Observe(d.Seconds()) }
+
+// Conflict counts a publish refused because another node holds the volume.
+func (m *Metrics) Conflict() { m.conflicts.Inc() }
+
+// Fenced counts a stale attachment fenced for reason.
+func (m *Metrics) Fenced(reason fencing.FenceReason) {
+	r := string(reason)
+	if !reasonPattern.MatchString(r) {
+		r = Other
+	}
+	m.fences.WithLabelValues(r).Inc()
+}
+
+// Handoff counts a grace-period handoff.
+func (m *Metrics) Handoff() { m.handoffs.Inc() }
+
+// MigrationStarted counts a live migration's start.
+func (m *Metrics) MigrationStarted() { m.migrationsStarted.Inc() }
+
+// MigrationFinished counts a live migration that completed (the volume went
+// back to one node).
+func (m *Metrics) MigrationFinished() { m.migrationsEnded.WithLabelValues(MigrationCompleted).Inc() }
+
+// MigrationTimedOut counts a live migration ended by its timeout.
+func (m *Metrics) MigrationTimedOut() { m.migrationsEnded.WithLabelValues(MigrationTimedOut).Inc() }
+
+// ObserveRDSCommand records one RouterOS command: command is its path
+// ("/disk add", "disk add" or "disk_add", never with arguments), err its
+// outcome (a context deadline counts as a timeout).
+func (m *Metrics) ObserveRDSCommand(command string, d time.Duration, err error) {
+	result := RDSResultSuccess
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		result = RDSResultTimeout
+	case err != nil:
+		result = RDSResultError
+	}
+	m.rdsCommand.WithLabelValues(commandLabel(command), result).Observe(d.Seconds())
+}
+
+// SetRDSConnected records whether the SSH connection to the RDS is up.
+func (m *Metrics) SetRDSConnected(connected bool) { m.rdsConnected.Set(boolValue(connected)) }
+
+// SetIndexSize records the attachment index's size.
+func (m *Metrics) SetIndexSize(volumes, attachments, nodes int) {
+	m.indexVolumes.Set(float64(volumes))
+	m.indexAttachments.Set(float64(attachments))
+	m.indexNodes.Set(float64(nodes))
+}
+
+// SetLeader records whether this replica holds the leader lease.
+func (m *Metrics) SetLeader(leader bool) { m.leader.Set(boolValue(leader)) }
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

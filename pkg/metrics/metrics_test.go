@@ -1,0 +1,277 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// scrape fetches /metrics from srv the way Prometheus does and parses it.
+func scrape(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("scrape: status %d: %s", resp.StatusCode, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing the exposition: %v", err)
+	}
+	return families
+}
+
+// value is the value of the series of family name with exactly the given
+// labels (a histogram's sample count), or an error naming what is missing.
+func value(families map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, error) {
+	f, ok := families[name]
+	if !ok {
+		return 0, fmt.Errorf("family %s missing", name)
+	}
+	for _, m := range f.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(labels) {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if got[k] != v {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch f.GetType() {
+		case dto.MetricType_COUNTER:
+			return m.GetCounter().GetValue(), nil
+		case dto.MetricType_GAUGE:
+			return m.GetGauge().GetValue(), nil
+		case dto.MetricType_HISTOGRAM:
+			return float64(m.GetHistogram().GetSampleCount()), nil
+		}
+		return 0, fmt.Errorf("family %s has unexpected type %v", name, f.GetType())
+	}
+	return 0, fmt.Errorf("family %s has no series %v", name, labels)
+}
+
+func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
+	m := New()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	type series struct {
+		name   string
+		labels map[string]string
+	}
+	// Each row: a series, what it must be before recording (the families
+	// without labels and the pre-created label values exist at once), the
+	// recording, and what it must be after.
+	tests := []struct {
+		series
+		before float64
+		absent bool // the series appears only once recorded
+		record func()
+		after  float64
+	}{
+		{series{"rds_csi_publish_total", map[string]string{"result": "attached"}}, 0, false, func() { m.PublishResult(ResultAttached) }, 1},
+		{series{"rds_csi_publish_total", map[string]string{"result": "refused"}}, 0, false, func() { m.PublishResult(ResultRefused); m.PublishResult(ResultRefused) }, 2},
+		{series{"rds_csi_publish_total", map[string]string{"result": "aborted"}}, 0, true, func() { m.PublishResult("aborted") }, 1},
+		{series{"rds_csi_unpublish_total", map[string]string{"result": "detached"}}, 0, false, func() { m.UnpublishResult(ResultDetached) }, 1},
+		{series{"rds_csi_publish_decision_duration_seconds", map[string]string{}}, 0, false, func() { m.PublishDecision(3 * time.Millisecond) }, 1},
+		{series{"rds_csi_attach_conflicts_total", map[string]string{}}, 0, false, m.Conflict, 1},
+		{series{"rds_csi_fences_total", map[string]string{"reason": "NodeDeleted"}}, 0, false, func() { m.Fenced(fencing.FenceNodeDeleted) }, 1},
+		{series{"rds_csi_fences_total", map[string]string{"reason": "OutOfService"}}, 0, false, func() { m.Fenced(fencing.FenceOutOfService) }, 1},
+		{series{"rds_csi_fences_total", map[string]string{"reason": "NotReady"}}, 0, false, func() { m.Fenced(fencing.FenceNotReady) }, 1},
+		{series{"rds_csi_grace_period_handoffs_total", map[string]string{}}, 0, false, m.Handoff, 1},
+		{series{"rds_csi_migrations_started_total", map[string]string{}}, 0, false, m.MigrationStarted, 1},
+		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "completed"}}, 0, false, m.MigrationFinished, 1},
+		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "timed_out"}}, 0, false, m.MigrationTimedOut, 1},
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_add", "result": "success"}}, 0, true, func() { m.ObserveRDSCommand("/disk add", 40*time.Millisecond, nil) }, 1},
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_print", "result": "timeout"}}, 0, true, func() {
+			m.ObserveRDSCommand("disk print", time.Second, fmt.Errorf("waiting for the RDS: %w", context.DeadlineExceeded))
+		}, 1},
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "system_resource_print", "result": "error"}}, 0, true, func() {
+			m.ObserveRDSCommand("/system resource print", time.Millisecond, errors.New("failure: no such item"))
+		}, 1},
+		{series{"rds_csi_rds_ssh_connected", map[string]string{}}, 0, false, func() { m.SetRDSConnected(true) }, 1},
+		{series{"rds_csi_index_volumes", map[string]string{}}, 0, false, func() { m.SetIndexSize(7, 9, 3) }, 7},
+		{series{"rds_csi_index_attachments", map[string]string{}}, 0, false, func() { m.SetIndexSize(7, 9, 3) }, 9},
+		{series{"rds_csi_index_nodes", map[string]string{}}, 0, false, func() { m.SetIndexSize(7, 9, 3) }, 3},
+		{series{"rds_csi_leader", map[string]string{}}, 0, false, func() { m.SetLeader(true) }, 1},
+	}
+
+	before := scrape(t, srv)
+	for _, tc := range tests {
+		got, err := value(before, tc.name, tc.labels)
+		switch {
+		case tc.absent && err == nil:
+			t.Errorf("before recording: %s%v exists already (%v)", tc.name, tc.labels, got)
+		case !tc.absent && err != nil:
+			t.Errorf("before recording: %v", err)
+		case !tc.absent && got != tc.before:
+			t.Errorf("before recording: %s%v = %v, want %v", tc.name, tc.labels, got, tc.before)
+		}
+	}
+	for _, tc := range tests {
+		tc.record()
+	}
+	after := scrape(t, srv)
+	for _, tc := range tests {
+		got, err := value(after, tc.name, tc.labels)
+		if err != nil {
+			t.Errorf("after recording: %v", err)
+			continue
+		}
+		if got != tc.after {
+			t.Errorf("after recording: %s%v = %v, want %v", tc.name, tc.labels, got, tc.after)
+		}
+	}
+	// The process and runtime collectors are on the same registry.
+	for _, name := range []string{"go_goroutines", "process_start_time_seconds"} {
+		if _, ok := after[name]; !ok {
+			t.Errorf("family %s missing", name)
+		}
+	}
+
+	// Booleans go back to 0.
+	m.SetLeader(false)
+	m.SetRDSConnected(false)
+	final := scrape(t, srv)
+	for _, name := range []string{"rds_csi_leader", "rds_csi_rds_ssh_connected"} {
+		if got, err := value(final, name, map[string]string{}); err != nil || got != 0 {
+			t.Errorf("%s = %v (%v), want 0", name, got, err)
+		}
+	}
+}
+
+func TestEveryFamilyHasThePrefixAndPassesPromlint(t *testing.T) {
+	m := New()
+	// Create every labelled series so the linter sees them all.
+	m.ObserveRDSCommand("disk_add", time.Millisecond, nil)
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := 0
+	for _, f := range families {
+		name := f.GetName()
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") || strings.HasPrefix(name, "promhttp_") {
+			continue
+		}
+		own++
+		if !strings.HasPrefix(name, Namespace+"_") {
+			t.Errorf("family %s lacks the %s_ prefix", name, Namespace)
+		}
+		if f.GetHelp() == "" {
+			t.Errorf("family %s has no help", name)
+		}
+	}
+	if own != 14 {
+		t.Errorf("found %d rds_csi_ families, want 14 (update this test when adding one)", own)
+	}
+	problems, err := promlint.NewWithMetricFamilies(families).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, Namespace+"_") {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+func TestLabelValuesStayBounded(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"short result", "already-published", "already-published"},
+		{"error message", "rpc error: code = Unavailable desc = RDS down", Other},
+		{"upper case", "Attached", Other},
+		{"empty", "", Other},
+		{"too long", strings.Repeat("a", 41), Other},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := label(tc.in); got != tc.want {
+				t.Errorf("label(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+	commands := []struct{ in, want string }{
+		{"/disk add", "disk_add"},
+		{"disk print", "disk_print"},
+		{" /system resource print ", "system_resource_print"},
+		{"/disk add type=file file-path=/storage-pool/pvc-1.img", Other},
+		{"/disk remove [find slot=pvc-1]", Other},
+	}
+	for _, tc := range commands {
+		if got := commandLabel(tc.in); got != tc.want {
+			t.Errorf("commandLabel(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+
+	// A free-form fence reason is recorded as "other", not as a new series.
+	m := New()
+	m.Fenced(fencing.FenceReason("node went away: see logs"))
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	if got, err := value(byName, "rds_csi_fences_total", map[string]string{"reason": Other}); err != nil || got != 1 {
+		t.Errorf("fences{reason=other} = %v (%v), want 1", got, err)
+	}
+	if n := len(byName["rds_csi_fences_total"].GetMetric()); n != 4 {
+		t.Errorf("fences_total has %d series, want 4 (three reasons and other)", n)
+	}
+}
+
+func TestTwoInstancesAreIndependent(t *testing.T) {
+	a, b := New(), New()
+	a.SetLeader(true)
+	a.Conflict()
+	byName := func(m *Metrics) map[string]*dto.MetricFamily {
+		fs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*dto.MetricFamily{}
+		for _, f := range fs {
+			out[f.GetName()] = f
+		}
+		return out
+	}
+	fb := byName(b)
+	for _, name := range []string{"rds_csi_leader", "rds_csi_attach_conflicts_total"} {
+		if got, err := value(fb, name, map[string]string{}); err != nil || got != 0 {
+			t.Errorf("second instance: %s = %v (%v), want 0", name, got, err)
+		}
+	}
+}
