@@ -163,9 +163,9 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 
 	switch req.Mode {
 	case MultiNodeReadOnly:
-		if !req.ReadOnly {
-			return refuse(d, "", fmt.Sprintf("volume %s is multi-node read-only; publish it read-only", req.VolumeID))
-		}
+		// The access mode is the read-only promise: Kubernetes passes
+		// readonly=false for most ROX volumes (it follows spec.csi.readOnly),
+		// and the node service mounts MULTI_NODE_READER_ONLY read-only.
 		return allowOrRepeat(d, self, fmt.Sprintf("read-only volume %s may be published on any number of nodes", req.VolumeID))
 
 	case MultiNodeMultiWriter:

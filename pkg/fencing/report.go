@@ -1,0 +1,146 @@
+package fencing
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// Event reasons this driver records. They are part of the operator's
+// interface (kubectl get events --field-selector reason=...), so they do not
+// change casually.
+const (
+	ReasonAttached          = "Attached"
+	ReasonDetached          = "Detached"
+	ReasonAttachConflict    = "AttachConflict"
+	ReasonFenced            = "StaleAttachmentFenced"
+	ReasonHandoff           = "GracePeriodHandoff"
+	ReasonMigrationStarted  = "LiveMigrationStarted"
+	ReasonMigrationFinished = "LiveMigrationFinished"
+)
+
+// VolumeRef names a volume in events: its PersistentVolume, the bound
+// claim (events go to both, so `kubectl describe pvc` shows them) and the
+// CSI volume handle.
+type VolumeRef struct {
+	PV     string
+	Handle string
+	Claim  *corev1.ObjectReference
+}
+
+// Metrics is what the policy's outcomes are counted with. The metrics
+// package implements it; nil-safe wrappers below make it optional.
+type Metrics interface {
+	PublishResult(result string)
+	UnpublishResult(result string)
+	PublishDecision(d time.Duration)
+	Conflict()
+	Fenced(reason FenceReason)
+	Handoff()
+	MigrationStarted()
+	MigrationFinished()
+}
+
+// Reporter turns decisions into Kubernetes events and metrics. Every method
+// is safe on a Reporter built with nil recorder or metrics.
+type Reporter struct {
+	events  record.EventRecorder
+	metrics Metrics
+}
+
+// NewReporter returns a Reporter; either argument may be nil.
+func NewReporter(events record.EventRecorder, metrics Metrics) *Reporter {
+	return &Reporter{events: events, metrics: metrics}
+}
+
+func (r *Reporter) event(v VolumeRef, eventType, reason, format string, args ...any) {
+	if r == nil || r.events == nil {
+		return
+	}
+	if v.PV != "" {
+		r.events.Eventf(&corev1.ObjectReference{APIVersion: "v1", Kind: "PersistentVolume", Name: v.PV}, eventType, reason, format, args...)
+	}
+	if v.Claim != nil && v.Claim.Name != "" {
+		ref := *v.Claim
+		ref.APIVersion, ref.Kind = "v1", "PersistentVolumeClaim"
+		r.events.Eventf(&ref, eventType, reason, format, args...)
+	}
+}
+
+func (r *Reporter) count(f func(Metrics)) {
+	if r != nil && r.metrics != nil {
+		f(r.metrics)
+	}
+}
+
+// Decided records how long a decision took.
+func (r *Reporter) Decided(d time.Duration) { r.count(func(m Metrics) { m.PublishDecision(d) }) }
+
+// Refused reports a publish refused because another node holds the volume.
+func (r *Reporter) Refused(v VolumeRef, node string, d Decision) {
+	r.count(func(m Metrics) { m.PublishResult("refused"); m.Conflict() })
+	r.event(v, corev1.EventTypeWarning, ReasonAttachConflict, "not attaching volume %s to node %s: %s", v.Handle, node, d.Reason)
+}
+
+// PublishFailed reports a publish that failed for another reason (an API
+// conflict, the RDS unreachable); result is a short label.
+func (r *Reporter) PublishFailed(result string) {
+	r.count(func(m Metrics) { m.PublishResult(result) })
+}
+
+// Published reports a successful publish and what it did on the way:
+// fenced stale holders, grace-period handoffs, a migration start.
+func (r *Reporter) Published(v VolumeRef, node string, d Decision) {
+	if d.Verdict == AlreadyPublished {
+		r.count(func(m Metrics) { m.PublishResult("already-published") })
+		return
+	}
+	r.count(func(m Metrics) { m.PublishResult("attached") })
+	for _, f := range d.Fence {
+		r.Fenced(v, f.Node, f.Reason)
+	}
+	for _, h := range d.Handoffs {
+		r.count(func(m Metrics) { m.Handoff() })
+		r.event(v, corev1.EventTypeNormal, ReasonHandoff, "volume %s handed off from %s (detaching within the grace period) to %s", v.Handle, h, node)
+	}
+	if d.MigrationStart {
+		r.count(func(m Metrics) { m.MigrationStarted() })
+		r.event(v, corev1.EventTypeNormal, ReasonMigrationStarted, "%s", d.Reason)
+	}
+	r.event(v, corev1.EventTypeNormal, ReasonAttached, "volume %s attached to node %s", v.Handle, node)
+}
+
+// Fenced reports that node's hold on the volume was declared stale.
+func (r *Reporter) Fenced(v VolumeRef, node string, reason FenceReason) {
+	r.count(func(m Metrics) { m.Fenced(reason) })
+	r.event(v, corev1.EventTypeWarning, ReasonFenced, "stale attachment of volume %s on node %s fenced: %s", v.Handle, node, describe(reason))
+}
+
+// Unpublished reports a detach; migrationEnded says a multi-writer volume
+// went back to one node.
+func (r *Reporter) Unpublished(v VolumeRef, node string, migrationEnded bool) {
+	r.count(func(m Metrics) { m.UnpublishResult("detached") })
+	if migrationEnded {
+		r.count(func(m Metrics) { m.MigrationFinished() })
+		r.event(v, corev1.EventTypeNormal, ReasonMigrationFinished, "volume %s: live migration finished, %s detached", v.Handle, node)
+	}
+	r.event(v, corev1.EventTypeNormal, ReasonDetached, "volume %s detached from node %s", v.Handle, node)
+}
+
+// UnpublishFailed counts a failed detach.
+func (r *Reporter) UnpublishFailed(result string) {
+	r.count(func(m Metrics) { m.UnpublishResult(result) })
+}
+
+func describe(reason FenceReason) string {
+	switch reason {
+	case FenceNodeDeleted:
+		return "the node object was deleted"
+	case FenceOutOfService:
+		return "the node is tainted node.kubernetes.io/out-of-service"
+	case FenceNotReady:
+		return "the node has been NotReady longer than the configured threshold"
+	}
+	return string(reason)
+}

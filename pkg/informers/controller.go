@@ -1,0 +1,390 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// OutOfServiceTaint is the taint an operator puts on a node that is down
+// for good (non-graceful node shutdown).
+const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+
+// kind of object behind a queue key.
+type kind int
+
+const (
+	kindVA kind = iota
+	kindPV
+	kindNode
+	// kindFence: a node became stale; tell the Reactor. A separate key so
+	// that a failed reaction is retried with backoff on its own.
+	kindFence
+)
+
+// key is a workqueue item: handlers enqueue keys, the worker reads the
+// objects from the informer caches.
+type key struct {
+	kind kind
+	name string
+}
+
+func (k key) String() string { return fmt.Sprintf("%d/%s", k.kind, k.name) }
+
+// Reactor acts on node failures; the controller calls it from its worker,
+// once per node state change, without waiting for a publish. An error
+// requeues the node with backoff.
+type Reactor interface {
+	NodeStale(ctx context.Context, s fencing.StaleHolder) error
+}
+
+// Config of the controller.
+type Config struct {
+	DriverName string
+	Policy     fencing.Config
+	// Reactor, when set, is told about stale holders (event-driven fencing).
+	Reactor Reactor
+	// Clock for NotReady timing; default the real clock.
+	Clock clock.WithTicker
+}
+
+// Controller keeps an AttachmentIndex in step with the API server.
+type Controller struct {
+	cfg     Config
+	index   *AttachmentIndex
+	queue   workqueue.TypedRateLimitingInterface[key]
+	vas     storagelisters.VolumeAttachmentLister
+	pvs     corelisters.PersistentVolumeLister
+	nodes   corelisters.NodeLister
+	synced  []cache.InformerSynced
+	factory informers.SharedInformerFactory
+	clock   clock.WithTicker
+	// reacted: the stale state each node was last reported in. Only the
+	// worker touches it.
+	reacted map[string]fencing.FenceReason
+}
+
+// NewController wires informers on VolumeAttachments, PersistentVolumes and
+// Nodes into a workqueue that maintains index. It does not start anything.
+func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Config) (*Controller, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim))
+	vaInf := factory.Storage().V1().VolumeAttachments()
+	pvInf := factory.Core().V1().PersistentVolumes()
+	nodeInf := factory.Core().V1().Nodes()
+
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, 5*time.Minute),
+		&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(100), 1000)},
+	)
+	c := &Controller{
+		cfg:     cfg,
+		index:   index,
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
+		vas:     vaInf.Lister(),
+		pvs:     pvInf.Lister(),
+		nodes:   nodeInf.Lister(),
+		factory: factory,
+		clock:   cfg.Clock,
+		reacted: map[string]fencing.FenceReason{},
+	}
+	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf.Informer(): kindVA, pvInf.Informer(): kindPV, nodeInf.Informer(): kindNode} {
+		k := k
+		enqueue := func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if m, err := metaName(obj); err == nil {
+				c.queue.Add(key{kind: k, name: m})
+			}
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			DeleteFunc: enqueue,
+		}); err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	return c, nil
+}
+
+func metaName(obj any) (string, error) {
+	m, err := metav1Accessor(obj)
+	if err != nil {
+		return "", err
+	}
+	return m.GetName(), nil
+}
+
+// Run starts the informers and the worker, and blocks until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	logger.Info("attachment index synced", "stats", c.index.Stats())
+	// One worker: the index has one writer.
+	go wait.UntilWithContext(ctx, c.runWorker, time.Second)
+	<-ctx.Done()
+}
+
+// Synced reports whether every informer has synced: the index is complete.
+func (c *Controller) Synced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitForSync blocks until Synced or ctx is done.
+func (c *Controller) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), c.synced...)
+}
+
+// Queue is exposed for tests and benchmarks that drain it deterministically.
+func (c *Controller) queueLen() int { return c.queue.Len() }
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	k, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(k)
+	if err := c.sync(ctx, k); err != nil {
+		klog.FromContext(ctx).Error(err, "syncing attachment index", "key", k.String())
+		c.queue.AddRateLimited(k)
+		return true
+	}
+	c.queue.Forget(k)
+	return true
+}
+
+func (c *Controller) sync(ctx context.Context, k key) error {
+	switch k.kind {
+	case kindVA:
+		return c.syncVA(k.name)
+	case kindPV:
+		return c.syncPV(k.name)
+	case kindNode:
+		return c.syncNode(k.name)
+	case kindFence:
+		return c.syncFence(ctx, k.name)
+	}
+	return nil
+}
+
+func (c *Controller) syncVA(name string) error {
+	va, err := c.vas.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.index.deleteAttachment(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pvName := va.Spec.Source.PersistentVolumeName
+	if va.Spec.Attacher != c.cfg.DriverName || pvName == nil {
+		c.index.deleteAttachment(name)
+		return nil
+	}
+	a := Attachment{Node: va.Spec.NodeName, VAName: name, Attached: va.Status.Attached, Since: va.CreationTimestamp.Time}
+	if va.DeletionTimestamp != nil {
+		a.DetachingSince = va.DeletionTimestamp.Time
+	}
+	c.index.setAttachment(name, *pvName, a)
+	return nil
+}
+
+func (c *Controller) syncPV(name string) error {
+	pv, err := c.pvs.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.index.deletePV(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
+		c.index.deletePV(name)
+		return nil
+	}
+	claims, err := decodeClaims(pv.Annotations)
+	if err != nil {
+		// Keep the previous claims: a corrupted annotation must not free a
+		// volume. Retried with backoff, and logged, until someone fixes it.
+		return fmt.Errorf("PV %s: %w", name, err)
+	}
+	c.index.setPV(name, func(v *Volume) {
+		v.Handle = pv.Spec.CSI.VolumeHandle
+		v.AccessModes = pv.Spec.AccessModes
+		v.Block = pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock
+		v.ClaimRef = pv.Spec.ClaimRef
+		v.ResourceVersion = pv.ResourceVersion
+		v.Claims = claims
+	})
+	return nil
+}
+
+func (c *Controller) syncNode(name string) error {
+	node, err := c.nodes.Get(name)
+	var cur NodeState
+	switch {
+	case apierrors.IsNotFound(err):
+		c.index.deleteNode(name)
+	case err != nil:
+		return err
+	default:
+		cur = nodeState(node)
+		c.index.setNode(name, cur)
+	}
+	now := c.clock.Now()
+	reason, stale := fencing.Stale(cur, now, c.cfg.Policy)
+	// A NotReady node becomes stale when the threshold passes: come back
+	// then, so the reaction does not wait for another event.
+	if !stale && cur.Exists && !cur.Ready && !cur.NotReadySince.IsZero() && c.cfg.Policy.NotReadyThreshold > 0 {
+		c.queue.AddAfter(key{kind: kindNode, name: name}, cur.NotReadySince.Add(c.cfg.Policy.NotReadyThreshold).Sub(now)+time.Millisecond)
+	}
+	// React once per stale state: a resync or an unrelated update of an
+	// already-fenced node is not a new failure.
+	switch {
+	case !stale:
+		delete(c.reacted, name)
+	case c.reacted[name] != reason:
+		c.reacted[name] = reason
+		c.queue.Add(key{kind: kindFence, name: name})
+	}
+	if !cur.Exists {
+		// Nothing of a deleted node is kept; a repeated delete event only
+		// repeats an idempotent reaction.
+		delete(c.reacted, name)
+	}
+	return nil
+}
+
+// syncFence tells the Reactor about the volumes a stale node holds. The
+// node is looked up again: if it recovered meanwhile, nothing is fenced.
+func (c *Controller) syncFence(ctx context.Context, name string) error {
+	reason, stale := fencing.Stale(c.index.Node(name), c.clock.Now(), c.cfg.Policy)
+	if !stale || c.cfg.Reactor == nil {
+		return nil
+	}
+	var vols []fencing.VolumeRef
+	for _, h := range c.index.VolumesOnNode(name) {
+		if v := c.index.Volume(h); v != nil {
+			vols = append(vols, v.Ref())
+		}
+	}
+	if len(vols) == 0 {
+		return nil
+	}
+	if err := c.cfg.Reactor.NodeStale(ctx, fencing.StaleHolder{Node: name, Reason: reason, Volumes: vols}); err != nil {
+		return fmt.Errorf("fencing node %s: %w", name, err)
+	}
+	return nil
+}
+
+// nodeState extracts what the policy needs from a Node.
+func nodeState(n *corev1.Node) NodeState {
+	s := NodeState{Exists: true}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			s.Ready = cond.Status == corev1.ConditionTrue
+			if !s.Ready {
+				s.NotReadySince = cond.LastTransitionTime.Time
+			}
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == OutOfServiceTaint {
+			s.OutOfService = true
+		}
+	}
+	return s
+}
+
+// trim keeps only what the index needs of each object, so the caches stay
+// small at 10k+ objects: no managed fields, no foreign annotations, no node
+// images or addresses.
+func trim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *storagev1.VolumeAttachment:
+		o.ManagedFields = nil
+		o.Annotations = nil
+		o.Labels = nil
+		o.Status.AttachmentMetadata = nil
+		o.Status.AttachError = nil
+		o.Status.DetachError = nil
+		o.Spec.Source.InlineVolumeSpec = nil
+	case *corev1.PersistentVolume:
+		o.ManagedFields = nil
+		o.Labels = nil
+		if v, ok := o.Annotations[ClaimsAnnotation]; ok {
+			o.Annotations = map[string]string{ClaimsAnnotation: v}
+		} else {
+			o.Annotations = nil
+		}
+		o.Spec.MountOptions = nil
+		o.Spec.NodeAffinity = nil
+		if o.Spec.CSI != nil {
+			o.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: o.Spec.CSI.Driver, VolumeHandle: o.Spec.CSI.VolumeHandle}
+		}
+		if o.Spec.ClaimRef != nil {
+			o.Spec.ClaimRef = &corev1.ObjectReference{Kind: o.Spec.ClaimRef.Kind, Namespace: o.Spec.ClaimRef.Namespace, Name: o.Spec.ClaimRef.Name, UID: o.Spec.ClaimRef.UID}
+		}
+		o.Status = corev1.PersistentVolumeStatus{Phase: o.Status.Phase}
+	case *corev1.Node:
+		o.ManagedFields = nil
+		o.Annotations = nil
+		o.Labels = nil
+		var ready []corev1.NodeCondition
+		for _, c := range o.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+			}
+		}
+		o.Status = corev1.NodeStatus{Conditions: ready}
+		o.Spec = corev1.NodeSpec{Taints: o.Spec.Taints}
+	}
+	return obj, nil
+}
+
+func metav1Accessor(obj any) (metav1.Object, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T has no object metadata", obj)
+	}
+	return m, nil
+}

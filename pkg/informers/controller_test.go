@@ -1,0 +1,312 @@
+package informers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+const driver = "rds.csi.srvlab.io"
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func pv(name, handle string, mode corev1.PersistentVolumeAccessMode, claims string) *corev1.PersistentVolume {
+	p := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Annotations: map[string]string{"other": "x"}},
+		Spec: corev1.PersistentVolumeSpec{
+			AccessModes:            []corev1.PersistentVolumeAccessMode{mode},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}},
+			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "claim-" + name},
+		},
+	}
+	if claims != "" {
+		p.Annotations[ClaimsAnnotation] = claims
+	}
+	return p
+}
+
+func va(name, pvName, node string, attached bool, created time.Time) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: attached},
+	}
+}
+
+func node(name string, ready bool, since time.Time, taints ...corev1.Taint) *corev1.Node {
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(since)}},
+			Images:     []corev1.ContainerImage{{Names: []string{"big-image"}}},
+		},
+	}
+}
+
+type recorder struct{ stale []fencing.StaleHolder }
+
+func (r *recorder) NodeStale(_ context.Context, s fencing.StaleHolder) error {
+	r.stale = append(r.stale, s)
+	return nil
+}
+
+// harness seeds the informer stores directly and calls sync by hand, like
+// sample-controller's tests: deterministic, no goroutines.
+type harness struct {
+	t     *testing.T
+	c     *Controller
+	index *AttachmentIndex
+	react *recorder
+	clock *clocktesting.FakeClock
+}
+
+func newHarness(t *testing.T, policy fencing.Config) *harness {
+	client := fake.NewClientset()
+	h := &harness{t: t, index: NewAttachmentIndex(), react: &recorder{}, clock: clocktesting.NewFakeClock(t0.Add(time.Hour))}
+	c, err := NewController(client, h.index, Config{DriverName: driver, Policy: policy, Reactor: h.react, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c = c
+	return h
+}
+
+func (h *harness) put(objs ...runtime.Object) {
+	h.t.Helper()
+	for _, o := range objs {
+		trimmed, err := trim(o)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		o = trimmed.(runtime.Object)
+		switch x := o.(type) {
+		case *storagev1.VolumeAttachment:
+			err = h.c.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer().Update(x)
+			h.sync(key{kindVA, x.Name})
+		case *corev1.PersistentVolume:
+			err = h.c.factory.Core().V1().PersistentVolumes().Informer().GetIndexer().Update(x)
+			h.sync(key{kindPV, x.Name})
+		case *corev1.Node:
+			err = h.c.factory.Core().V1().Nodes().Informer().GetIndexer().Update(x)
+			h.sync(key{kindNode, x.Name})
+		}
+		if err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *harness) remove(o runtime.Object) {
+	h.t.Helper()
+	switch x := o.(type) {
+	case *storagev1.VolumeAttachment:
+		h.c.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer().Delete(x)
+		h.sync(key{kindVA, x.Name})
+	case *corev1.PersistentVolume:
+		h.c.factory.Core().V1().PersistentVolumes().Informer().GetIndexer().Delete(x)
+		h.sync(key{kindPV, x.Name})
+	case *corev1.Node:
+		h.c.factory.Core().V1().Nodes().Informer().GetIndexer().Delete(x)
+		h.sync(key{kindNode, x.Name})
+	}
+}
+
+// sync runs one key, then whatever it queued for immediate processing
+// (fence reactions), the way the worker would.
+func (h *harness) sync(k key) {
+	h.t.Helper()
+	if err := h.c.sync(context.Background(), k); err != nil {
+		h.t.Fatalf("sync %v: %v", k, err)
+	}
+	for h.c.queueLen() > 0 {
+		next, _ := h.c.queue.Get()
+		if err := h.c.sync(context.Background(), next); err != nil {
+			h.t.Fatalf("sync %v: %v", next, err)
+		}
+		h.c.queue.Done(next)
+		h.c.queue.Forget(next)
+	}
+}
+
+func TestIndexFollowsObjects(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	// A VA may arrive before its PV.
+	h.put(va("va-1", "pv-1", "node-a", true, t0))
+	if h.index.Volume("vol-1") != nil {
+		t.Fatal("volume known before its PV")
+	}
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T11:00:00Z"}`))
+	v := h.index.Volume("vol-1")
+	if v == nil || v.PVName != "pv-1" || len(v.Attachments) != 1 || !v.Attachments["node-a"].Attached {
+		t.Fatalf("entry %+v", v)
+	}
+	if got := v.Claims["node-a"]; !got.Equal(t0.Add(-time.Hour)) {
+		t.Errorf("claim time %v", got)
+	}
+	holders := v.Holders()
+	if len(holders) != 1 || holders[0].Node != "node-a" || !holders[0].Since.Equal(t0.Add(-time.Hour)) {
+		t.Errorf("holders %+v", holders)
+	}
+	// Entries handed out never change.
+	h.put(va("va-2", "pv-1", "node-b", false, t0.Add(time.Minute)))
+	if len(v.Attachments) != 1 {
+		t.Fatal("a reader's entry was modified in place")
+	}
+	if got := h.index.Volume("vol-1"); len(got.Attachments) != 2 {
+		t.Fatalf("second attachment missing: %+v", got)
+	}
+	// Deleting a VA removes only that attachment.
+	h.remove(va("va-1", "pv-1", "node-a", true, t0))
+	if got := h.index.Volume("vol-1"); len(got.Attachments) != 1 || got.Attachments["node-b"].VAName != "va-2" {
+		t.Fatalf("after VA delete: %+v", got)
+	}
+	// Other drivers' objects never count.
+	other := va("va-x", "pv-1", "node-c", true, t0)
+	other.Spec.Attacher = "other.csi"
+	h.put(other)
+	foreign := pv("pv-x", "vol-x", corev1.ReadWriteOnce, "")
+	foreign.Spec.CSI.Driver = "other.csi"
+	h.put(foreign)
+	if h.index.Volume("vol-x") != nil || len(h.index.Volume("vol-1").Attachments) != 1 {
+		t.Fatal("foreign objects entered the index")
+	}
+	if s := h.index.Stats(); s.Volumes != 1 || s.Attachments != 1 {
+		t.Errorf("stats %+v", s)
+	}
+	h.remove(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
+	if h.index.Volume("vol-1") != nil {
+		t.Fatal("deleted PV still indexed by handle")
+	}
+}
+
+func TestDetachingVA(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
+	deleting := va("va-1", "pv-1", "node-a", true, t0)
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)}
+	h.put(deleting)
+	hs := h.index.Volume("vol-1").Holders()
+	if len(hs) != 1 || !hs[0].DetachingSince.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("holders %+v", hs)
+	}
+	// While its claim stands, the holder is not detaching: the unpublish
+	// that releases the claim has not happened.
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
+	if hs := h.index.Volume("vol-1").Holders(); !hs[0].DetachingSince.IsZero() {
+		t.Fatalf("claimed holder reported detaching: %+v", hs)
+	}
+}
+
+func TestCorruptClaimsKeepPreviousState(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
+	bad := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{not json`)
+	bad.ResourceVersion = "2"
+	h.c.factory.Core().V1().PersistentVolumes().Informer().GetIndexer().Update(bad)
+	if err := h.c.sync(context.Background(), key{kindPV, "pv-1"}); err == nil {
+		t.Fatal("corrupt claims accepted")
+	}
+	if v := h.index.Volume("vol-1"); len(v.Claims) != 1 {
+		t.Fatalf("a corrupt annotation freed the volume: %+v", v)
+	}
+}
+
+func TestNodeFailureReactions(t *testing.T) {
+	policy := fencing.DefaultConfig()
+	policy.NotReadyThreshold = time.Minute
+	h := newHarness(t, policy)
+	h.put(node("node-a", true, t0), node("node-b", true, t0))
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""), va("va-1", "pv-1", "node-a", true, t0))
+	h.put(pv("pv-2", "vol-2", corev1.ReadWriteOnce, `{"node-b":"2026-11-22T12:00:00Z"}`))
+	if len(h.react.stale) != 0 {
+		t.Fatalf("healthy nodes reported stale: %+v", h.react.stale)
+	}
+
+	// Out-of-service taint: reported at once, with the node's volumes.
+	h.put(node("node-a", false, t0, corev1.Taint{Key: OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}))
+	if len(h.react.stale) != 1 || h.react.stale[0].Reason != fencing.FenceOutOfService || len(h.react.stale[0].Volumes) != 1 || h.react.stale[0].Volumes[0].Handle != "vol-1" {
+		t.Fatalf("out-of-service reaction: %+v", h.react.stale)
+	}
+	// The same state again is not a new failure.
+	h.put(node("node-a", false, t0, corev1.Taint{Key: OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}))
+	if len(h.react.stale) != 1 {
+		t.Fatalf("repeated reaction: %d", len(h.react.stale))
+	}
+
+	// Deletion of a node holding a claimed volume.
+	h.remove(node("node-b", true, t0))
+	if len(h.react.stale) != 2 || h.react.stale[1].Reason != fencing.FenceNodeDeleted || h.react.stale[1].Volumes[0].Handle != "vol-2" {
+		t.Fatalf("deletion reaction: %+v", h.react.stale)
+	}
+	if h.index.Node("node-b").Exists {
+		t.Fatal("deleted node still exists in the index")
+	}
+
+	// NotReady: not stale before the threshold; the controller schedules
+	// itself for the moment it passes.
+	h.put(node("node-c", true, t0), va("va-3", "pv-2", "node-c", true, t0))
+	h.put(node("node-c", false, h.clock.Now()))
+	if len(h.react.stale) != 2 {
+		t.Fatalf("NotReady reported before the threshold: %+v", h.react.stale)
+	}
+	if h.c.queueLen() != 0 {
+		t.Fatal("follow-up enqueued immediately instead of after the threshold")
+	}
+	h.clock.Step(time.Minute + 2*time.Millisecond)
+	k, _ := h.c.queue.Get()
+	if k != (key{kindNode, "node-c"}) {
+		t.Fatalf("queued %v", k)
+	}
+	h.c.queue.Done(k)
+	h.sync(k)
+	if len(h.react.stale) != 3 || h.react.stale[2].Reason != fencing.FenceNotReady {
+		t.Fatalf("NotReady reaction: %+v", h.react.stale)
+	}
+}
+
+func TestTrimKeepsOnlyWhatTheIndexNeeds(t *testing.T) {
+	n, _ := trim(node("n", true, t0))
+	if len(n.(*corev1.Node).Status.Images) != 0 || len(n.(*corev1.Node).Status.Conditions) != 1 {
+		t.Errorf("node not trimmed: %+v", n)
+	}
+	p, _ := trim(pv("p", "h", corev1.ReadWriteOnce, `{"a":"2026-11-22T12:00:00Z"}`))
+	if a := p.(*corev1.PersistentVolume).Annotations; len(a) != 1 || a[ClaimsAnnotation] == "" {
+		t.Errorf("PV annotations %v", a)
+	}
+}
+
+// TestRunSyncsAndReportsReady runs the real informers against a fake API.
+func TestRunSyncsAndReportsReady(t *testing.T) {
+	client := fake.NewClientset(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""), va("va-1", "pv-1", "node-a", true, t0), node("node-a", true, t0))
+	index := NewAttachmentIndex()
+	c, err := NewController(client, index, Config{DriverName: driver, Policy: fencing.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Synced() {
+		t.Fatal("synced before start")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	if !c.WaitForSync(ctx) || !c.Synced() {
+		t.Fatal("never synced")
+	}
+	cancel()
+	<-done
+}

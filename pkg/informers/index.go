@@ -1,0 +1,286 @@
+package informers
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// Attachment is one VolumeAttachment of a volume.
+type Attachment struct {
+	Node     string
+	VAName   string
+	Attached bool      // status.attached
+	Since    time.Time // creation time of the VolumeAttachment
+	// DetachingSince is the VolumeAttachment's deletion timestamp.
+	DetachingSince time.Time
+}
+
+// Volume is the index entry of one PersistentVolume of this driver. Values
+// handed out by the index are never modified afterwards.
+type Volume struct {
+	PVName      string
+	Handle      string // spec.csi.volumeHandle; empty until the PV is seen
+	AccessModes []corev1.PersistentVolumeAccessMode
+	Block       bool
+	ClaimRef    *corev1.ObjectReference // the bound PVC, for events
+	// ResourceVersion of the PV the claims were read from: publish
+	// commits its claim conditionally on it.
+	ResourceVersion string
+	Claims          map[string]time.Time // node -> claimed at
+	Attachments     map[string]Attachment
+}
+
+// Holders merges attachments and claims into the policy's view: a node
+// holds the volume while a VolumeAttachment for it exists or a claim for it
+// is committed.
+func (v *Volume) Holders() []fencing.Holder {
+	if v == nil {
+		return nil
+	}
+	byNode := map[string]fencing.Holder{}
+	for node, at := range v.Claims {
+		byNode[node] = fencing.Holder{Node: node, Since: at}
+	}
+	for _, a := range v.Attachments {
+		h, ok := byNode[a.Node]
+		if !ok || a.Since.Before(h.Since) {
+			h.Since = a.Since
+		}
+		h.Node = a.Node
+		// A claimed node is not detaching until its unpublish releases the
+		// claim; the VA's deletion alone does not end the claim.
+		if _, claimed := v.Claims[a.Node]; !claimed {
+			h.DetachingSince = a.DetachingSince
+		}
+		byNode[a.Node] = h
+	}
+	out := make([]fencing.Holder, 0, len(byNode))
+	for _, h := range byNode {
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Ref names the volume for events.
+func (v *Volume) Ref() fencing.VolumeRef {
+	return fencing.VolumeRef{PV: v.PVName, Handle: v.Handle, Claim: v.ClaimRef}
+}
+
+// NodeState is the index's view of a node.
+type NodeState = fencing.NodeState
+
+// AttachmentIndex maps volume handles to their attachments and knows every
+// node's state. Only the controller's worker writes it; readers get
+// immutable values.
+type AttachmentIndex struct {
+	mu       sync.RWMutex
+	volumes  map[string]*Volume // by PV name
+	byHandle map[string]string  // handle -> PV name
+	vaToPV   map[string]string  // VA name -> PV name
+	nodes    map[string]NodeState
+
+	inflightMu sync.Mutex
+	inflight   map[string]struct{}
+}
+
+// NewAttachmentIndex returns an empty index.
+func NewAttachmentIndex() *AttachmentIndex {
+	return &AttachmentIndex{
+		volumes:  map[string]*Volume{},
+		byHandle: map[string]string{},
+		vaToPV:   map[string]string{},
+		nodes:    map[string]NodeState{},
+		inflight: map[string]struct{}{},
+	}
+}
+
+// Volume returns the entry of a volume handle, or nil. O(1), no API call.
+func (x *AttachmentIndex) Volume(handle string) *Volume {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if pv, ok := x.byHandle[handle]; ok {
+		return x.volumes[pv]
+	}
+	return nil
+}
+
+// Node returns a node's state; a node the index has not seen does not
+// exist.
+func (x *AttachmentIndex) Node(name string) NodeState {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.nodes[name]
+}
+
+// VolumesOnNode returns the handles of volumes a node holds.
+func (x *AttachmentIndex) VolumesOnNode(node string) []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []string
+	for _, v := range x.volumes {
+		if v.Handle == "" {
+			continue
+		}
+		_, claimed := v.Claims[node]
+		_, attached := v.Attachments[node]
+		if claimed || attached {
+			out = append(out, v.Handle)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stats is the index's size.
+type Stats struct{ Volumes, Attachments, Nodes int }
+
+// Stats counts the index's content.
+func (x *AttachmentIndex) Stats() Stats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	s := Stats{Volumes: len(x.byHandle), Nodes: len(x.nodes)}
+	for _, v := range x.volumes {
+		s.Attachments += len(v.Attachments)
+	}
+	return s
+}
+
+// Reserve marks a publish or unpublish of handle as in flight in this
+// process. It returns false when one already is; the caller answers
+// ABORTED. release must be called when the operation ends.
+func (x *AttachmentIndex) Reserve(handle string) (release func(), ok bool) {
+	x.inflightMu.Lock()
+	defer x.inflightMu.Unlock()
+	if _, busy := x.inflight[handle]; busy {
+		return nil, false
+	}
+	x.inflight[handle] = struct{}{}
+	return func() {
+		x.inflightMu.Lock()
+		delete(x.inflight, handle)
+		x.inflightMu.Unlock()
+	}, true
+}
+
+// The mutators below are called by the controller's worker only. Each
+// replaces an entry with a modified copy, so readers never see a change.
+
+func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old := x.volumes[pvName]
+	v := old.clone(pvName)
+	update(v)
+	if old != nil && old.Handle != "" && old.Handle != v.Handle {
+		delete(x.byHandle, old.Handle)
+	}
+	if v.Handle != "" {
+		x.byHandle[v.Handle] = pvName
+	}
+	x.volumes[pvName] = v
+}
+
+func (x *AttachmentIndex) deletePV(pvName string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old := x.volumes[pvName]
+	if old == nil {
+		return
+	}
+	if old.Handle != "" {
+		delete(x.byHandle, old.Handle)
+	}
+	if len(old.Attachments) == 0 {
+		delete(x.volumes, pvName)
+		return
+	}
+	// VolumeAttachments outlive their PV only briefly; keep them, without
+	// PV data, until they go.
+	v := &Volume{PVName: pvName, Attachments: old.Attachments}
+	x.volumes[pvName] = v
+}
+
+func (x *AttachmentIndex) setAttachment(vaName, pvName string, a Attachment) {
+	if prev, ok := x.pvOfVA(vaName); ok && prev != pvName {
+		x.deleteAttachment(vaName)
+	}
+	x.setPV(pvName, func(v *Volume) {
+		v.Attachments = cloneAttachments(v.Attachments)
+		v.Attachments[a.Node] = a
+	})
+	x.mu.Lock()
+	x.vaToPV[vaName] = pvName
+	x.mu.Unlock()
+}
+
+func (x *AttachmentIndex) pvOfVA(vaName string) (string, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	pv, ok := x.vaToPV[vaName]
+	return pv, ok
+}
+
+// deleteAttachment removes a VolumeAttachment by name and returns the
+// handle and node it was for (empty when unknown).
+func (x *AttachmentIndex) deleteAttachment(vaName string) (handle, node string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	pvName, ok := x.vaToPV[vaName]
+	if !ok {
+		return "", ""
+	}
+	delete(x.vaToPV, vaName)
+	old := x.volumes[pvName]
+	if old == nil {
+		return "", ""
+	}
+	v := old.clone(pvName)
+	v.Attachments = map[string]Attachment{}
+	for n, a := range old.Attachments {
+		if a.VAName == vaName {
+			node = n
+			continue
+		}
+		v.Attachments[n] = a
+	}
+	if v.Handle == "" && len(v.Attachments) == 0 {
+		delete(x.volumes, pvName)
+	} else {
+		x.volumes[pvName] = v
+	}
+	return v.Handle, node
+}
+
+func (x *AttachmentIndex) setNode(name string, s NodeState) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.nodes[name] = s
+}
+
+func (x *AttachmentIndex) deleteNode(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.nodes, name)
+}
+
+func (v *Volume) clone(pvName string) *Volume {
+	if v == nil {
+		return &Volume{PVName: pvName, Attachments: map[string]Attachment{}}
+	}
+	c := *v
+	return &c
+}
+
+func cloneAttachments(m map[string]Attachment) map[string]Attachment {
+	c := make(map[string]Attachment, len(m)+1)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
