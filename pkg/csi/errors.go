@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -38,6 +39,12 @@ func toStatus(err error) error {
 	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey):
 		// The RDS is unreachable or not the one we pinned: the CO retries.
 		code = codes.Unavailable
+	case errors.Is(err, nvme.ErrTargetUnreachable):
+		code = codes.Unavailable
+	case errors.Is(err, nvme.ErrInUse):
+		code = codes.FailedPrecondition
+	case errors.Is(err, nvme.ErrInvalidArgument), errors.Is(err, nvme.ErrForeignNQN):
+		code = codes.InvalidArgument
 	}
 	return status.Error(code, err.Error())
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -24,6 +25,10 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("dial: %w", rds.ErrTransient), codes.Unavailable},
 		{rds.ErrHostKey, codes.Unavailable},
 		{rds.ErrBadOutput, codes.Internal},
+		{fmt.Errorf("connect: %w", nvme.ErrTargetUnreachable), codes.Unavailable},
+		{fmt.Errorf("disconnect: %w", nvme.ErrInUse), codes.FailedPrecondition},
+		{nvme.ErrForeignNQN, codes.InvalidArgument},
+		{nvme.ErrConnectFailed, codes.Internal},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
 		{errors.New("boom"), codes.Internal},

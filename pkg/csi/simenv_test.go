@@ -2,9 +2,11 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
@@ -30,6 +33,8 @@ type simEnv struct {
 	conn     *grpc.ClientConn
 	ctrl     csi.ControllerClient
 	ident    csi.IdentityClient
+	node     csi.NodeClient // with LoopNode
+	ns       *NodeServer    // with LoopNode
 	signer   ssh.Signer
 	stop     func()
 }
@@ -39,8 +44,15 @@ type simEnvConfig struct {
 	PoolSize int64         // default 100 GiB
 	Latency  time.Duration // added by the simulator to every command
 	Node     csi.NodeServer
+	// LoopNode serves the real node service (mode "all", node ID
+	// testNodeID) on the same endpoint, its volumes attached as loop
+	// devices over the simulator's backing files. Needs root; see
+	// requireNodeHost.
+	LoopNode bool
 	Now      func() time.Time
 }
+
+const testNodeID = "node-1"
 
 func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	t.Helper()
@@ -79,6 +91,9 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 		RDSPool: rdssim.DefaultPoolName, VolumePath: "/storage-pool/kubernetes-volumes",
 		NVMePort: 4420, NQNPrefix: testNQNPrefix, ShutdownGrace: 5 * time.Second,
 	}
+	if cfg.LoopNode {
+		opts.Mode, opts.NodeID = ModeAll, testNodeID
+	}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +101,11 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	cs := NewControllerServer(d)
 	if cfg.Now != nil {
 		cs.now = cfg.Now
+	}
+	var ns *NodeServer
+	if cfg.LoopNode {
+		ns = NewNodeServer(d, newSimLoopConnector(t, sim, d), nil)
+		cfg.Node = ns
 	}
 	srv := NewGRPCServer(NewIdentityServer(d), cs, cfg.Node)
 	lis, err := Listen(opts.Endpoint)
@@ -100,7 +120,7 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 		t.Fatal(err)
 	}
 	env := &simEnv{sim: sim, client: client, cs: cs, endpoint: opts.Endpoint, conn: conn, signer: signer,
-		ctrl: csi.NewControllerClient(conn), ident: csi.NewIdentityClient(conn)}
+		ctrl: csi.NewControllerClient(conn), ident: csi.NewIdentityClient(conn), node: csi.NewNodeClient(conn), ns: ns}
 	stopped := false
 	env.stop = func() {
 		if stopped {
@@ -117,6 +137,31 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	}
 	t.Cleanup(env.stop)
 	return env
+}
+
+// newSimLoopConnector "connects" a volume by attaching the simulator's
+// backing file of the disk exported under its NQN to a loop device. A disk
+// that is gone resolves to the file it had, so that a loop device left
+// over a deleted file can still be found and detached.
+func newSimLoopConnector(t testing.TB, sim *rdssim.Server, d *Driver) *nvme.LoopConnector {
+	t.Helper()
+	resolve := func(_ context.Context, nqn string) (string, error) {
+		slot, ok := strings.CutPrefix(nqn, d.opts.NQNPrefix)
+		if !ok {
+			return "", errors.New("not this driver's NQN")
+		}
+		file, err := sim.BackingFile(slot)
+		if errors.Is(err, rdssim.ErrNotFound) {
+			rel := strings.TrimPrefix(d.volumeFilePath(slot), "/"+rdssim.DefaultPoolName+"/")
+			return filepath.Join(sim.DataDir(), filepath.FromSlash(rel)), nil
+		}
+		return file, err
+	}
+	l, err := nvme.NewLoopConnector(nvme.LoopConfig{NQNPrefix: d.opts.NQNPrefix, Resolve: resolve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // routerOS runs one command on the simulator as an operator would, by

@@ -1,0 +1,139 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	mount "k8s.io/mount-utils"
+
+	"github.com/srvlab/rds-csi/pkg/nvme"
+)
+
+// Health reasons (CamelCase, for machines) the node reports.
+const (
+	// HealthDeviceGone: the volume is still mounted here but its device
+	// is gone (the NVMe/TCP connection was lost past ctrl_loss_tmo, or the
+	// volume was deleted on the RDS).
+	HealthDeviceGone = "DeviceGone"
+	// HealthDeviceReplaced: a path is mounted from an old device while
+	// the volume is now connected as another one (reconnect renumbered it).
+	HealthDeviceReplaced = "DeviceReplaced"
+	// HealthPathInaccessible: a mounted path fails with an I/O error.
+	HealthPathInaccessible = "PathInaccessible"
+	// HealthFilesystemReadOnly: the kernel turned a read-write
+	// filesystem read-only after an error.
+	HealthFilesystemReadOnly = "FilesystemReadOnly"
+)
+
+// statusCode is the gRPC code an error carries (codes.Unknown if none).
+func statusCode(err error) codes.Code {
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Unknown
+}
+
+// NodeGetVolumeHealth reports, from this node's view: INACCESSIBLE when
+// the volume's device vanished under its mounts or was replaced by a new
+// device, or a mounted path fails with an I/O error; DEGRADED when the
+// kernel made its filesystem read-only after an error (reads still work).
+// Only the volume ID is required; given paths are checked as well.
+func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	const rpc = "NodeGetVolumeHealth"
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, statusf(codes.InvalidArgument, "%s: volume ID is required", rpc)
+	}
+	var paths []string
+	for _, p := range []string{req.GetVolumePublishPath(), req.GetStagingTargetPath()} {
+		if p == "" {
+			continue
+		}
+		if err := checkPath(rpc, id, "path", p); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	if err := checkVolumeID(rpc, id); err != nil {
+		return nil, err
+	}
+	health := &csi.VolumeHealth{VolumeId: id}
+	add := func(kind csi.VolumeHealthErrorType, reason, format string, args ...any) {
+		for _, e := range health.HealthStatuses {
+			if e.Status == kind && e.Reason == reason {
+				return
+			}
+		}
+		health.HealthStatuses = append(health.HealthStatuses, healthEntry(kind, reason, format, args...))
+	}
+
+	var mounted []*mountEntry
+	for _, p := range paths {
+		m, err := mountAt(p)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			mounted = append(mounted, m)
+		}
+	}
+
+	dev, err := s.connector.DevicePath(ctx, s.d.nqn(id))
+	var num devNumber
+	if err == nil {
+		num, err = deviceNumber(dev)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w: device %s is gone", nvme.ErrNoDevice, dev)
+		}
+	}
+	switch {
+	case errors.Is(err, nvme.ErrNotConnected) || errors.Is(err, nvme.ErrNoDevice):
+		if len(mounted) == 0 {
+			return nil, statusf(codes.NotFound, "volume %s is not staged on this node (%v)", id, err)
+		}
+		add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthDeviceGone,
+			"volume %s is still mounted at %s but its device is gone from this node (%v): the NVMe/TCP connection to the RDS was lost for longer than ctrl_loss_tmo, or the volume was deleted on the RDS; I/O fails until the pod is restarted",
+			id, mounted[0].MountPoint, err)
+		return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+	case err != nil:
+		return nil, fmt.Errorf("volume %s: finding its device: %w", id, err)
+	}
+
+	for _, m := range mounted {
+		if _, err := os.Stat(m.MountPoint); err != nil && mount.IsCorruptedMnt(err) {
+			add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthPathInaccessible,
+				"volume %s: %s cannot be accessed (%v); the pod must be restarted once the RDS is reachable", id, m.MountPoint, err)
+			continue
+		}
+		got := m.dev()
+		if n, err := deviceNumber(m.MountPoint); err == nil {
+			got = n // a published raw block device
+		}
+		if got != num {
+			add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthDeviceReplaced,
+				"volume %s: %s uses device %s, but the volume is now connected as %s (%s): the old device is gone and the pod must be restarted to use the new one",
+				id, m.MountPoint, got, dev, num)
+		}
+	}
+	users, err := deviceMounts(num)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range users {
+		if m.dev() == num && m.superReadOnly() && !m.readOnly() {
+			// The superblock went read-only under a read-write mount:
+			// the kernel did that after an error (errors=remount-ro, or
+			// a journal abort after I/O errors).
+			add(csi.VolumeHealthErrorType_DEGRADED, HealthFilesystemReadOnly,
+				"volume %s: the %s filesystem on %s went read-only after an error (see the node's kernel log); writes fail until it is checked (fsck) and restaged",
+				id, m.FsType, dev)
+		}
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+}
