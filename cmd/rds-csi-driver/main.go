@@ -14,9 +14,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	csispec "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -58,31 +60,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := opts.Validate(); err != nil {
 		return fail("%v", err)
 	}
+	// The controller talks to the RDS over SSH; the node only connects
+	// volumes over NVMe/TCP and needs no RDS credentials.
+	var cs *csi.ControllerServer
+	var d *csi.Driver
 	if opts.Mode == csi.ModeNode {
-		return fail("invalid configuration: --mode=node: the node service is not implemented yet; run --mode=controller")
+		d = csi.NewDriver(opts, nil)
+	} else {
+		client, err := rds.NewClient(opts.RDSConfig())
+		if err != nil {
+			return fail("invalid configuration: RDS client: %v", err)
+		}
+		defer client.Close()
+		d = csi.NewDriver(opts, client)
+		cs = csi.NewControllerServer(d)
 	}
-
-	client, err := rds.NewClient(opts.RDSConfig())
-	if err != nil {
-		return fail("invalid configuration: RDS client: %v", err)
+	var ns *csi.NodeServer
+	if opts.Mode != csi.ModeController {
+		connector, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix})
+		if err != nil {
+			return fail("invalid configuration: NVMe/TCP connector: %v", err)
+		}
+		ns = csi.NewNodeServer(d, connector, nil)
 	}
-	defer client.Close()
-	d := csi.NewDriver(opts, client)
-	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), csi.NewControllerServer(d), nil)
+	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), nodeService(ns))
 	lis, err := csi.Listen(opts.Endpoint)
 	if err != nil {
 		return fail("listening on %s: %v", opts.Endpoint, err)
 	}
 	logger := klog.FromContext(ctx)
-	if opts.Mode == csi.ModeAll {
-		logger.Info("the node service is not implemented yet; --mode=all serves identity and controller only")
-	}
 	logger.Info("serving", "version", csi.Version, "driver", opts.DriverName, "mode", opts.Mode,
-		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName)
+		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID)
 	if err := csi.Serve(ctx, srv, lis, opts.ShutdownGrace); err != nil {
 		logger.Error(err, "gRPC server failed")
 		return 1
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// controllerService and nodeService keep a nil server a nil interface, so
+// that NewGRPCServer leaves the service unregistered.
+func controllerService(cs *csi.ControllerServer) csispec.ControllerServer {
+	if cs == nil {
+		return nil
+	}
+	return cs
+}
+
+func nodeService(ns *csi.NodeServer) csispec.NodeServer {
+	if ns == nil {
+		return nil
+	}
+	return ns
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
@@ -30,7 +32,10 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"no RDS address", []string{"--mode=controller", "--endpoint=unix://" + dir + "/csi.sock"}, []string{"--rds-address is required"}},
 		{"bad mode and port", []string{"--mode=both", "--nvme-port=0", "--rds-address=10.0.0.1"}, []string{"--mode must be", "--nvme-port"}},
 		{"IPv6 RDS without a name", []string{"--mode=controller", "--rds-address=fd00::1"}, []string{"--rds-name is required"}},
-		{"node mode", []string{"--mode=node", "--node-id=n1"}, []string{"node service is not implemented yet"}},
+		{"node mode without node ID", []string{"--mode=node", "--rds-name=rds1"}, []string{"--node-id is required in node mode"}},
+		{"node mode without RDS name", []string{"--mode=node", "--node-id=n1"}, []string{"--rds-name (or --rds-address) is required in node mode"}},
+		{"node mode with a bad RDS name", []string{"--mode=node", "--node-id=n1", "--rds-name=rds 1"}, []string{"--rds-name \"rds 1\" must be a Kubernetes label value"}},
+		{"node mode with a bad NQN prefix", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nqn-prefix=mikrotik:"}, []string{"--nqn-prefix"}},
 		{"missing key file", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, []string{"RDS client", "nope"}},
 		{"stray argument", []string{"--mode=controller", "extra"}, []string{"unexpected arguments"}},
 	}
@@ -126,6 +131,59 @@ func TestServeAndGracefulStop(t *testing.T) {
 		t.Errorf("volume context %v, want the RDS address as NVMe address", vol.Volume.VolumeContext)
 	}
 	cancel() // what SIGTERM does
+	if code := <-exit; code != 0 {
+		t.Errorf("exit %d after graceful stop; stderr %s", code, stderr.String())
+	}
+}
+
+// TestServeNodeMode runs the binary as the node plugin: no RDS
+// credentials, the Identity and Node services on the socket, no
+// Controller service, and the node's topology names the RDS.
+func TestServeNodeMode(t *testing.T) {
+	dir := t.TempDir()
+	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(ctx, []string{"--mode=node", "--endpoint=" + endpoint, "--node-id=worker-1", "--rds-name=rds1",
+			"--max-volumes-per-node=20", "--rds-key-file=" + dir + "/absent"}, &stdout, &stderr)
+	}()
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ident := csi.NewIdentityClient(conn)
+	probe, err := ident.Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
+	if err != nil || !probe.GetReady().GetValue() {
+		t.Fatalf("Probe: %v %v", probe, err)
+	}
+	caps, err := ident.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range caps.Capabilities {
+		if c.GetService().GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE {
+			t.Error("node mode advertises the controller service")
+		}
+	}
+	info, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatalf("NodeGetInfo: %v", err)
+	}
+	if info.NodeId != "worker-1" || info.MaxVolumesPerNode != 20 || info.AccessibleTopology.GetSegments()["topology.rds.csi.srvlab.io/rds"] != "rds1" {
+		t.Errorf("NodeGetInfo: %v", info)
+	}
+	nodeCaps, err := csi.NewNodeClient(conn).NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	if err != nil || len(nodeCaps.Capabilities) == 0 {
+		t.Errorf("NodeGetCapabilities: %v %v", nodeCaps, err)
+	}
+	if _, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "x"}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("CreateVolume on a node plugin: %v, want Unimplemented", err)
+	}
+	cancel()
 	if code := <-exit; code != 0 {
 		t.Errorf("exit %d after graceful stop; stderr %s", code, stderr.String())
 	}

@@ -122,14 +122,18 @@ func (o *Options) Validate() error {
 		} else if o.VolumePath == "/"+o.RDSPool {
 			add("--rds-volume-path must be a directory inside the pool, not the pool itself")
 		}
-		switch {
-		case o.RDSName != "":
-			if !labelValuePattern.MatchString(o.RDSName) {
-				add("--rds-name %q must be a Kubernetes label value (1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)", o.RDSName)
-			}
-		case o.RDSAddress != "" && !labelValuePattern.MatchString(o.RDSAddress):
-			add("--rds-name is required: --rds-address %q is not a Kubernetes label value, so it cannot name the RDS in topology", o.RDSAddress)
+	}
+	// Controller and node must name the RDS alike: volumes' topology and
+	// the node's segment are matched by it.
+	switch {
+	case o.RDSName != "":
+		if !labelValuePattern.MatchString(o.RDSName) {
+			add("--rds-name %q must be a Kubernetes label value (1-63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)", o.RDSName)
 		}
+	case o.RDSAddress != "" && !labelValuePattern.MatchString(o.RDSAddress):
+		add("--rds-name is required: --rds-address %q is not a Kubernetes label value, so it cannot name the RDS in topology", o.RDSAddress)
+	case o.Mode == ModeNode && o.RDSAddress == "":
+		add("--rds-name (or --rds-address) is required in node mode: it names the RDS in the node's topology, as on the controller")
 	}
 	if o.ShutdownGrace < 0 {
 		add("--shutdown-grace must not be negative")
