@@ -25,6 +25,15 @@ test: lint unit fuzz
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
+# Host tools the node tests, benchmarks and demo run for real (mkfs.ext4,
+# mkfs.xfs, resize2fs, xfs_growfs, losetup, blkid); installs only what is
+# missing (apt, as root).
+.PHONY: deps
+deps:
+	./hack/install-deps.sh
+
+unit bench demo: deps
+
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \

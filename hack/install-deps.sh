@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the host tools the node tests, benchmarks and demo run for real:
+# mkfs.ext4/resize2fs (e2fsprogs), mkfs.xfs/xfs_growfs (xfsprogs), losetup,
+# blkid and mount (util-linux, mount). Idempotent: a machine that has them
+# all is left alone. Installing needs root and Debian's apt; without root
+# it only says what is missing (the root-only tests then skip and say why).
+set -euo pipefail
+
+# tool -> Debian package
+declare -A pkg=(
+  [mkfs.ext4]=e2fsprogs [resize2fs]=e2fsprogs
+  [mkfs.xfs]=xfsprogs [xfs_growfs]=xfsprogs
+  [losetup]=util-linux [blkid]=util-linux [findmnt]=util-linux
+  [mount]=mount
+)
+missing=()
+for tool in "${!pkg[@]}"; do
+  # sbin may be missing from a non-login PATH.
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1; then
+    missing+=("${pkg[$tool]}")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: missing ${missing[*]}; install them as root (the node tests skip without root)" >&2
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
