@@ -29,15 +29,16 @@ const DefaultVolumeSize = rds.GiB
 
 // ControllerServer implements the CSI Controller service on the RDS.
 //
-// ControllerPublishVolume and ControllerUnpublishVolume are not served
-// (PUBLISH_UNPUBLISH_VOLUME is not advertised) until the fencing work lands:
-// answering them without enforcing anything would pretend a safety the
-// driver does not yet have.
+// ControllerPublishVolume and ControllerUnpublishVolume are served, and
+// PUBLISH_UNPUBLISH_VOLUME advertised, only with a Publisher (the
+// attachment index and its claims, see ServePublish): answering them
+// without enforcing anything would pretend a safety the driver lacks.
 type ControllerServer struct {
 	csi.UnimplementedControllerServer
 	d        *Driver
 	inflight *InFlight
 	now      func() time.Time // snapshot creation times
+	pub      *Publisher
 }
 
 // NewControllerServer returns the Controller service of d.
@@ -57,8 +58,7 @@ func (s *ControllerServer) acquire(what, id, key string) (func(), error) {
 }
 
 func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	var caps []*csi.ControllerServiceCapability
-	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
+	rpcs := []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
@@ -71,7 +71,12 @@ func (s *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-	} {
+	}
+	if s.pub != nil {
+		rpcs = append(rpcs, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
+	}
+	var caps []*csi.ControllerServiceCapability
+	for _, t := range rpcs {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
@@ -338,14 +343,6 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	}
 	logger.Info("volume deleted", "diskExisted", existed)
 	return &csi.DeleteVolumeResponse{}, nil
-}
-
-func (s *ControllerServer) ControllerPublishVolume(context.Context, *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
-	return nil, statusf(codes.Unimplemented, "ControllerPublishVolume is not served yet (PUBLISH_UNPUBLISH_VOLUME is not advertised): attachment fencing is not implemented")
-}
-
-func (s *ControllerServer) ControllerUnpublishVolume(context.Context, *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
-	return nil, statusf(codes.Unimplemented, "ControllerUnpublishVolume is not served yet (PUBLISH_UNPUBLISH_VOLUME is not advertised): attachment fencing is not implemented")
 }
 
 func (s *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {

@@ -169,6 +169,13 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 		return allowOrRepeat(d, self, fmt.Sprintf("read-only volume %s may be published on any number of nodes", req.VolumeID))
 
 	case MultiNodeMultiWriter:
+		if len(live) >= 2 {
+			// Whether or not the requesting node already has a
+			// VolumeAttachment, committing it would make a third holder.
+			return refuse(d, live[len(live)-1].Node, fmt.Sprintf(
+				"volume %s is already held by %s and %s; a live migration allows two nodes at most",
+				req.VolumeID, live[0].Node, live[1].Node))
+		}
 		if self != nil {
 			if len(live) == 1 && self.Since.After(live[0].Since) && now.Sub(self.Since) > cfg.MigrationTimeout {
 				return refuse(d, live[0].Node, fmt.Sprintf(
@@ -177,19 +184,13 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 			}
 			return allowOrRepeat(d, self, "")
 		}
-		switch len(live) {
-		case 0:
+		if len(live) == 0 {
 			d.Reason = fmt.Sprintf("volume %s is free", req.VolumeID)
 			return d
-		case 1:
-			d.MigrationStart = true
-			d.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", req.VolumeID, live[0].Node, req.Node)
-			return d
-		default:
-			return refuse(d, live[len(live)-1].Node, fmt.Sprintf(
-				"volume %s is already held by %s and %s; a live migration allows two nodes at most",
-				req.VolumeID, live[0].Node, live[1].Node))
 		}
+		d.MigrationStart = true
+		d.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", req.VolumeID, live[0].Node, req.Node)
+		return d
 
 	default: // SingleNode
 		if len(live) > 0 {

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -38,6 +39,10 @@ const (
 	// kindFence: a node became stale; tell the Reactor. A separate key so
 	// that a failed reaction is retried with backoff on its own.
 	kindFence
+	// kindSynced marks the end of the initial list in the queue: when the
+	// single worker reaches it, every object listed at start-up is in the
+	// index.
+	kindSynced
 )
 
 // key is a workqueue item: handlers enqueue keys, the worker reads the
@@ -80,6 +85,10 @@ type Controller struct {
 	// reacted: the stale state each node was last reported in. Only the
 	// worker touches it.
 	reacted map[string]fencing.FenceReason
+	// indexed is set (and indexedCh closed) when the initial list is in
+	// the index.
+	indexed   atomic.Bool
+	indexedCh chan struct{}
 }
 
 // NewController wires informers on VolumeAttachments, PersistentVolumes and
@@ -98,15 +107,16 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(100), 1000)},
 	)
 	c := &Controller{
-		cfg:     cfg,
-		index:   index,
-		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
-		vas:     vaInf.Lister(),
-		pvs:     pvInf.Lister(),
-		nodes:   nodeInf.Lister(),
-		factory: factory,
-		clock:   cfg.Clock,
-		reacted: map[string]fencing.FenceReason{},
+		cfg:       cfg,
+		index:     index,
+		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
+		vas:       vaInf.Lister(),
+		pvs:       pvInf.Lister(),
+		nodes:     nodeInf.Lister(),
+		factory:   factory,
+		clock:     cfg.Clock,
+		reacted:   map[string]fencing.FenceReason{},
+		indexedCh: make(chan struct{}),
 	}
 	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf.Informer(): kindVA, pvInf.Informer(): kindPV, nodeInf.Informer(): kindNode} {
 		k := k
@@ -118,14 +128,17 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 				c.queue.Add(key{kind: k, name: m})
 			}
 		}
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    enqueue,
 			UpdateFunc: func(_, obj any) { enqueue(obj) },
 			DeleteFunc: enqueue,
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
-		c.synced = append(c.synced, inf.HasSynced)
+		// The registration has synced once this handler has been given
+		// every object of the initial list, i.e. every key is queued.
+		c.synced = append(c.synced, reg.HasSynced)
 	}
 	return c, nil
 }
@@ -148,25 +161,26 @@ func (c *Controller) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	logger.Info("attachment index synced", "stats", c.index.Stats())
+	logger.V(2).Info("informers synced; indexing what they listed", "queued", c.queue.Len())
+	c.queue.Add(key{kind: kindSynced})
 	// One worker: the index has one writer.
 	go wait.UntilWithContext(ctx, c.runWorker, time.Second)
 	<-ctx.Done()
 }
 
-// Synced reports whether every informer has synced: the index is complete.
-func (c *Controller) Synced() bool {
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
+// Synced reports whether the index is complete: every informer has
+// synced and the worker has processed everything they listed at start-up.
+// Until then publish decisions must not be made.
+func (c *Controller) Synced() bool { return c.indexed.Load() }
 
-// WaitForSync blocks until Synced or ctx is done.
+// WaitForSync blocks until Synced or ctx is done, and reports Synced.
 func (c *Controller) WaitForSync(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), c.synced...)
+	select {
+	case <-c.indexedCh:
+		return true
+	case <-ctx.Done():
+		return c.Synced()
+	}
 }
 
 // Queue is exposed for tests and benchmarks that drain it deterministically.
@@ -202,6 +216,11 @@ func (c *Controller) sync(ctx context.Context, k key) error {
 		return c.syncNode(k.name)
 	case kindFence:
 		return c.syncFence(ctx, k.name)
+	case kindSynced:
+		if c.indexed.CompareAndSwap(false, true) {
+			close(c.indexedCh)
+			klog.FromContext(ctx).Info("attachment index synced", "stats", c.index.Stats())
+		}
 	}
 	return nil
 }

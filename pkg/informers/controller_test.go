@@ -307,6 +307,12 @@ func TestRunSyncsAndReportsReady(t *testing.T) {
 	if !c.WaitForSync(ctx) || !c.Synced() {
 		t.Fatal("never synced")
 	}
+	// Ready means indexed: what the API held at start-up is in the index
+	// the moment Synced is true, with no extra wait.
+	v := index.Volume("vol-1")
+	if v == nil || len(v.Attachments) != 1 || !index.Node("node-a").Exists {
+		t.Fatalf("synced, but the index lacks the start-up objects: %+v", v)
+	}
 	cancel()
 	<-done
 }

@@ -1,0 +1,378 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// publishNow is the publisher's clock in these tests; VolumeAttachment
+// timestamps are set relative to it.
+var publishNow = testClock.Add(time.Hour)
+
+// newVolume creates a volume on the env's RDS and its PV in the API, and
+// waits until the index knows it. It returns the volume ID.
+func (e *publishEnv) newVolume(client *fake.Clientset, name string, mode corev1.PersistentVolumeAccessMode, block bool) string {
+	e.t.Helper()
+	c := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	if block {
+		c = blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	}
+	resp, err := e.cs.CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{c}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	id := resp.Volume.VolumeId
+	if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), testPV(name, id, mode, block), metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, "the index to know "+id, func() bool { return e.index.Volume(id) != nil })
+	return id
+}
+
+func (e *publishEnv) publish(id, node string, c *csi.VolumeCapability) (*csi.ControllerPublishVolumeResponse, error) {
+	return e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: c})
+}
+
+func (e *publishEnv) unpublish(id, node string) error {
+	_, err := e.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
+	return err
+}
+
+// waitClaims waits until the index shows exactly these claims on id.
+func (e *publishEnv) waitClaims(id string, nodes ...string) {
+	e.t.Helper()
+	waitFor(e.t, fmt.Sprintf("claims %v on %s in the index", nodes, id), func() bool {
+		v := e.index.Volume(id)
+		if v == nil || len(v.Claims) != len(nodes) {
+			return false
+		}
+		for _, n := range nodes {
+			if _, ok := v.Claims[n]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// drainEvents returns the events recorded so far.
+func (e *publishEnv) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.events.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+func hasEvent(events []string, substrings ...string) bool {
+	for _, ev := range events {
+		all := true
+		for _, s := range substrings {
+			all = all && strings.Contains(ev, s)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func newFixedPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config) *publishEnv {
+	e := newPublishEnv(t, client, rdsFake, policy)
+	e.cs.pub.Clock = clocktesting.NewFakePassiveClock(publishNow)
+	return e
+}
+
+// TestPublishRules walks the publish policy through the real informers,
+// index, claims and ControllerServer, asserting on what the API server
+// holds and on the events an operator would see.
+func TestPublishRules(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"), testNode("node-c"))
+	e := newFixedPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	ctx := context.Background()
+
+	id := e.newVolume(client, "pvc-0a1b2c3d-0000-4000-8000-000000000001", corev1.ReadWriteOnce, false)
+	pv := "pvc-0a1b2c3d-0000-4000-8000-000000000001"
+
+	// First publish: success, the claim is committed before the answer.
+	resp, err := e.publish(id, "node-a", rwo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.PublishContext[PublishContextNQN]; got != testNQNPrefix+id {
+		t.Fatalf("publish_context nqn %q", got)
+	}
+	if c := claimsOf(t, client, pv); len(c) != 1 || c["node-a"].IsZero() {
+		t.Fatalf("claims after publish: %v", c)
+	}
+	if _, err := client.StorageV1().VolumeAttachments().Create(ctx, testVA(pv, "node-a", publishNow.Add(-time.Minute)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+	waitFor(t, "the VolumeAttachment in the index", func() bool { return len(e.index.Volume(id).Attachments) == 1 })
+
+	// Same node again: success, same publish_context.
+	again, err := e.publish(id, "node-a", rwo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(again.PublishContext) != fmt.Sprint(resp.PublishContext) {
+		t.Fatalf("publish_context changed: %v vs %v", again.PublishContext, resp.PublishContext)
+	}
+
+	// Another healthy node: FAILED_PRECONDITION naming the holder, and a
+	// Warning event on the PV and the PVC.
+	e.drainEvents()
+	_, err = e.publish(id, "node-b", rwo)
+	if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "node-a") {
+		t.Fatalf("publish to node-b while node-a holds it: %v", err)
+	}
+	if ev := e.drainEvents(); !hasEvent(ev, "Warning", fencing.ReasonAttachConflict, "node-a") || len(ev) != 2 {
+		t.Fatalf("conflict events (want one on the PV, one on the PVC): %v", ev)
+	}
+
+	// A late unpublish from a node that is not the holder changes nothing.
+	if err := e.unpublish(id, "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if c := claimsOf(t, client, pv); len(c) != 1 || c["node-a"].IsZero() {
+		t.Fatalf("a non-holder's unpublish disturbed the holder: %v", c)
+	}
+
+	// The holder's node is deleted: the Fencer releases its claim at once
+	// (event-driven), and a publish to node-b fences the stale attachment.
+	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id)
+	if _, err := e.publish(id, "node-b", rwo); err != nil {
+		t.Fatalf("publish after the holder's node was deleted: %v", err)
+	}
+	if c := claimsOf(t, client, pv); len(c) != 1 || c["node-b"].IsZero() {
+		t.Fatalf("claims after fenced handoff: %v", c)
+	}
+	if ev := e.drainEvents(); !hasEvent(ev, fencing.ReasonFenced, "node-a", "deleted") || !hasEvent(ev, fencing.ReasonAttached, "node-b") {
+		t.Fatalf("fence events: %v", ev)
+	}
+
+	// Out of service: node-b is tainted; node-c gets the volume.
+	e.waitClaims(id, "node-b")
+	nb, _ := client.CoreV1().Nodes().Get(ctx, "node-b", metav1.GetOptions{})
+	nb.Spec.Taints = append(nb.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Effect: corev1.TaintEffectNoExecute})
+	if _, err := client.CoreV1().Nodes().Update(ctx, nb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node-b out of service in the index", func() bool { return e.index.Node("node-b").OutOfService })
+	e.waitClaims(id) // the Fencer released node-b's claim
+	if _, err := e.publish(id, "node-c", rwo); err != nil {
+		t.Fatalf("publish after the holder was tainted out-of-service: %v", err)
+	}
+	if c := claimsOf(t, client, pv); len(c) != 1 || c["node-c"].IsZero() {
+		t.Fatalf("claims after out-of-service handoff: %v", c)
+	}
+
+	// Unpublish by the holder releases the claim; detaching twice is fine.
+	for i := 0; i < 2; i++ {
+		if err := e.unpublish(id, "node-c"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := claimsOf(t, client, pv); len(c) != 0 {
+		t.Fatalf("claims after unpublish: %v", c)
+	}
+}
+
+// TestPublishGracePeriodHandoff: a holder whose VolumeAttachment is being
+// deleted less than the grace period ago does not block the next node (a
+// VM restarting elsewhere); one detaching longer ago still does.
+func TestPublishGracePeriodHandoff(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFixedPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		pv       string
+		detached time.Duration // ago
+		want     codes.Code
+	}{
+		{"pvc-0a1b2c3d-0000-4000-8000-000000000011", 10 * time.Second, codes.OK},
+		{"pvc-0a1b2c3d-0000-4000-8000-000000000012", 2 * time.Minute, codes.FailedPrecondition},
+	} {
+		id := e.newVolume(client, tc.pv, corev1.ReadWriteOnce, false)
+		va := testVA(tc.pv, "node-a", publishNow.Add(-time.Hour))
+		del := metav1.NewTime(publishNow.Add(-tc.detached))
+		va.DeletionTimestamp = &del
+		va.Finalizers = []string{"external-attacher/rds-csi-srvlab-io"}
+		if _, err := client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the detaching VolumeAttachment in the index", func() bool { return len(e.index.Volume(id).Attachments) == 1 })
+		e.drainEvents()
+		_, err := e.publish(id, "node-b", rwo)
+		if code(err) != tc.want {
+			t.Fatalf("%s detached %s ago: %v, want %v", tc.pv, tc.detached, err, tc.want)
+		}
+		if tc.want == codes.OK && !hasEvent(e.drainEvents(), fencing.ReasonHandoff, "node-a", "node-b") {
+			t.Fatal("no handoff event")
+		}
+	}
+}
+
+// TestPublishLiveMigration: a raw-block ReadWriteMany volume may be on two
+// nodes (KubeVirt live migration), never three, and not past the
+// migration timeout, which is measured from the VolumeAttachments'
+// creation times and so holds across a controller restart.
+func TestPublishLiveMigration(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"), testNode("node-c"))
+	e := newFixedPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	ctx := context.Background()
+	pv := "pvc-0a1b2c3d-0000-4000-8000-000000000021"
+	id := e.newVolume(client, pv, corev1.ReadWriteMany, true)
+
+	if _, err := e.publish(id, "node-a", rwx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+	e.drainEvents()
+	if _, err := e.publish(id, "node-b", rwx); err != nil {
+		t.Fatalf("second node of a live migration: %v", err)
+	}
+	if !hasEvent(e.drainEvents(), fencing.ReasonMigrationStarted, "node-a", "node-b") {
+		t.Fatal("no migration event")
+	}
+	e.waitClaims(id, "node-a", "node-b")
+	if _, err := e.publish(id, "node-c", rwx); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "two nodes") {
+		t.Fatalf("third node: %v", err)
+	}
+	// Filesystem volumes are never multi-writer.
+	if _, err := e.publish(id, "node-c", mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "ext4")); code(err) != codes.InvalidArgument {
+		t.Fatalf("filesystem multi-writer publish: %v", err)
+	}
+
+	// The migration ends: node-a detaches, the finish is reported.
+	if err := e.unpublish(id, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if !hasEvent(e.drainEvents(), fencing.ReasonMigrationFinished) {
+		t.Fatal("no migration-finished event")
+	}
+
+	// A migration that started 6 minutes ago (VA timestamps), seen by a
+	// freshly started controller: the target may not stay on past the
+	// 5-minute timeout.
+	pv2 := "pvc-0a1b2c3d-0000-4000-8000-000000000022"
+	id2 := e.newVolume(client, pv2, corev1.ReadWriteMany, true)
+	for node, age := range map[string]time.Duration{"node-a": time.Hour, "node-b": 6 * time.Minute} {
+		if _, err := client.StorageV1().VolumeAttachments().Create(ctx, testVA(pv2, node, publishNow.Add(-age)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.close()
+	restarted := newFixedPublishEnv(t, client, e.rds, fencing.DefaultConfig())
+	waitFor(t, "both attachments in the new index", func() bool {
+		v := restarted.index.Volume(id2)
+		return v != nil && len(v.Attachments) == 2
+	})
+	if _, err := restarted.publish(id2, "node-b", rwx); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "migration timeout") {
+		t.Fatalf("publish past the migration timeout after a restart: %v", err)
+	}
+}
+
+// TestPublishRequestErrors: bad requests get the right codes and change
+// nothing.
+func TestPublishRequestErrors(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFixedPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	pv := "pvc-0a1b2c3d-0000-4000-8000-000000000031"
+	id := e.newVolume(client, pv, corev1.ReadWriteOnce, false)
+
+	for _, tc := range []struct {
+		name string
+		req  *csi.ControllerPublishVolumeRequest
+		want codes.Code
+	}{
+		{"no volume", &csi.ControllerPublishVolumeRequest{NodeId: "node-a", VolumeCapability: rwo}, codes.InvalidArgument},
+		{"no node", &csi.ControllerPublishVolumeRequest{VolumeId: id, VolumeCapability: rwo}, codes.InvalidArgument},
+		{"no capability", &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-a"}, codes.InvalidArgument},
+		{"unsupported filesystem", &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-a",
+			VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ntfs")}, codes.InvalidArgument},
+		{"unknown volume", &csi.ControllerPublishVolumeRequest{VolumeId: "pvc-0a1b2c3d-0000-4000-8000-0000000000ff", NodeId: "node-a", VolumeCapability: rwo}, codes.NotFound},
+		{"malformed volume ID", &csi.ControllerPublishVolumeRequest{VolumeId: "x;rm", NodeId: "node-a", VolumeCapability: rwo}, codes.NotFound},
+		{"unknown node", &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-zz", VolumeCapability: rwo}, codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := e.cs.ControllerPublishVolume(context.Background(), tc.req); code(err) != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := e.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{NodeId: "node-a"}); code(err) != codes.InvalidArgument {
+		t.Fatalf("unpublish without volume: %v", err)
+	}
+
+	// A second operation on the same volume while one is in flight.
+	release, ok := e.index.Reserve(id)
+	if !ok {
+		t.Fatal("reserve")
+	}
+	if _, err := e.publish(id, "node-a", rwo); code(err) != codes.Aborted {
+		t.Fatalf("concurrent publish: %v", err)
+	}
+	if err := e.unpublish(id, "node-a"); code(err) != codes.Aborted {
+		t.Fatalf("concurrent unpublish: %v", err)
+	}
+	release()
+
+	// An index that has not synced answers UNAVAILABLE.
+	e.cs.pub.Synced = func() bool { return false }
+	if _, err := e.publish(id, "node-a", rwo); code(err) != codes.Unavailable {
+		t.Fatalf("publish before sync: %v", err)
+	}
+	if c := claimsOf(t, client, pv); len(c) != 0 {
+		t.Fatalf("a refused request left claims: %v", c)
+	}
+}
+
+// TestPublishNotAdvertisedWithoutIndex: without the index the capability
+// is not advertised and the RPCs do not pretend.
+func TestPublishNotAdvertisedWithoutIndex(t *testing.T) {
+	s, _ := newTestController(t)
+	caps, _ := s.ControllerGetCapabilities(context.Background(), nil)
+	for _, c := range caps.Capabilities {
+		if c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME {
+			t.Fatal("PUBLISH_UNPUBLISH_VOLUME advertised without the attachment index")
+		}
+	}
+	if _, err := s.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{}); code(err) != codes.Unimplemented {
+		t.Fatalf("publish without index: %v", err)
+	}
+	client := newFakeAPI()
+	e := newPublishEnv(t, client, nil, fencing.DefaultConfig())
+	caps, _ = e.cs.ControllerGetCapabilities(context.Background(), nil)
+	found := false
+	for _, c := range caps.Capabilities {
+		found = found || c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+	}
+	if !found {
+		t.Fatal("PUBLISH_UNPUBLISH_VOLUME not advertised with the index")
+	}
+}
