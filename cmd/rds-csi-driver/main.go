@@ -15,9 +15,11 @@ import (
 	"syscall"
 
 	csispec "github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -39,6 +41,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	klog.InitFlags(fs)
 	var opts csi.Options
 	opts.AddFlags(fs)
+	var copts controllerOptions
+	copts.addFlags(fs)
+	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -60,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := opts.Validate(); err != nil {
 		return fail("%v", err)
 	}
+	if err := copts.validate(); err != nil {
+		return fail("%v", err)
+	}
 	// The controller talks to the RDS over SSH; the node only connects
 	// volumes over NVMe/TCP and needs no RDS credentials.
 	var cs *csi.ControllerServer
@@ -67,13 +75,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if opts.Mode == csi.ModeNode {
 		d = csi.NewDriver(opts, nil)
 	} else {
-		client, err := rds.NewClient(opts.RDSConfig())
+		var kube kubernetes.Interface
+		if *publish {
+			restCfg, err := copts.restConfig()
+			if err != nil {
+				return fail("invalid configuration: the controller needs the Kubernetes API for its attachment index (run it in a pod, or pass --kubeconfig): %v", err)
+			}
+			if kube, err = kubernetes.NewForConfig(restCfg); err != nil {
+				return fail("invalid configuration: Kubernetes client: %v", err)
+			}
+		}
+		m := metrics.New()
+		rdsCfg := opts.RDSConfig()
+		rdsCfg.Observer = rdsObserver(m)
+		client, err := rds.NewClient(rdsCfg)
 		if err != nil {
 			return fail("invalid configuration: RDS client: %v", err)
 		}
 		defer client.Close()
 		d = csi.NewDriver(opts, client)
 		cs = csi.NewControllerServer(d)
+		if kube != nil {
+			probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }
+			proc, err := newControllerProcess(copts, opts, kube, m, d, cs, probe)
+			if err != nil {
+				return fail("invalid configuration: %v", err)
+			}
+			procCtx, stopProc := context.WithCancel(ctx)
+			procDone := make(chan struct{})
+			go func() { proc.run(procCtx); close(procDone) }()
+			defer func() { stopProc(); <-procDone }()
+		}
 	}
 	var ns *csi.NodeServer
 	if opts.Mode != csi.ModeController {

@@ -36,8 +36,10 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"node mode without RDS name", []string{"--mode=node", "--node-id=n1"}, []string{"--rds-name (or --rds-address) is required in node mode"}},
 		{"node mode with a bad RDS name", []string{"--mode=node", "--node-id=n1", "--rds-name=rds 1"}, []string{"--rds-name \"rds 1\" must be a Kubernetes label value"}},
 		{"node mode with a bad NQN prefix", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nqn-prefix=mikrotik:"}, []string{"--nqn-prefix"}},
-		{"missing key file", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, []string{"RDS client", "nope"}},
+		{"missing key file", []string{"--mode=controller", "--publish=false", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, []string{"RDS client", "nope"}},
 		{"stray argument", []string{"--mode=controller", "extra"}, []string{"unexpected arguments"}},
+		{"leader election timings", []string{"--mode=controller", "--rds-address=10.0.0.1", "--leader-election", "--leader-election-lease-duration=5s", "--leader-election-renew-deadline=10s"}, []string{"lease-duration > renew-deadline"}},
+		{"no Kubernetes API", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/key", "--rds-known-hosts-file=" + dir + "/kh", "--kubeconfig=" + dir + "/nope"}, []string{"needs the Kubernetes API"}},
 	}
 	for _, tc := range tests {
 		var stdout, stderr bytes.Buffer
@@ -104,7 +106,7 @@ func TestServeAndGracefulStop(t *testing.T) {
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"--mode=controller", "--endpoint=" + endpoint, "--rds-address=" + host, "--rds-port=" + port,
-			"--rds-key-file=" + keyFile, "--rds-known-hosts-file=" + knownHosts, "--shutdown-grace=5s"}, &stdout, &stderr)
+			"--rds-key-file=" + keyFile, "--rds-known-hosts-file=" + knownHosts, "--shutdown-grace=5s", "--publish=false"}, &stdout, &stderr)
 	}()
 
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -168,6 +168,18 @@ func (c *Controller) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
+// RefenceStale queues a fence reaction for every stale node that still
+// holds volumes. A new leader calls it: reactions a follower skipped (its
+// Reactor acts only as leader) are not lost across a failover.
+func (c *Controller) RefenceStale() {
+	now := c.clock.Now()
+	for _, n := range c.index.HolderNodes() {
+		if _, stale := fencing.Stale(c.index.Node(n), now, c.cfg.Policy); stale {
+			c.queue.Add(key{kind: kindFence, name: n})
+		}
+	}
+}
+
 // Synced reports whether the index is complete: every informer has
 // synced and the worker has processed everything they listed at start-up.
 // Until then publish decisions must not be made.

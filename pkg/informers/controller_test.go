@@ -316,3 +316,25 @@ func TestRunSyncsAndReportsReady(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestRefenceStaleAfterFailover: a replica that was not leader when a node
+// failed has marked the failure as seen; on becoming leader it queues the
+// reaction again, so the claim is released after all.
+func TestRefenceStaleAfterFailover(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	h.put(node("node-b", true, t0))
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-gone":"2026-11-22T12:00:00Z"}`))
+	h.put(pv("pv-2", "vol-2", corev1.ReadWriteOnce, `{"node-b":"2026-11-22T12:00:00Z"}`))
+	if len(h.react.stale) != 0 {
+		t.Fatalf("reacted without a node event: %+v", h.react.stale)
+	}
+	h.c.RefenceStale()
+	for h.c.queueLen() > 0 {
+		k, _ := h.c.queue.Get()
+		h.c.queue.Done(k)
+		h.sync(k)
+	}
+	if len(h.react.stale) != 1 || h.react.stale[0].Node != "node-gone" || h.react.stale[0].Volumes[0].Handle != "vol-1" {
+		t.Fatalf("reactions after RefenceStale: %+v", h.react.stale)
+	}
+}

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/health"
+	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/metrics"
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// controllerOptions are the controller process's settings beyond the CSI
+// driver's: the Kubernetes API, leader election, the HTTP endpoint and the
+// publish policy.
+type controllerOptions struct {
+	Kubeconfig   string
+	HTTPEndpoint string
+
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+
+	GracePeriod       time.Duration
+	NotReadyThreshold time.Duration
+	MigrationTimeout  time.Duration
+}
+
+func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
+	def := fencing.DefaultConfig()
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API (default: in-cluster configuration)")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address of the /healthz, /readyz and /metrics endpoint, e.g. :8080 (empty: none)")
+	fs.BoolVar(&o.LeaderElection, "leader-election", false, "elect one controller replica to run background actions (node-failure fencing); every replica serves publishes")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a leader's Lease is valid without renewal")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "how often candidates try to acquire or renew the Lease")
+	fs.DurationVar(&o.GracePeriod, "attach-grace-period", def.GracePeriod, "a volume detaching from a node for less than this may be attached to another (VM restart handoff)")
+	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing)")
+	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
+}
+
+func (o *controllerOptions) validate() error {
+	var problems []string
+	if o.LeaderElection && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
+		problems = append(problems, fmt.Sprintf("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+	}
+	if o.GracePeriod < 0 || o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 {
+		problems = append(problems, "--attach-grace-period and --not-ready-threshold must not be negative, --migration-timeout must be positive")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (o *controllerOptions) policy() fencing.Config {
+	return fencing.Config{GracePeriod: o.GracePeriod, NotReadyThreshold: o.NotReadyThreshold, MigrationTimeout: o.MigrationTimeout}
+}
+
+func (o *controllerOptions) restConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "rds-csi-controller/" + csi.Version
+	// Informers do the reading; writes are claims, events and the Lease.
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// rdsObserver feeds the RDS client's command records to the metrics.
+func rdsObserver(m *metrics.Metrics) func(rds.CommandRecord) {
+	return func(r rds.CommandRecord) {
+		m.ObserveRDSCommand(r.Command, r.Duration, r.Err)
+		m.SetRDSConnected(r.Err == nil || !errors.Is(r.Err, rds.ErrTransient))
+	}
+}
+
+// controllerProcess is everything the controller runs besides the gRPC
+// server: the informers' index, the Fencer, leader election, the HTTP
+// endpoint.
+type controllerProcess struct {
+	opts    controllerOptions
+	driver  csi.Options
+	client  kubernetes.Interface
+	index   *informers.AttachmentIndex
+	ctrl    *informers.Controller
+	metrics *metrics.Metrics
+	health  *health.Server
+	leader  atomic.Bool
+	events  record.EventBroadcaster
+	rec     record.EventRecorder
+}
+
+// newControllerProcess wires the index, claims, Fencer and reporter, and
+// enables publish on cs. Nothing runs until run.
+func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, m *metrics.Metrics, d *csi.Driver, cs *csi.ControllerServer, rdsProbe func(context.Context) error) (*controllerProcess, error) {
+	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex()}
+	p.events = record.NewBroadcaster()
+	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
+	reporter := fencing.NewReporter(p.rec, m)
+	claims := informers.NewClaims(client)
+	fencer := fencing.NewFencer(claims, reporter, p.isLeader)
+	ctrl, err := informers.NewController(client, p.index, informers.Config{
+		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.ctrl = ctrl
+	cs.ServePublish(&csi.Publisher{Index: p.index, Claims: claims, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter})
+	informersSynced := func(context.Context) error {
+		if !ctrl.Synced() {
+			return errors.New("the attachment index has not synced with the API server yet")
+		}
+		return nil
+	}
+	d.AddReadinessCheck(informersSynced)
+	p.health, err = health.New(health.Check{Name: "informers-synced", Func: informersSynced}, health.Check{Name: "rds", Func: rdsProbe})
+	if err != nil {
+		return nil, err
+	}
+	p.health.Handle("/metrics", m.Handler())
+	return p, nil
+}
+
+func (p *controllerProcess) isLeader() bool { return p.leader.Load() }
+
+func (p *controllerProcess) setLeader(v bool) {
+	p.leader.Store(v)
+	p.metrics.SetLeader(v)
+}
+
+// run runs until ctx is done. Failures of a part are logged, never fatal
+// for the gRPC server: a replica without leadership still serves publishes.
+func (p *controllerProcess) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	p.events.StartStructuredLogging(4)
+	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
+	defer p.events.Shutdown()
+
+	var wg sync.WaitGroup
+	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	start(func() { p.ctrl.Run(ctx) })
+	start(func() { p.reportIndexSize(ctx) })
+	if p.opts.HTTPEndpoint != "" {
+		start(func() {
+			if err := p.health.ListenAndServe(ctx, p.opts.HTTPEndpoint); err != nil {
+				logger.Error(err, "HTTP endpoint failed", "address", p.opts.HTTPEndpoint)
+			}
+		})
+	}
+	if p.opts.LeaderElection {
+		start(func() { p.elect(ctx) })
+	} else {
+		p.setLeader(true)
+	}
+	wg.Wait()
+}
+
+func (p *controllerProcess) reportIndexSize(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		s := p.index.Stats()
+		p.metrics.SetIndexSize(s.Volumes, s.Attachments, s.Nodes)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// leaseName is the Lease of the driver's controller election, a DNS label
+// derived from the driver name.
+func leaseName(driver string) string {
+	return strings.NewReplacer(".", "-", "/", "-").Replace(driver) + "-controller"
+}
+
+func (p *controllerProcess) namespace() string {
+	if p.opts.LeaderElectionNamespace != "" {
+		return p.opts.LeaderElectionNamespace
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return metav1.NamespaceDefault
+}
+
+// elect campaigns for the Lease until ctx is done. Losing it stops the
+// background work at once (the Fencer checks leadership before every
+// write) and the replica campaigns again; the process does not exit.
+func (p *controllerProcess) elect(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s_%d", host, os.Getpid())
+	if p.driver.NodeID != "" {
+		id = p.driver.NodeID + "_" + id
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: p.namespace(), Name: leaseName(p.driver.DriverName)},
+		Client:     p.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id, EventRecorder: p.rec},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   p.opts.LeaseDuration,
+			RenewDeadline:   p.opts.RenewDeadline,
+			RetryPeriod:     p.opts.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            lock.LeaseMeta.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) {
+					p.setLeader(true)
+					logger.Info("became the leader: running node-failure fencing", "identity", id)
+					// Failures that happened while another replica led (or
+					// none did) are fenced now.
+					p.ctrl.RefenceStale()
+				},
+				OnStoppedLeading: func() {
+					p.setLeader(false)
+					logger.Info("lost the leadership: background actions stopped, still serving publishes", "identity", id)
+				},
+			},
+		})
+		if err != nil {
+			logger.Error(err, "leader election misconfigured")
+			return
+		}
+		le.Run(ctx)
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/metrics"
+)
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// counter sums a counter family's samples in a process's registry.
+func counter(t *testing.T, m *metrics.Metrics, family string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != family {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			sum += sampleValue(s)
+		}
+	}
+	return sum
+}
+
+func sampleValue(s *dto.Metric) float64 {
+	if s.Counter != nil {
+		return s.Counter.GetValue()
+	}
+	return s.Gauge.GetValue()
+}
+
+type replica struct {
+	proc *controllerProcess
+	m    *metrics.Metrics
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
+	t.Helper()
+	opts := controllerOptions{
+		LeaderElection: true, LeaderElectionNamespace: "rds-csi",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
+		GracePeriod: 30 * time.Second, MigrationTimeout: 5 * time.Minute,
+	}
+	if err := opts.validate(); err != nil {
+		t.Fatal(err)
+	}
+	dopts := csi.Options{DriverName: csi.DefaultDriverName, NodeID: name}
+	d := csi.NewDriver(dopts, nil)
+	m := metrics.New()
+	proc, err := newControllerProcess(opts, dopts, client, m, d, csi.NewControllerServer(d), func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{proc: proc, m: m, stop: cancel, done: make(chan struct{})}
+	go func() { proc.run(ctx); close(r.done) }()
+	t.Cleanup(r.kill)
+	return r
+}
+
+func (r *replica) kill() {
+	r.stop()
+	<-r.done
+}
+
+// TestLeaderElectionRunsFencingOnce: two replicas keep warm indexes; only
+// the leader fences a failed node's attachment; when the leader goes, the
+// other takes over and serves at once, without restarting anything.
+func TestLeaderElectionRunsFencingOnce(t *testing.T) {
+	pvName := "pv-1"
+	client := fake.NewClientset(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
+		&corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{informers.ClaimsAnnotation: `{"node-a":"2026-11-23T08:00:00Z"}`}},
+			Spec: corev1.PersistentVolumeSpec{
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: csi.DefaultDriverName, VolumeHandle: "vol-1"}},
+			},
+		},
+		&storagev1.VolumeAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: "va-1"},
+			Spec: storagev1.VolumeAttachmentSpec{Attacher: csi.DefaultDriverName, NodeName: "node-a",
+				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+		},
+	)
+	r1 := startReplica(t, client, "replica-1")
+	r2 := startReplica(t, client, "replica-2")
+	replicas := []*replica{r1, r2}
+
+	// Readiness: /readyz answers 200 only once the index is synced, and
+	// /metrics serves the families.
+	srv := httptest.NewServer(r1.proc.health.Handler())
+	defer srv.Close()
+	waitUntil(t, "/readyz to pass", func() bool {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	var leader, follower *replica
+	waitUntil(t, "one leader", func() bool {
+		if r1.proc.isLeader() != r2.proc.isLeader() {
+			leader, follower = r1, r2
+			if r2.proc.isLeader() {
+				leader, follower = r2, r1
+			}
+			return true
+		}
+		return false
+	})
+	if counter(t, leader.m, "rds_csi_leader") != 1 || counter(t, follower.m, "rds_csi_leader") != 0 {
+		t.Fatal("leader gauge does not match the election")
+	}
+	for _, r := range replicas {
+		waitUntil(t, "warm indexes", func() bool { return r.proc.ctrl.Synced() && r.proc.index.Volume("vol-1") != nil })
+	}
+
+	// node-a dies: both indexes see it; the leader alone fences.
+	if err := client.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the claim to be released", func() bool {
+		pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), pvName, metav1.GetOptions{})
+		return err == nil && pv.Annotations[informers.ClaimsAnnotation] == ""
+	})
+	for _, r := range replicas {
+		waitUntil(t, "both indexes to drop node-a", func() bool { return !r.proc.index.Node("node-a").Exists })
+	}
+	if got := counter(t, leader.m, "rds_csi_fences_total"); got != 1 {
+		t.Fatalf("leader fenced %v times, want 1", got)
+	}
+	if got := counter(t, follower.m, "rds_csi_fences_total"); got != 0 {
+		t.Fatalf("follower fenced %v times, want 0", got)
+	}
+
+	// The leader goes away (its lease is released on the way out); the
+	// follower takes over.
+	start := time.Now()
+	leader.kill()
+	waitUntil(t, "the follower to take over", follower.proc.isLeader)
+	t.Logf("takeover after the leader stopped: %s (lease duration %s)", time.Since(start).Round(time.Millisecond), follower.proc.opts.LeaseDuration)
+	lease, err := client.CoordinationV1().Leases("rds-csi").Get(context.Background(), leaseName(csi.DefaultDriverName), metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || !strings.HasPrefix(*lease.Spec.HolderIdentity, follower.proc.driver.NodeID) {
+		t.Fatalf("lease after takeover: %+v %v", lease, err)
+	}
+
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", resp.Status)
+	}
+}
