@@ -60,14 +60,32 @@ func label(v string) string {
 	return Other
 }
 
-// commandLabel turns a RouterOS command path ("/disk add", "/system
-// resource print") into a label value ("disk_add"). A command with
-// arguments does not match and becomes "other": arguments carry volume IDs.
+// commandLabel turns a RouterOS command into a label value: its menu path
+// and verb, without arguments ("/disk add type=file file-path=..." and
+// "disk add" both give "disk_add"; "/disk print detail where slot=x" gives
+// "disk_print"). Arguments carry volume IDs and would make a series per
+// volume.
 func commandLabel(command string) string {
-	c := strings.TrimPrefix(strings.TrimSpace(command), "/")
-	c = strings.NewReplacer(" ", "_", "/", "_").Replace(strings.ToLower(c))
-	return label(c)
+	var path []string
+	for _, tok := range strings.Fields(strings.TrimPrefix(strings.TrimSpace(command), "/")) {
+		tok = strings.ToLower(tok)
+		if len(path) == maxCommandWords || commandModifiers[tok] || !commandWord.MatchString(tok) {
+			break
+		}
+		path = append(path, tok)
+	}
+	return label(strings.Join(path, "_"))
 }
+
+// A RouterOS menu path and verb: at most three words ("system resource
+// print"); print's modifiers and anything with "=", "[" or quotes ends it.
+var (
+	commandWord      = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+	commandModifiers = map[string]bool{"detail": true, "where": true, "terse": true, "without-paging": true,
+		"value-list": true, "as-value": true, "count-only": true, "brief": true, "stats": true}
+)
+
+const maxCommandWords = 3
 
 // Buckets, in seconds. A publish decision is in-memory plus at most one
 // conditional update to the API server; RDS commands include copying a
@@ -229,9 +247,9 @@ func (m *Metrics) MigrationFinished() { m.migrationsEnded.WithLabelValues(Migrat
 // MigrationTimedOut counts a live migration ended by its timeout.
 func (m *Metrics) MigrationTimedOut() { m.migrationsEnded.WithLabelValues(MigrationTimedOut).Inc() }
 
-// ObserveRDSCommand records one RouterOS command: command is its path
-// ("/disk add", "disk add" or "disk_add", never with arguments), err its
-// outcome (a context deadline counts as a timeout).
+// ObserveRDSCommand records one RouterOS command: command is the command
+// as sent (its arguments are dropped, see commandLabel) or its path
+// ("disk add"), err its outcome (a context deadline counts as a timeout).
 func (m *Metrics) ObserveRDSCommand(command string, d time.Duration, err error) {
 	result := RDSResultSuccess
 	switch {

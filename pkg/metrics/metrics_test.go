@@ -110,7 +110,9 @@ func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 		{series{"rds_csi_migrations_started_total", map[string]string{}}, 0, false, m.MigrationStarted, 1},
 		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "completed"}}, 0, false, m.MigrationFinished, 1},
 		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "timed_out"}}, 0, false, m.MigrationTimedOut, 1},
-		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_add", "result": "success"}}, 0, true, func() { m.ObserveRDSCommand("/disk add", 40*time.Millisecond, nil) }, 1},
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_add", "result": "success"}}, 0, true, func() {
+			m.ObserveRDSCommand("/disk add type=file file-path=/storage-pool/kubernetes-volumes/pvc-1.img file-size=1G slot=pvc-1", 40*time.Millisecond, nil)
+		}, 1},
 		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_print", "result": "timeout"}}, 0, true, func() {
 			m.ObserveRDSCommand("disk print", time.Second, fmt.Errorf("waiting for the RDS: %w", context.DeadlineExceeded))
 		}, 1},
@@ -224,9 +226,19 @@ func TestLabelValuesStayBounded(t *testing.T) {
 	commands := []struct{ in, want string }{
 		{"/disk add", "disk_add"},
 		{"disk print", "disk_print"},
+		{"disk_add", "disk_add"},
 		{" /system resource print ", "system_resource_print"},
-		{"/disk add type=file file-path=/storage-pool/pvc-1.img", Other},
-		{"/disk remove [find slot=pvc-1]", Other},
+		{"/disk add type=file file-path=/storage-pool/pvc-1.img file-size=10G slot=pvc-1 nvme-tcp-export=yes", "disk_add"},
+		{"/disk add copy-from=[find slot=pvc-1] type=file file-path=/storage-pool/snap.img", "disk_add"},
+		{"/disk remove [find slot=pvc-1]", "disk_remove"},
+		{"/disk set [find slot=pvc-1] file-size=20G", "disk_set"},
+		{"/disk print detail where slot=pvc-1", "disk_print"},
+		{"/file print detail where name=\"storage-pool/pvc-1.img\"", "file_print"},
+		{"/disk print terse without-paging", "disk_print"},
+		{"/a b c d", "a_b_c"},
+		{"", Other},
+		{"[find]", Other},
+		{"pvc-0123456789abcdef0123456789abcdef0123456789", Other},
 	}
 	for _, tc := range commands {
 		if got := commandLabel(tc.in); got != tc.want {
