@@ -128,7 +128,7 @@ func (e *publishEnv) close() {
 }
 
 // waitFor polls cond until it holds; the informers deliver asynchronously.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true,
 		func(context.Context) (bool, error) { return cond(), nil })

@@ -42,15 +42,17 @@ import (
 //   - NodeGetStorageHealth: GET_STORAGE_HEALTH is not advertised; the
 //     node reports per-volume health (NodeGetVolumeHealth), and the RDS's
 //     reachability is the controller's Probe.
-//   - ControllerPublishVolume, ControllerUnpublishVolume, "volume
-//     lifecycle": PUBLISH_UNPUBLISH_VOLUME is not advertised until the
-//     fencing issue implements it. (IdempotentCount is used by "volume
-//     lifecycle" and by the node specs' "should be idempotent", where it
-//     takes effect: stage and publish five times each.)
+//   - ControllerPublishVolume/Unpublish run against the attachment index
+//     on a fake API server that holds the node; CreateVolume also creates
+//     the PersistentVolume there, as external-provisioner would
+//     (simenv_publish_test.go). "should fail when the volume is already
+//     published but is incompatible": PUBLISH_READONLY is not advertised
+//     (read-only is enforced by the node's mounts, not by the export).
 //   - ModifyVolume, "create volume with a volume attribute class":
 //     MODIFY_VOLUME is not supported (no VolumeAttributesClass).
 //   - "should fail when publishing more volumes than the node max attach
-//     limit": needs ControllerPublishVolume and NodeGetInfo.
+//     limit": TestNodeVolumeAttachLimit is off; the limit is enforced by
+//     Kubernetes' scheduler from NodeGetInfo, not by ControllerPublish.
 //   - "should succeed when creating a snapshot with accessibility
 //     requirements": SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not advertised
 //     (every snapshot lives on the one RDS).
@@ -66,10 +68,10 @@ func TestSanity(t *testing.T) {
 	// As root the node specs run against the real node service on loop
 	// devices; elsewhere they cannot, and are skipped as a group.
 	withNode := os.Geteuid() == 0
-	envCfg := simEnvConfig{PoolSize: 4 * rds.TiB, Node: noNodeService{}}
+	envCfg := simEnvConfig{PoolSize: 4 * rds.TiB, Node: noNodeService{}, Publish: true}
 	if withNode {
 		requireNodeHost(t)
-		envCfg = simEnvConfig{PoolSize: 4 * rds.TiB, LoopNode: true}
+		envCfg = simEnvConfig{PoolSize: 4 * rds.TiB, LoopNode: true, Publish: true}
 	}
 	env := startSimEnv(t, envCfg)
 	dir := t.TempDir()

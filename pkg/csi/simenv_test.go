@@ -50,6 +50,10 @@ type simEnvConfig struct {
 	// requireNodeHost.
 	LoopNode bool
 	Now      func() time.Time
+	// Publish serves ControllerPublish/Unpublish on an attachment index
+	// over a fake API that holds the node testNodeID; CreateVolume also
+	// creates the volume's PersistentVolume there (the provisioner's part).
+	Publish bool
 }
 
 const testNodeID = "node-1"
@@ -107,7 +111,11 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 		ns = NewNodeServer(d, newSimLoopConnector(t, sim, d), nil)
 		cfg.Node = ns
 	}
-	srv := NewGRPCServer(NewIdentityServer(d), cs, cfg.Node)
+	var controller csi.ControllerServer = cs
+	if cfg.Publish {
+		controller = enablePublish(t, cs, testNodeID)
+	}
+	srv := NewGRPCServer(NewIdentityServer(d), controller, cfg.Node)
 	lis, err := Listen(opts.Endpoint)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,94 @@
+package csi
+
+import (
+	"context"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
+)
+
+// provisioningController plays external-provisioner's part for tests that
+// drive the Controller service directly (csi-sanity): every volume it
+// creates gets a PersistentVolume in the (fake) API, and the call returns
+// only once the attachment index knows it, as it would long before a
+// VolumeAttachment exists in a cluster.
+type provisioningController struct {
+	*ControllerServer
+	t      testing.TB
+	client *fake.Clientset
+	index  *informers.AttachmentIndex
+}
+
+func pvAccessMode(c *csi.VolumeCapability) corev1.PersistentVolumeAccessMode {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return corev1.ReadWriteMany
+	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		return corev1.ReadOnlyMany
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER:
+		return corev1.ReadWriteOncePod
+	}
+	return corev1.ReadWriteOnce
+}
+
+func (p *provisioningController) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	resp, err := p.ControllerServer.CreateVolume(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	id := resp.Volume.VolumeId
+	var modes []corev1.PersistentVolumeAccessMode
+	block := false
+	for _, c := range req.GetVolumeCapabilities() {
+		modes = append(modes, pvAccessMode(c))
+		block = block || c.GetBlock() != nil
+	}
+	pv := testPV(id, id, modes[0], block)
+	pv.Spec.AccessModes = modes
+	if _, err := p.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	waitFor(p.t, "the index to know "+id, func() bool { return p.index.Volume(id) != nil })
+	return resp, nil
+}
+
+func (p *provisioningController) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	resp, err := p.ControllerServer.DeleteVolume(ctx, req)
+	if err == nil {
+		_ = p.client.CoreV1().PersistentVolumes().Delete(ctx, req.GetVolumeId(), metav1.DeleteOptions{})
+	}
+	return resp, err
+}
+
+// enablePublish gives cs the attachment index on a fake API holding the
+// named nodes, and returns the controller service to register.
+func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.ControllerServer {
+	client := newFakeAPI()
+	for _, n := range nodes {
+		if _, err := client.CoreV1().Nodes().Create(context.Background(), testNode(n), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	index := informers.NewAttachmentIndex()
+	claims := informers.NewClaims(client)
+	ctrl, err := informers.NewController(client, index, informers.Config{DriverName: DefaultDriverName, Policy: fencing.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ctrl.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !ctrl.WaitForSync(ctx) {
+		t.Fatal("informers never synced")
+	}
+	cs.ServePublish(&Publisher{Index: index, Claims: claims, Synced: ctrl.Synced, Policy: fencing.DefaultConfig()})
+	return &provisioningController{ControllerServer: cs, t: t, client: client, index: index}
+}
