@@ -1,0 +1,187 @@
+package manifests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// promtool's unit-test file format (promtool test rules).
+type (
+	promTestFile struct {
+		RuleFiles          []string        `json:"rule_files"`
+		EvaluationInterval string          `json:"evaluation_interval"`
+		Tests              []promTestGroup `json:"tests"`
+	}
+	promTestGroup struct {
+		Name        string         `json:"name"`
+		Interval    string         `json:"interval"`
+		InputSeries []promSeries   `json:"input_series"`
+		ExprTests   []promExprTest `json:"promql_expr_test"`
+	}
+	promSeries struct {
+		Series string `json:"series"`
+		Values string `json:"values"`
+	}
+	promExprTest struct {
+		Expr       string       `json:"expr"`
+		EvalTime   string       `json:"eval_time"`
+		ExpSamples []promSample `json:"exp_samples"`
+	}
+	promSample struct {
+		Labels string  `json:"labels"`
+		Value  float64 `json:"value"`
+	}
+)
+
+// TestAlertsOnKubeStateMetrics evaluates the alerts' expressions with
+// promtool on kube-state-metrics series for the cases they must tell
+// apart: two Ready nodes (alert), a fenced NotReady node (no alert), a
+// live migration (no alert), three nodes, another driver's volumes, a
+// stuck attachment; and the driver's own leader and RDS gauges.
+func TestAlertsOnKubeStateMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not installed (Debian package prometheus); TestPrometheusRules still checked the rules statically")
+	}
+	s := load(t)
+	o, ok := s.get("PrometheusRule", namespace, "rds-csi")
+	if !ok {
+		t.Fatal("PrometheusRule rds-csi missing")
+	}
+	groups, _, err := unstructured.NestedSlice(o.obj.(*unstructured.Unstructured).Object, "spec", "groups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expr := map[string]string{}
+	for _, g := range groups {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			rule := r.(map[string]any)
+			expr[rule["alert"].(string)] = rule["expr"].(string)
+		}
+	}
+
+	dir := t.TempDir()
+	rules, err := yaml.Marshal(map[string]any{"groups": groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	const driver = `attacher="rds.csi.srvlab.io"`
+	series := func(s, v string) promSeries { return promSeries{Series: s, Values: v} }
+	var ksm []promSeries
+	node := func(name string, ready bool) {
+		t, f := "1x15", "0x15"
+		if !ready {
+			t, f = f, t
+		}
+		ksm = append(ksm,
+			series(`kube_node_status_condition{node="`+name+`",condition="Ready",status="true"}`, t),
+			series(`kube_node_status_condition{node="`+name+`",condition="Ready",status="false"}`, f),
+			series(`kube_node_status_condition{node="`+name+`",condition="Ready",status="unknown"}`, "0x15"))
+	}
+	va := func(name, pv, node, attacher string, attached bool) {
+		a := "1x15"
+		if !attached {
+			a = "0x15"
+		}
+		ksm = append(ksm,
+			series(`kube_volumeattachment_spec_source_persistentvolume{volumeattachment="`+name+`",volumename="`+pv+`"}`, "1x15"),
+			series(`kube_volumeattachment_status_attached{volumeattachment="`+name+`"}`, a),
+			series(`kube_volumeattachment_info{volumeattachment="`+name+`",node="`+node+`",`+attacher+`}`, "1x15"))
+	}
+	claim := func(name, pv, mode string) {
+		ksm = append(ksm,
+			series(`kube_persistentvolumeclaim_info{namespace="apps",persistentvolumeclaim="`+name+`",volumename="`+pv+`",storageclass="rds-nvme-block"}`, "1x15"),
+			series(`kube_persistentvolumeclaim_access_mode{namespace="apps",persistentvolumeclaim="`+name+`",access_mode="`+mode+`"}`, "1x15"))
+	}
+	node("n1", true)
+	node("n2", true)
+	node("n3", false) // failed, its attachment fenced by the driver
+	node("n4", true)
+	claim("c1", "pv-1", "ReadWriteOnce") // on two Ready nodes: the danger
+	va("va-1a", "pv-1", "n1", driver, true)
+	va("va-1b", "pv-1", "n2", driver, true)
+	claim("c2", "pv-2", "ReadWriteOnce") // moved off a failed node
+	va("va-2a", "pv-2", "n1", driver, true)
+	va("va-2b", "pv-2", "n3", driver, true)
+	claim("c3", "pv-3", "ReadWriteMany") // live migration
+	va("va-3a", "pv-3", "n1", driver, true)
+	va("va-3b", "pv-3", "n2", driver, true)
+	claim("c5", "pv-5", "ReadWriteMany") // three nodes: never right
+	va("va-5a", "pv-5", "n1", driver, true)
+	va("va-5b", "pv-5", "n2", driver, true)
+	va("va-5c", "pv-5", "n4", driver, true)
+	claim("c6", "pv-6", "ReadWriteOnce") // another driver's business
+	va("va-6a", "pv-6", "n1", `attacher="other.csi.example.com"`, true)
+	va("va-6b", "pv-6", "n2", `attacher="other.csi.example.com"`, true)
+	claim("c4", "pv-4", "ReadWriteOnce") // refused by the driver: stuck
+	va("va-4", "pv-4", "n4", driver, false)
+	va("va-7", "pv-7", "n4", `attacher="other.csi.example.com"`, false)
+
+	none := []promSample{}
+	file := promTestFile{
+		RuleFiles:          []string{"rules.yaml"},
+		EvaluationInterval: "1m",
+		Tests: []promTestGroup{
+			{
+				Name: "kube-state-metrics", Interval: "1m", InputSeries: ksm,
+				ExprTests: []promExprTest{
+					{Expr: expr["RDSCSIVolumeMultiAttach"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{volumename="pv-1"}`, Value: 2}}},
+					{Expr: expr["RDSCSIVolumeAttachedToMoreThanTwoNodes"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{volumename="pv-5"}`, Value: 3}}},
+					{Expr: expr["RDSCSIAttachmentStuck"], EvalTime: "10m", ExpSamples: []promSample{
+						{Labels: `{volumeattachment="va-4",node="n4",` + driver + `,volumename="pv-4"}`, Value: 0}}},
+				},
+			},
+			{
+				Name: "no leader, RDS unreachable", Interval: "1m",
+				InputSeries: []promSeries{
+					series(`rds_csi_leader{pod="a"}`, "0x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
+					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "0x15"),
+				},
+				ExprTests: []promExprTest{
+					{Expr: expr["RDSCSIControllerNoLeader"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
+					{Expr: expr["RDSCSIRDSUnreachable"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
+				},
+			},
+			{
+				Name: "one leader, one replica connected", Interval: "1m",
+				InputSeries: []promSeries{
+					series(`rds_csi_leader{pod="a"}`, "1x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
+					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "1x15"),
+				},
+				ExprTests: []promExprTest{
+					{Expr: expr["RDSCSIControllerNoLeader"], EvalTime: "10m", ExpSamples: none},
+					{Expr: expr["RDSCSIRDSUnreachable"], EvalTime: "10m", ExpSamples: none},
+				},
+			},
+		},
+	}
+	for name, e := range expr {
+		if e == "" {
+			t.Fatalf("alert %s has no expr", name)
+		}
+	}
+	data, err := yaml.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testFile := filepath.Join(dir, "alerts_test.yaml")
+	if err := os.WriteFile(testFile, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yaml")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
