@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: all build test unit fuzz lint bench demo clean
+.PHONY: all build test unit fuzz lint bench demo clean e2e
 
 all: build
 
@@ -19,8 +19,8 @@ build:
 
 # Every test the repo has: unit and integration tests with the race detector
 # (the RDS simulator over real SSH, loop devices where root), then each fuzz
-# target briefly.
-test: lint unit fuzz
+# target briefly, then the e2e suite on a real control plane.
+test: lint unit fuzz e2e
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -41,6 +41,14 @@ fuzz:
 	    $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg >/dev/null; \
 	  done; \
 	done
+
+# End-to-end: a real kube-apiserver/kube-controller-manager, the csi
+# sidecars, the driver binary and the RDS simulator (e2e/, build tag e2e, so
+# `unit` does not run it). The first build of the control plane takes ~10 min.
+e2e:
+	./hack/build-controlplane.sh
+	$(GO) vet -tags e2e ./e2e/...
+	$(GO) test -tags e2e -count=1 -timeout 40m ./e2e/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \

@@ -1,0 +1,185 @@
+package framework
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// ControlPlane is a running hack/controlplane.sh instance.
+type ControlPlane struct {
+	Root       string // repository
+	Dir        string // the script's <dir>: pki/, logs/, pids/, etcd-data/
+	Kubeconfig string // admin (system:masters)
+	Env        map[string]string
+	Config     *rest.Config
+	Client     kubernetes.Interface
+}
+
+// ControlPlaneOptions tune kube-controller-manager; zero values keep the
+// script's defaults (see hack/controlplane.sh).
+type ControlPlaneOptions struct {
+	NodeMonitorGracePeriod time.Duration // --node-monitor-grace-period
+	ExtraKCMArgs           string        // appended to kube-controller-manager's flags
+	ExtraAPIServerArgs     string
+}
+
+// StartControlPlane starts etcd, kube-apiserver and kube-controller-manager
+// in dir with hack/controlplane.sh and waits until they are ready. They are
+// stopped by PID (apiserver before etcd) in tb.Cleanup; a watchdog process
+// does the same if the test binary exits without cleaning up.
+func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts ControlPlaneOptions) *ControlPlane {
+	tb.Helper()
+	done := tl.Step("start the control plane (etcd, kube-apiserver, kube-controller-manager)")
+	script := filepath.Join(root, "hack", "controlplane.sh")
+	env := os.Environ()
+	if opts.NodeMonitorGracePeriod > 0 {
+		env = append(env, "NODE_MONITOR_GRACE="+opts.NodeMonitorGracePeriod.String())
+	}
+	if opts.ExtraKCMArgs != "" {
+		env = append(env, "KCM_EXTRA_ARGS="+opts.ExtraKCMArgs)
+	}
+	if opts.ExtraAPIServerArgs != "" {
+		env = append(env, "APISERVER_EXTRA_ARGS="+opts.ExtraAPIServerArgs)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "controlplane-script.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer logf.Close()
+
+	stop := func() {
+		cmd := exec.Command("bash", script, "stop", dir)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Run(); err != nil {
+			tb.Errorf("hack/controlplane.sh stop %s: %v (see %s)", dir, err, logPath)
+		}
+	}
+	// Registered before start: a start that fails half-way leaves nothing.
+	tb.Cleanup(func() {
+		f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o644)
+		if err == nil {
+			logf = f
+			defer f.Close()
+		}
+		t0 := time.Now()
+		stop()
+		tl.Logf("control plane stopped in %s", time.Since(t0).Round(time.Millisecond))
+		// The data and credentials are of no use after the run and should
+		// not travel with the artifacts; the logs stay.
+		_ = os.RemoveAll(filepath.Join(dir, "etcd-data"))
+		_ = os.RemoveAll(filepath.Join(dir, "pki"))
+		if kcs, err := filepath.Glob(filepath.Join(dir, "*.kubeconfig")); err == nil {
+			for _, f := range kcs {
+				_ = os.Remove(f)
+			}
+		}
+	})
+	watchdog(tb, script, dir)
+
+	cmd := exec.Command("bash", script, "start", dir)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("hack/controlplane.sh start %s: %v\n%s", dir, err, tail(logPath, 40))
+	}
+	cp := &ControlPlane{Root: root, Dir: dir, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+	cp.Env, err = readEnvFile(filepath.Join(dir, "env"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The admin kubeconfig's cluster and user, from the env file (no
+	// clientcmd: it would pull in flag libraries the module does not need).
+	cp.Config = &rest.Config{
+		Host: cp.Env["KUBE_APISERVER_URL"],
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile:   cp.Env["KUBE_CA_FILE"],
+			CertFile: cp.Env["KUBE_ADMIN_CERT"],
+			KeyFile:  cp.Env["KUBE_ADMIN_KEY"],
+		},
+		QPS: 200, Burst: 400, UserAgent: "rds-csi-e2e",
+	}
+	cp.Client, err = kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done()
+	tl.Logf("kube-apiserver at %s, admin kubeconfig %s", cp.Env["KUBE_APISERVER_URL"], cp.Kubeconfig)
+	return cp
+}
+
+// watchdog starts a detached shell that runs "controlplane.sh stop" once
+// this test binary is gone, whatever way it went (a -timeout panic skips
+// every cleanup). A normal cleanup ends the watchdog by its PID first.
+func watchdog(tb testing.TB, script, dir string) {
+	tb.Helper()
+	self := strconv.Itoa(os.Getpid())
+	sh := `while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec bash "$2" stop "$3"`
+	cmd := exec.Command("bash", "-c", sh, "watchdog", self, script, dir)
+	logf, err := os.OpenFile(filepath.Join(dir, "watchdog.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		tb.Fatalf("start the control-plane watchdog: %v", err)
+	}
+	logf.Close()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	// Cleanups run last-registered first: the watchdog ends before the stop.
+	tb.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-exited
+		}
+	})
+}
+
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimPrefix(strings.TrimSpace(sc.Text()), "export ")
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = v
+		}
+	}
+	return env, sc.Err()
+}
+
+// tail returns the last n lines of a file, for failure messages.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,235 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// Node lease timing of the fake kubelets: renewals much more often than
+// kube-controller-manager's --node-monitor-grace-period (20s by default in
+// hack/controlplane.sh), so a healthy node never looks late.
+const (
+	NodeLeaseDuration = 40 * time.Second
+	NodeRenewInterval = 2 * time.Second
+)
+
+// ControllerManagedAttachAnnotation makes the attach/detach controller of
+// kube-controller-manager (not a kubelet) attach volumes to the node.
+const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+// TopologyKey is the node label and CSINode topology key of the driver.
+const TopologyKey = "topology." + DriverName + "/rds"
+
+// FakeKubelet stands in for a node's kubelet and node-driver-registrar: it
+// owns a Node (Ready, controller-managed attach/detach, the driver's
+// topology label), its CSINode (driver registered with node ID = node
+// name), and its Lease in kube-node-lease, which a goroutine renews until
+// Fail is called.
+type FakeKubelet struct {
+	Name   string
+	client kubernetes.Interface
+	tl     *Timeline
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewNode registers a node and starts renewing its Lease. The renewals
+// stop with Fail or when ctx ends.
+func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, name string) (*FakeKubelet, error) {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
+			Labels: map[string]string{
+				corev1.LabelHostname:   name,
+				corev1.LabelOSStable:   "linux",
+				corev1.LabelArchStable: "amd64",
+				TopologyKey:            RDSName,
+			},
+		},
+	}
+	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	created.Status = corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "fake kubelet of the rds-csi e2e harness", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+		Capacity: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
+		},
+		Allocatable: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
+		},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.4", OperatingSystem: "linux", Architecture: "amd64"},
+	}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return nil, fmt.Errorf("node %s status: %w", name, err)
+	}
+	_, err = client.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			// As the kubelet does: the CSINode goes away with its Node.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: created.UID}},
+		},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: DriverName, NodeID: name, TopologyKeys: []string{TopologyKey},
+		}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create csinode %s: %w", name, err)
+	}
+	k := &FakeKubelet{Name: name, client: client, tl: tl}
+	if err := k.renew(ctx); err != nil {
+		return nil, err
+	}
+	k.start(ctx)
+	tl.Logf("fake kubelet %s registered (Node, CSINode, Lease renewed every %s)", name, NodeRenewInterval)
+	return k, nil
+}
+
+func (k *FakeKubelet) start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	k.mu.Lock()
+	k.cancel, k.done = cancel, done
+	k.mu.Unlock()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(NodeRenewInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := k.renew(ctx); err != nil && ctx.Err() == nil {
+					k.tl.Logf("fake kubelet %s: lease renewal failed: %v", k.Name, err)
+				}
+			}
+		}
+	}()
+}
+
+// renew creates or renews the node's Lease, as the kubelet does.
+func (k *FakeKubelet) renew(ctx context.Context) error {
+	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, k.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: k.Name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(k.Name),
+				LeaseDurationSeconds: ptr.To(int32(NodeLeaseDuration.Seconds())),
+				RenewTime:            &now,
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	return err
+}
+
+// Fail stops the Lease renewals, as when the node's kubelet or the whole
+// node dies: kube-controller-manager marks it NotReady (Unknown) after its
+// grace period. The Node object stays.
+func (k *FakeKubelet) Fail() {
+	k.mu.Lock()
+	cancel, done := k.cancel, k.done
+	k.cancel, k.done = nil, nil
+	k.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	k.tl.Logf("fake kubelet %s: failed (lease renewals stopped)", k.Name)
+}
+
+// Recover marks the node Ready again and resumes the Lease renewals, as a
+// kubelet coming back does.
+func (k *FakeKubelet) Recover(ctx context.Context) error {
+	k.mu.Lock()
+	running := k.cancel != nil
+	k.mu.Unlock()
+	if running {
+		return nil
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := k.client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				if c.Status != corev1.ConditionTrue {
+					c.LastTransitionTime = now
+				}
+				c.Status, c.Reason, c.LastHeartbeatTime = corev1.ConditionTrue, "KubeletReady", now
+			}
+		}
+		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := k.renew(ctx); err != nil {
+		return err
+	}
+	k.start(ctx)
+	k.tl.Logf("fake kubelet %s: recovered", k.Name)
+	return nil
+}
+
+// Delete stops the kubelet and deletes the Node object (its CSINode goes
+// with it through the owner reference).
+func (k *FakeKubelet) Delete(ctx context.Context) error {
+	k.Fail()
+	return k.client.CoreV1().Nodes().Delete(ctx, k.Name, metav1.DeleteOptions{})
+}
+
+// Taint adds a taint to the node (e.g. node.kubernetes.io/out-of-service).
+func (k *FakeKubelet) Taint(ctx context.Context, t corev1.Taint) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := k.client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, t)
+		_, err = k.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err == nil {
+		k.tl.Logf("node %s tainted %s=%s:%s", k.Name, t.Key, t.Value, t.Effect)
+	}
+	return err
+}
+
+// OutOfServiceTaint is the taint an operator puts on a node known to be
+// down, which lets the attach/detach controller detach its volumes at once.
+var OutOfServiceTaint = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}

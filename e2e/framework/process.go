@@ -1,0 +1,114 @@
+package framework
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a component the harness runs as a child: the driver, a
+// sidecar. Its output goes to a log file in the artifact directory.
+type Process struct {
+	Name    string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error // valid after done is closed
+}
+
+// StartProcess runs bin with args, output appended to logPath. The child
+// gets its own process group and SIGKILL when the test binary dies
+// (Pdeathsig), and is stopped in tb.Cleanup.
+func StartProcess(tb testing.TB, tl *Timeline, name, logPath, bin string, args ...string) *Process {
+	tb.Helper()
+	p, err := startProcess(name, logPath, bin, args...)
+	if err != nil {
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	tl.Logf("started %s (pid %d, log %s)", name, p.Pid(), logPath)
+	tb.Cleanup(func() {
+		if err := p.Stop(15 * time.Second); err != nil {
+			tb.Errorf("stop %s: %v", name, err)
+		}
+		tl.Logf("stopped %s (pid %d): %v", name, p.Pid(), p.ExitErr())
+	})
+	return p
+}
+
+func startProcess(name, logPath, bin string, args ...string) (*Process, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(logf, "==== %s start: %s %q\n", time.Now().UTC().Format(time.RFC3339Nano), bin, args)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		fmt.Fprintf(logf, "==== %s exit: %v\n", time.Now().UTC().Format(time.RFC3339Nano), p.err)
+		logf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the child's process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited says whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExitErr is how the process ended (nil while it runs or after a clean exit).
+func (p *Process) ExitErr() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.err
+}
+
+// Stop sends SIGTERM and waits up to grace for the exit, then SIGKILL.
+// Stopping an exited process is a no-op.
+func (p *Process) Stop(grace time.Duration) error {
+	if p.Exited() {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+	}
+	p.Kill()
+	return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.Name, p.Pid(), grace)
+}
+
+// Kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (p *Process) Kill() {
+	if p.Exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
