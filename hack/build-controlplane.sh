@@ -303,6 +303,24 @@ build_sidecar_version() { # <component> <module> <version> <cmds>
   # Module zips drop vendored packages but keep vendor/modules.txt, which would
   # switch the go command to -mod=vendor: build from the module graph instead.
   rm -rf "$src/vendor"
+  # Nested modules replaced by a local path (external-snapshotter's
+  # "client/v8 => ./client") are not in the module zip: fetch that module at
+  # the same version into the path, or else use the version go.mod requires.
+  local rmod rpath rdir
+  while read -r rmod rpath; do
+    [[ -e "$src/$rpath" ]] && continue
+    rdir=$(mod_download "$rmod@$v" 2>>"$lg" | awk -F'"' '/"Dir":/{print $4}') || true
+    if [[ -n "$rdir" && -d "$rdir" ]]; then
+      echo "replace $rmod => $rpath: copied $rmod@$v" >>"$lg"
+      mkdir -p "$(dirname "$src/$rpath")"; cp -r "$rdir" "$src/$rpath"; chmod -R u+w "$src/$rpath"
+    else
+      echo "replace $rmod => $rpath: $rmod@$v not available, dropping the replace" >>"$lg"
+      (cd "$src" && go mod edit -dropreplace="$rmod") >>"$lg" 2>&1
+    fi
+  done < <(cd "$src" && go mod edit -json | awk -F'"' '
+      /"Old":/ {inold=1} /"New":/ {inold=0; innew=1}
+      inold && /"Path":/ {old=$4}
+      innew && /"Path":/ {if ($4 ~ /^\.\.?\//) print old, $4; innew=0}')
   local ok=1
   for c in $cmds; do
     echo "=== go build ./cmd/$c" >>"$lg"
