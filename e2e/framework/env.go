@@ -83,9 +83,9 @@ func (e *Env) StartController(sim *Sim, opts ControllerOptions) *Controller {
 	bin := BuildDriver(e.T, e.TL, e.Root)
 	d := StartDriver(e.T, e.TL, bin, e.Dir, sim, dep, DriverOptions{ExtraArgs: opts.DriverArgs})
 	c := &Controller{Deployment: dep, Driver: d}
-	c.Provisioner = StartProvisioner(e.T, e.TL, e.Root, e.Dir, d, dep, opts.ProvisionerArgs...)
+	c.Provisioner = StartProvisioner(e.T, e.TL, e.Root, e.Dir, d, dep, SidecarOptions{ExtraArgs: opts.ProvisionerArgs})
 	if !opts.NoAttacher {
-		c.Attacher = StartAttacher(e.T, e.TL, e.Root, e.Dir, d, dep, opts.AttacherArgs...)
+		c.Attacher = StartAttacher(e.T, e.TL, e.Root, e.Dir, d, dep, SidecarOptions{ExtraArgs: opts.AttacherArgs})
 	}
 	done()
 	return c

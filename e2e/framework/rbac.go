@@ -106,36 +106,46 @@ func LoadManifests(root string) ([]runtime.Object, error) {
 	if _, err := os.Stat(base); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	decoder := scheme.Codecs.UniversalDeserializer()
 	var objs []runtime.Object
 	for _, name := range ManifestFiles {
-		data, err := os.ReadFile(filepath.Join(base, name))
+		o, err := decodeFile(filepath.Join(base, name))
 		if err != nil {
 			return nil, err
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for i := 1; ; i++ {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			obj, _, err := decoder.Decode(doc, nil, nil)
-			if err != nil {
-				if runtime.IsMissingKind(err) {
-					continue // a document of only comments
-				}
-				return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
-			}
-			objs = append(objs, obj)
-		}
+		objs = append(objs, o...)
 	}
 	return objs, nil
+}
+
+// decodeFile decodes the built-in-kind objects of a multi-document YAML file.
+func decodeFile(path string) ([]runtime.Object, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	decoder := scheme.Codecs.UniversalDeserializer()
+	var objs []runtime.Object
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for i := 1; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			if runtime.IsMissingKind(err) {
+				continue // a document of only comments
+			}
+			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+		}
+		objs = append(objs, obj)
+	}
 }
 
 // createObject creates one object of the kinds ManifestFiles hold.

@@ -36,7 +36,11 @@ func WatchObjects(ctx context.Context, tl *Timeline, client kubernetes.Interface
 	for _, err := range []error{
 		add(f.Core().V1().PersistentVolumeClaims().Informer(), "PVC", func(obj any) (string, string) {
 			c := obj.(*corev1.PersistentVolumeClaim)
-			return c.Namespace + "/" + c.Name, joinNonEmpty("phase="+string(c.Status.Phase), kv("volume", c.Spec.VolumeName), deleting(c.DeletionTimestamp != nil))
+			capacity := ""
+			if q, ok := c.Status.Capacity[corev1.ResourceStorage]; ok {
+				capacity = q.String()
+			}
+			return c.Namespace + "/" + c.Name, joinNonEmpty("phase="+string(c.Status.Phase), kv("volume", c.Spec.VolumeName), kv("capacity", capacity), deleting(c.DeletionTimestamp != nil))
 		}),
 		add(f.Core().V1().PersistentVolumes().Informer(), "PV", func(obj any) (string, string) {
 			pv := obj.(*corev1.PersistentVolume)
@@ -47,7 +51,11 @@ func WatchObjects(ctx context.Context, tl *Timeline, client kubernetes.Interface
 			if pv.Spec.CSI != nil {
 				handle = pv.Spec.CSI.VolumeHandle
 			}
-			return pv.Name, joinNonEmpty("phase="+string(pv.Status.Phase), kv("claim", claim), kv("handle", handle), deleting(pv.DeletionTimestamp != nil))
+			capacity := ""
+			if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+				capacity = q.String()
+			}
+			return pv.Name, joinNonEmpty("phase="+string(pv.Status.Phase), kv("claim", claim), kv("handle", handle), kv("capacity", capacity), deleting(pv.DeletionTimestamp != nil))
 		}),
 		add(f.Storage().V1().VolumeAttachments().Informer(), "VolumeAttachment", func(obj any) (string, string) {
 			va := obj.(*storagev1.VolumeAttachment)
