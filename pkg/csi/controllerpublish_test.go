@@ -376,3 +376,21 @@ func TestPublishNotAdvertisedWithoutIndex(t *testing.T) {
 		t.Fatal("PUBLISH_UNPUBLISH_VOLUME not advertised with the index")
 	}
 }
+
+// TestStageContextPrefersPublishContext: NodeStage connects to the target
+// the controller named at attach time when it differs from the one the PV
+// recorded at provisioning.
+func TestStageContextPrefersPublishContext(t *testing.T) {
+	vc := map[string]string{VolumeContextNVMeAddress: "10.0.0.5", VolumeContextNVMePort: "4420", VolumeContextNQN: "nqn.x:pvc-1"}
+	pc := map[string]string{PublishContextNVMeAddress: "10.0.0.6"}
+	got := stageContext(vc, pc)
+	if got[VolumeContextNVMeAddress] != "10.0.0.6" || got[VolumeContextNVMePort] != "4420" || got[VolumeContextNQN] != "nqn.x:pvc-1" {
+		t.Fatalf("merged %v", got)
+	}
+	if vc[VolumeContextNVMeAddress] != "10.0.0.5" {
+		t.Fatal("the volume_context was modified")
+	}
+	if got := stageContext(vc, nil); got[VolumeContextNVMeAddress] != "10.0.0.5" {
+		t.Fatalf("without publish_context: %v", got)
+	}
+}

@@ -184,6 +184,23 @@ func (s *NodeServer) target(id string, vc map[string]string) (nvme.Target, error
 	return nvme.Target{Address: addr, Port: port, NQN: nqn}, nil
 }
 
+// stageContext merges the publish_context over the volume_context: both
+// carry the target (same keys), and the controller's answer at attach time
+// is fresher than what was recorded in the PV at provisioning.
+func stageContext(volume, publish map[string]string) map[string]string {
+	if len(publish) == 0 {
+		return volume
+	}
+	merged := make(map[string]string, len(volume)+len(publish))
+	for k, v := range volume {
+		merged[k] = v
+	}
+	for k, v := range publish {
+		merged[k] = v
+	}
+	return merged
+}
+
 // device resolves a volume's current device and its number. A volume that
 // is not connected on this node is FAILED_PRECONDITION with the next step.
 func (s *NodeServer) device(ctx context.Context, id string) (string, devNumber, error) {
@@ -216,7 +233,7 @@ func (s *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := checkVolumeID(rpc, id); err != nil {
 		return nil, err
 	}
-	t, err := s.target(id, req.GetVolumeContext())
+	t, err := s.target(id, stageContext(req.GetVolumeContext(), req.GetPublishContext()))
 	if err != nil {
 		return nil, err
 	}
