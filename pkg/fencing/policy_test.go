@@ -192,3 +192,50 @@ func FuzzDecideSingleNodeSafety(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecideMultiWriterSafety: whatever the holders (the requester among
+// them or not), an allowed multi-writer publish never leaves more than two
+// healthy, non-detaching holders counting the requester.
+func FuzzDecideMultiWriterSafety(f *testing.F) {
+	f.Add(uint8(4), uint16(0b000000000), int64(10), true)
+	f.Add(uint8(3), uint16(0b010001000), int64(100), false)
+	f.Fuzz(func(t *testing.T, n uint8, bits uint16, detachAgo int64, selfHolds bool) {
+		names := []string{"a", "b", "c", "d"}
+		now := t0.Add(time.Hour)
+		nodes := nodeMap{"x": healthy()}
+		var holders []Holder
+		if selfHolds {
+			holders = append(holders, Holder{Node: "x", Since: t0.Add(time.Minute)})
+		}
+		for i := 0; i < int(n%5) && i < len(names); i++ {
+			b := bits >> (3 * i)
+			h := Holder{Node: names[i], Since: t0.Add(time.Duration(i) * time.Second)}
+			if b&1 != 0 {
+				h.DetachingSince = now.Add(-time.Duration(detachAgo%120) * time.Second)
+			}
+			switch {
+			case b&2 != 0:
+			case b&4 != 0:
+				nodes[names[i]] = NodeState{Exists: true, OutOfService: true}
+			default:
+				nodes[names[i]] = healthy()
+			}
+			holders = append(holders, h)
+		}
+		cfg := DefaultConfig()
+		d := Decide(Request{VolumeID: "v", Node: "x", Mode: MultiNodeMultiWriter}, holders, nodes.get, now, cfg)
+		if d.Verdict == Refuse {
+			return
+		}
+		count := 1 // the requester
+		for _, h := range holders {
+			st := nodes.get(h.Node)
+			if h.Node != "x" && st.Exists && !st.OutOfService && (h.DetachingSince.IsZero() || now.Sub(h.DetachingSince) > cfg.GracePeriod) {
+				count++
+			}
+		}
+		if count > 2 {
+			t.Fatalf("multi-writer publish allowed with %d live holders: %+v", count, d)
+		}
+	})
+}
