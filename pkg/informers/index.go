@@ -67,6 +67,12 @@ func (v *Volume) Holders() []fencing.Holder {
 	return out
 }
 
+// HasClaim reports whether node has a committed claim on the volume.
+func (v *Volume) HasClaim(node string) bool {
+	_, ok := v.Claims[node]
+	return ok
+}
+
 // Ref names the volume for events.
 func (v *Volume) Ref() fencing.VolumeRef {
 	return fencing.VolumeRef{PV: v.PVName, Handle: v.Handle, Claim: v.ClaimRef}
