@@ -107,20 +107,25 @@ cmd_status() {
   return $rc
 }
 
-# Ports listening on this machine, from /proc (no ss/netstat needed).
-listening_ports() {
+# Local TCP ports of every socket on this machine, in any state (a port an
+# outgoing connection uses cannot be listened on either), from /proc.
+used_ports() {
   local hex
-  for hex in $(awk 'NR > 1 && $4 == "0A" { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+  for hex in $(awk 'FNR > 1 { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
     echo $(( 16#$hex ))
   done | sort -un
 }
 
-# free_port <already-taken...>: a random port in 20000-60999 nobody listens on.
+# free_port <already-taken...>: a random unused port below the kernel's
+# ephemeral range (outgoing connections take ports from that range at any
+# moment, which made a port picked there collide now and then).
 free_port() {
-  local used p i
-  used=" $(listening_ports | tr '\n' ' ') $* "
+  local used p i lo=10000 hi
+  hi=$(awk '{print $1 - 1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32767)
+  (( hi > lo + 1000 )) || hi=32767
+  used=" $(used_ports | tr '\n' ' ') $* "
   for ((i = 0; i < 200; i++)); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 41000 ))
+    p=$(( lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1) ))
     [[ "$used" == *" $p "* ]] && continue
     # Nobody answers a connect either.
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
@@ -128,7 +133,7 @@ free_port() {
   die "no free port found"
 }
 
-port_free() { [[ " $(listening_ports | tr '\n' ' ') " != *" $1 "* ]]; }
+port_free() { [[ " $(used_ports | tr '\n' ' ') " != *" $1 "* ]]; }
 
 # ---------------------------------------------------------------- PKI
 gen_pki() {
@@ -217,6 +222,10 @@ fail_start() {
   if [[ -f "$LOGS/$c.log" ]]; then
     log "last lines of $LOGS/$c.log:"
     tail -n 25 "$LOGS/$c.log" >&2
+    # Lost a race for a port: cmd_start tries again with new ones.
+    if tail -n 25 "$LOGS/$c.log" | grep -q 'address already in use'; then
+      touch "$DIR/.port-conflict"
+    fi
   fi
   cmd_stop
   exit 1
@@ -257,7 +266,31 @@ EOF
   mv "$DIR/env.tmp" "$DIR/env"
 }
 
+# Start, and when a component lost a port to another process between the
+# pick and its bind, stop and start again on new ports (up to 3 times).
 cmd_start() {
+  local attempt rc
+  for attempt in 1 2 3; do
+    rm -f "$DIR/.port-conflict"
+    # A subshell so that its exit (fail_start, die) comes back here; not in
+    # an if, which would switch errexit off inside it.
+    set +e
+    (set -e; start_once)
+    rc=$?
+    set -e
+    if [[ $rc == 0 ]]; then
+      cat "$DIR/env"
+      return 0
+    fi
+    [[ -f "$DIR/.port-conflict" ]] || exit "$rc"
+    log "port conflict on attempt $attempt; picking new ports"
+    rm -f "$DIR/ports" "$DIR/.port-conflict"
+    rm -rf "$DIR/etcd-data"   # it remembers the old peer URL
+  done
+  die "ports kept conflicting"
+}
+
+start_once() {
   local c
   for c in "$ETCD_BIN" "$KUBE_APISERVER_BIN" "$KUBE_CONTROLLER_MANAGER_BIN"; do
     [[ -x "$c" ]] || die "$c missing: run hack/build-controlplane.sh first"
@@ -369,7 +402,6 @@ cmd_start() {
 
   write_env
   log "control plane ready in $(( $(date +%s) - START_TS ))s; env in $DIR/env"
-  cat "$DIR/env"
 }
 
 case "$CMD" in
