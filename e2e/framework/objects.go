@@ -1,10 +1,13 @@
 package framework
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
@@ -38,7 +41,11 @@ func PVC(ns, name, storageClass, size string, mode corev1.PersistentVolumeAccess
 
 // PodOnNode is a pod bound to node directly (there is no scheduler) that
 // uses claim. With no kubelet it never runs; the attach/detach controller
-// only needs it to exist, unfinished, on the node.
+// only needs it to exist, unfinished, on the node. It keeps the default
+// termination grace period: as on a dead node, nothing confirms its
+// termination, so a deleted (or evicted) pod stays Terminating until it is
+// force-deleted (ForceDeletePod) or the pod GC removes it (out-of-service
+// taint on a NotReady node, deleted node).
 func PodOnNode(ns, name, node, claim string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -52,9 +59,15 @@ func PodOnNode(ns, name, node, claim string) *corev1.Pod {
 				Name:         "data",
 				VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}},
 			}},
-			// Tolerate nothing extra: node-failure scenarios rely on the
-			// default taint-based eviction.
-			TerminationGracePeriodSeconds: ptr.To(int64(0)),
+			// No tolerations beyond the defaults the API server adds:
+			// node-failure scenarios rely on taint-based eviction.
 		},
 	}
+}
+
+// ForceDeletePod deletes a pod with grace period 0, as an operator's
+// `kubectl delete --force` does: the API object goes at once, without a
+// kubelet's confirmation.
+func ForceDeletePod(ctx context.Context, c kubernetes.Interface, ns, name string) error {
+	return c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 }
