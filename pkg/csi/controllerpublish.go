@@ -85,6 +85,24 @@ func (s *ControllerServer) publishContext(id string) map[string]string {
 	}
 }
 
+// requireSynced refuses to decide on an index that is not complete yet.
+func (s *ControllerServer) requireSynced(id string) error {
+	if !s.pub.Synced() {
+		return statusf(codes.Unavailable, "volume %s: the attachment index is not synced with the API server yet; retry shortly", id)
+	}
+	return nil
+}
+
+// beginAttachOp reserves the volume for one attach or detach in this
+// process.
+func (s *ControllerServer) beginAttachOp(id string) (release func(), err error) {
+	release, ok := s.pub.Index.Reserve(id)
+	if !ok {
+		return nil, statusf(codes.Aborted, "an attach or detach of volume %s is already in progress; the request is retried later", id)
+	}
+	return release, nil
+}
+
 // ControllerPublishVolume decides from the attachment index whether node
 // may have the volume (pkg/fencing.Decide), commits the decision as a
 // conditional update of the PV's claims, and only then answers success.
@@ -103,8 +121,8 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s: %v", id, err)
 	}
-	if !s.pub.Synced() {
-		return nil, statusf(codes.Unavailable, "volume %s: the attachment index is not synced with the API server yet; retry shortly", id)
+	if err := s.requireSynced(id); err != nil {
+		return nil, err
 	}
 	// The volume first (a missing volume is NOT_FOUND whatever the node),
 	// then the node.
@@ -114,9 +132,9 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if !s.pub.Index.Node(node).Exists {
 		return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
 	}
-	release, ok := s.pub.Index.Reserve(id)
-	if !ok {
-		return nil, statusf(codes.Aborted, "an attach or detach of volume %s is already in progress; the request is retried later", id)
+	release, err := s.beginAttachOp(id)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 
@@ -182,12 +200,12 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	if !isVolumeID(id) {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	if !s.pub.Synced() {
-		return nil, statusf(codes.Unavailable, "volume %s: the attachment index is not synced with the API server yet; retry shortly", id)
+	if err := s.requireSynced(id); err != nil {
+		return nil, err
 	}
-	release, ok := s.pub.Index.Reserve(id)
-	if !ok {
-		return nil, statusf(codes.Aborted, "an attach or detach of volume %s is already in progress; the request is retried later", id)
+	release, err := s.beginAttachOp(id)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
 

@@ -135,6 +135,21 @@ func checkVolumeID(rpc, id string) error {
 	return nil
 }
 
+// beginPathRPC validates the volume ID and one path argument of an RPC
+// and marks the volume busy; release must be called when the RPC ends.
+func (s *NodeServer) beginPathRPC(rpc, id, what, p string) (release func(), err error) {
+	if id == "" {
+		return nil, statusf(codes.InvalidArgument, "%s: volume ID is required", rpc)
+	}
+	if err := checkPath(rpc, id, what, p); err != nil {
+		return nil, err
+	}
+	if err := checkVolumeID(rpc, id); err != nil {
+		return nil, err
+	}
+	return s.acquire(id)
+}
+
 // checkPath validates a path argument: required and absolute.
 func checkPath(rpc, id, what, p string) error {
 	if p == "" {
@@ -362,16 +377,7 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 func (s *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	const rpc = "NodeUnstageVolume"
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, statusf(codes.InvalidArgument, "%s: volume ID is required", rpc)
-	}
-	if err := checkPath(rpc, id, "staging target path", staging); err != nil {
-		return nil, err
-	}
-	if err := checkVolumeID(rpc, id); err != nil {
-		return nil, err
-	}
-	release, err := s.acquire(id)
+	release, err := s.beginPathRPC(rpc, id, "staging target path", staging)
 	if err != nil {
 		return nil, err
 	}
@@ -602,16 +608,7 @@ func (s *NodeServer) publishBlock(ctx context.Context, id, dev string, num devNu
 func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	const rpc = "NodeUnpublishVolume"
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if id == "" {
-		return nil, statusf(codes.InvalidArgument, "%s: volume ID is required", rpc)
-	}
-	if err := checkPath(rpc, id, "target path", target); err != nil {
-		return nil, err
-	}
-	if err := checkVolumeID(rpc, id); err != nil {
-		return nil, err
-	}
-	release, err := s.acquire(id)
+	release, err := s.beginPathRPC(rpc, id, "target path", target)
 	if err != nil {
 		return nil, err
 	}

@@ -151,33 +151,39 @@ func TestDecideIsPure(t *testing.T) {
 	}
 }
 
+// fuzzHolders turns fuzz input into up to four holders besides the
+// requester "x": three bits each say detaching, deleted, out of service.
+func fuzzHolders(n uint8, bits uint16, detachAgo int64, now time.Time) ([]Holder, nodeMap) {
+	names := []string{"a", "b", "c", "d"}
+	nodes := nodeMap{"x": healthy()}
+	var holders []Holder
+	for i := 0; i < int(n%5) && i < len(names); i++ {
+		b := bits >> (3 * i)
+		h := Holder{Node: names[i], Since: t0.Add(time.Duration(i) * time.Second)}
+		if b&1 != 0 {
+			h.DetachingSince = now.Add(-time.Duration(detachAgo%120) * time.Second)
+		}
+		switch {
+		case b&2 != 0:
+			// deleted: absent from the map
+		case b&4 != 0:
+			nodes[names[i]] = NodeState{Exists: true, OutOfService: true}
+		default:
+			nodes[names[i]] = healthy()
+		}
+		holders = append(holders, h)
+	}
+	return holders, nodes
+}
+
 // FuzzDecideSingleNodeSafety: whatever the holders and node states, a
 // single-node volume is never allowed onto a node while another healthy,
 // non-detaching holder exists.
 func FuzzDecideSingleNodeSafety(f *testing.F) {
 	f.Add(uint8(3), uint16(0b101010), int64(40))
 	f.Fuzz(func(t *testing.T, n uint8, bits uint16, detachAgo int64) {
-		names := []string{"a", "b", "c", "d"}
-		count := int(n % 5)
 		now := t0.Add(time.Hour)
-		nodes := nodeMap{"x": healthy()}
-		var holders []Holder
-		for i := 0; i < count && i < len(names); i++ {
-			b := bits >> (3 * i)
-			h := Holder{Node: names[i], Since: t0.Add(time.Duration(i) * time.Second)}
-			if b&1 != 0 {
-				h.DetachingSince = now.Add(-time.Duration(detachAgo%120) * time.Second)
-			}
-			switch {
-			case b&2 != 0:
-				// deleted: absent from the map
-			case b&4 != 0:
-				nodes[names[i]] = NodeState{Exists: true, OutOfService: true}
-			default:
-				nodes[names[i]] = healthy()
-			}
-			holders = append(holders, h)
-		}
+		holders, nodes := fuzzHolders(n, bits, detachAgo, now)
 		cfg := DefaultConfig()
 		d := Decide(Request{VolumeID: "v", Node: "x"}, holders, nodes.get, now, cfg)
 		if d.Verdict == Refuse {
@@ -200,27 +206,10 @@ func FuzzDecideMultiWriterSafety(f *testing.F) {
 	f.Add(uint8(4), uint16(0b000000000), int64(10), true)
 	f.Add(uint8(3), uint16(0b010001000), int64(100), false)
 	f.Fuzz(func(t *testing.T, n uint8, bits uint16, detachAgo int64, selfHolds bool) {
-		names := []string{"a", "b", "c", "d"}
 		now := t0.Add(time.Hour)
-		nodes := nodeMap{"x": healthy()}
-		var holders []Holder
+		holders, nodes := fuzzHolders(n, bits, detachAgo, now)
 		if selfHolds {
 			holders = append(holders, Holder{Node: "x", Since: t0.Add(time.Minute)})
-		}
-		for i := 0; i < int(n%5) && i < len(names); i++ {
-			b := bits >> (3 * i)
-			h := Holder{Node: names[i], Since: t0.Add(time.Duration(i) * time.Second)}
-			if b&1 != 0 {
-				h.DetachingSince = now.Add(-time.Duration(detachAgo%120) * time.Second)
-			}
-			switch {
-			case b&2 != 0:
-			case b&4 != 0:
-				nodes[names[i]] = NodeState{Exists: true, OutOfService: true}
-			default:
-				nodes[names[i]] = healthy()
-			}
-			holders = append(holders, h)
 		}
 		cfg := DefaultConfig()
 		d := Decide(Request{VolumeID: "v", Node: "x", Mode: MultiNodeMultiWriter}, holders, nodes.get, now, cfg)
