@@ -148,6 +148,21 @@ func TestPublishRules(t *testing.T) {
 		t.Fatalf("conflict events (want one on the PV, one on the PVC): %v", ev)
 	}
 
+	// The refused node's VolumeAttachment (never attached) is a request,
+	// not a hold: the holder may still publish again.
+	refusedVA := testVA(pv, "node-b", publishNow)
+	refusedVA.Status.Attached = false
+	if _, err := client.StorageV1().VolumeAttachments().Create(ctx, refusedVA, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refused VolumeAttachment in the index", func() bool { return len(e.index.Volume(id).Attachments) == 2 })
+	if _, err := e.publish(id, "node-a", rwo); err != nil {
+		t.Fatalf("the holder's publish was blocked by a refused node's pending VolumeAttachment: %v", err)
+	}
+	if err := client.StorageV1().VolumeAttachments().Delete(ctx, refusedVA.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// A late unpublish from a node that is not the holder changes nothing.
 	if err := e.unpublish(id, "node-b"); err != nil {
 		t.Fatal(err)

@@ -162,11 +162,13 @@ func testNode(name string) *corev1.Node {
 	}
 }
 
+// testVA is an attached VolumeAttachment of pv to node.
 func testVA(pv, node string, created time.Time) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: "va-" + pv + "-" + node, CreationTimestamp: metav1.NewTime(created)},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: DefaultDriverName, NodeName: node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true},
 	}
 }
 

@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -336,5 +337,20 @@ func TestRefenceStaleAfterFailover(t *testing.T) {
 	}
 	if len(h.react.stale) != 1 || h.react.stale[0].Node != "node-gone" || h.react.stale[0].Volumes[0].Handle != "vol-1" {
 		t.Fatalf("reactions after RefenceStale: %+v", h.react.stale)
+	}
+}
+
+// TestPendingAttachmentIsNotAHolder: a VolumeAttachment that never
+// attached (a refused request) holds nothing unless a claim says so.
+func TestPendingAttachmentIsNotAHolder(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
+	h.put(va("va-a", "pv-1", "node-a", false, t0), va("va-b", "pv-1", "node-b", false, t0), va("va-c", "pv-1", "node-c", true, t0))
+	var nodes []string
+	for _, ho := range h.index.Volume("vol-1").Holders() {
+		nodes = append(nodes, ho.Node)
+	}
+	if fmt.Sprint(nodes) != "[node-a node-c]" {
+		t.Fatalf("holders %v, want the claimed node-a and the attached node-c", nodes)
 	}
 }

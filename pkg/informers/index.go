@@ -36,8 +36,8 @@ type Volume struct {
 }
 
 // Holders merges attachments and claims into the policy's view: a node
-// holds the volume while a VolumeAttachment for it exists or a claim for it
-// is committed.
+// holds the volume while a claim for it is committed or a VolumeAttachment
+// for it is attached (or detaching after being attached).
 func (v *Volume) Holders() []fencing.Holder {
 	if v == nil {
 		return nil
@@ -47,6 +47,12 @@ func (v *Volume) Holders() []fencing.Holder {
 		byNode[node] = fencing.Holder{Node: node, Since: at}
 	}
 	for _, a := range v.Attachments {
+		if _, claimed := v.Claims[a.Node]; !claimed && !a.Attached {
+			// A VolumeAttachment that never attached is a request, not a
+			// hold: a refused second node's VA must not block the holder
+			// (or anyone after it).
+			continue
+		}
 		h, ok := byNode[a.Node]
 		if !ok || a.Since.Before(h.Since) {
 			h.Since = a.Since
