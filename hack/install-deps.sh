@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host tools the node tests, benchmarks and demo run for real:
 # mkfs.ext4/resize2fs (e2fsprogs), mkfs.xfs/xfs_growfs (xfsprogs), losetup,
-# blkid and mount (util-linux, mount). Idempotent: a machine that has them
+# blkid and mount (util-linux, mount), and promtool (prometheus) for the
+# alert tests. Idempotent: a machine that has them
 # all is left alone. Installing needs root and Debian's apt; without root
 # it only says what is missing (the root-only tests then skip and say why).
 set -euo pipefail
@@ -12,6 +13,8 @@ declare -A pkg=(
   [mkfs.xfs]=xfsprogs [xfs_growfs]=xfsprogs
   [losetup]=util-linux [blkid]=util-linux [findmnt]=util-linux
   [mount]=mount
+  # promtool evaluates the PrometheusRule alerts in go test ./manifests.
+  [promtool]=prometheus
 )
 missing=()
 for tool in "${!pkg[@]}"; do
