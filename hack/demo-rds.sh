@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: start the RDS simulator on loopback and walk a volume through
+# make demo-rds: start the RDS simulator on loopback and walk a volume through
 # create -> print -> resize -> snapshot -> restore -> delete over real SSH,
 # printing each RouterOS command and what RouterOS returned.
 set -euo pipefail
