@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -260,5 +261,31 @@ func PodTerminating(c kubernetes.Interface, ns, name string) Condition {
 			return false, err.Error(), nil
 		}
 		return p.DeletionTimestamp != nil, "not deleting", nil
+	}
+}
+
+// FirstAttachedAt is the first moment after since at which the monitor saw
+// pvName attached to node.
+func (m *AttachmentMonitor) FirstAttachedAt(pvName, node string, since time.Time) (time.Time, bool) {
+	for _, h := range m.History(pvName) {
+		if !h.At.Before(since) && contains(h.Nodes, node) {
+			return h.At, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// AnyOf holds as soon as one of conds holds.
+func AnyOf(conds ...Condition) Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		var states []string
+		for _, cond := range conds {
+			done, state, err := cond(ctx)
+			if err != nil || done {
+				return done, state, err
+			}
+			states = append(states, state)
+		}
+		return false, strings.Join(states, "; "), nil
 	}
 }
