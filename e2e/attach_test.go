@@ -199,3 +199,118 @@ func TestAttachAndRefuseSecondNode(t *testing.T) {
 		t.Errorf("PV %s was attached to %d nodes at once, want 1", w.pv, got)
 	}
 }
+
+// Scenario 3a: node-a is shut down (its kubelet stops, the node lifecycle
+// controller marks it Unknown) and the operator taints it
+// node.kubernetes.io/out-of-service. The volume moves to the replacement
+// pod on node-b without ever being attached to both.
+func TestFailoverOutOfService(t *testing.T) {
+	testFailover(t, "out-of-service taint on node-a", func(w *attachWorld) error {
+		return w.nodes["node-a"].Taint(w.e.Ctx, framework.OutOfServiceTaint)
+	}, func(w *attachWorld) error {
+		// The taint eviction controller evicts pod-a (it does not tolerate
+		// the taint); with no kubelet it stays Terminating until the pod
+		// GC force-deletes it (terminating pods on out-of-service nodes),
+		// which the test does in its place.
+		_, err := framework.WaitFor(w.e.Ctx, w.e.TL, time.Minute, "pod-a evicted", framework.PodTerminating(w.e.Client, framework.TestNamespace, "pod-a"))
+		if err != nil {
+			return err
+		}
+		return framework.ForceDeletePod(w.e.Ctx, w.e.Client, framework.TestNamespace, "pod-a")
+	})
+}
+
+// Scenario 3b: node-a is dead and its Node object is deleted (cluster
+// autoscaler, kubectl delete node).
+func TestFailoverNodeDeleted(t *testing.T) {
+	testFailover(t, "Node node-a deleted", func(w *attachWorld) error {
+		return w.e.Client.CoreV1().Nodes().Delete(w.e.Ctx, "node-a", metav1.DeleteOptions{})
+	}, func(w *attachWorld) error {
+		// The pod GC deletes pods of a deleted node after a 40 s
+		// quarantine; the test does it at once in its place.
+		return framework.ForceDeletePod(w.e.Ctx, w.e.Client, framework.TestNamespace, "pod-a")
+	})
+}
+
+// testFailover: pod-a holds the claim on node-a and its replacement pod-b
+// waits on node-b (refused by Multi-Attach). node-a's kubelet stops, the
+// node turns Unknown, then fail (the failure action the time is measured
+// from) and podGC (what Kubernetes would do to pod-a) run. The volume must
+// end up attached to node-b, never to both nodes at once according to the
+// API server's VolumeAttachment history, with the driver having fenced
+// node-a's stale attachment (or handed it off) and the PV's claims naming
+// only node-b.
+func testFailover(t *testing.T, what string, fail, podGC func(*attachWorld) error) {
+	w := startAttachWorld(t, "node-a", "node-b")
+	e := w.e
+	ctx, c, tl := e.Ctx, e.Client, e.TL
+	ns := framework.TestNamespace
+
+	done := tl.Step("replacement pod-b on node-b waits (Multi-Attach)")
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "pod-b", "node-b", "data"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "Multi-Attach error on pod-b",
+		framework.EventOn(c, ns, "Pod", "pod-b", "FailedAttachVolume", nil, "Multi-Attach")); err != nil {
+		t.Fatal(err)
+	}
+	done()
+
+	done = tl.Step("node-a's kubelet stops")
+	w.nodes["node-a"].Fail()
+	if _, err := framework.WaitFor(ctx, tl, nodeMonitorGrace+time.Minute, "node-a Unknown", framework.NodeReady(c, "node-a", corev1.ConditionUnknown)); err != nil {
+		t.Fatal(err)
+	}
+	// NotReady alone moves nothing (no --not-ready-threshold).
+	if err := framework.NotAttachedTo(ctx, c, w.pv, w.handle, "node-b"); err != nil {
+		t.Error(err)
+	}
+	done()
+
+	done = tl.Step(what)
+	t0 := time.Now()
+	if err := fail(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := podGC(w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-b", framework.VolumeAttached(c, w.pv, "node-b", nil)); err != nil {
+		t.Fatal(err)
+	}
+	at, ok := w.mon.FirstAttachedAt(w.pv, "node-b", t0)
+	if !ok {
+		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
+	}
+	failover := at.Sub(t0)
+	tl.Logf("FAILOVER %s: %s from the failure action to attached on node-b", what, failover.Round(time.Millisecond))
+	done()
+
+	if got := w.mon.MaxAttached(w.pv); got != 1 {
+		t.Errorf("PV %s was attached to %d nodes at once; history %+v", w.pv, got, w.mon.History(w.pv))
+	}
+	if gap, ok := w.mon.Handoff(w.pv, "node-a", "node-b"); ok {
+		tl.Logf("handoff gap node-a -> node-b: %s", gap.Round(time.Millisecond))
+	} else {
+		t.Errorf("no handoff node-a -> node-b in the VolumeAttachment history %+v", w.mon.History(w.pv))
+	}
+	var ev corev1.Event
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "the driver fenced node-a or handed the volume off",
+		framework.AnyOf(
+			framework.EventOn(c, ns, "PersistentVolumeClaim", "data", framework.ReasonFenced, &ev, w.handle, "node-a"),
+			framework.EventOn(c, ns, "PersistentVolumeClaim", "data", framework.ReasonHandoff, &ev, w.handle, "node-a", "node-b"),
+		)); err != nil {
+		t.Error(err)
+	} else {
+		tl.Logf("driver: %s: %s", ev.Reason, ev.Message)
+	}
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "claims name node-b only", framework.ClaimsAre(c, w.pv, "node-b")); err != nil {
+		t.Error(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "node-a's VolumeAttachment gone", framework.NoVolumeAttachment(c, w.pv, "node-a")); err != nil {
+		t.Error(err)
+	}
+	if _, ok := w.sim.Disk(w.handle); !ok {
+		t.Errorf("disk %s gone from the simulator after the failover", w.handle)
+	}
+}
