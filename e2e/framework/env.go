@@ -28,6 +28,9 @@ type Env struct {
 // EnvOptions configure NewEnv.
 type EnvOptions struct {
 	ControlPlane ControlPlaneOptions
+	// QuietObjects leaves object changes off the timeline (scale tests
+	// create tens of thousands of objects).
+	QuietObjects bool
 }
 
 // NewEnv builds what is missing (EnsureBinaries), starts a control plane
@@ -40,8 +43,10 @@ func NewEnv(t testing.TB, opts EnvOptions) *Env {
 	tl := NewTimeline(t, dir)
 	cp := StartControlPlane(t, tl, root, filepath.Join(dir, "controlplane"), opts.ControlPlane)
 	e := &Env{T: t, Ctx: t.Context(), Root: root, Dir: dir, TL: tl, CP: cp, Client: cp.Client}
-	if err := WatchObjects(e.Ctx, tl, cp.Client); err != nil {
-		t.Fatal(err)
+	if !opts.QuietObjects {
+		if err := WatchObjects(e.Ctx, tl, cp.Client); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := cp.Client.CoreV1().Namespaces().Create(e.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: TestNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
