@@ -62,9 +62,13 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	}
 	defer logf.Close()
 
+	// The script runs in its own process group: a Ctrl-C (SIGINT to the
+	// terminal's whole foreground group, under go test or make demo) must
+	// not kill a start half-way or the stop that cleans up after it.
 	stop := func() {
 		cmd := exec.Command("bash", script, "stop", dir)
 		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // finishes even if we die meanwhile
 		if err := cmd.Run(); err != nil {
 			tb.Errorf("hack/controlplane.sh stop %s: %v (see %s)", dir, err, logPath)
 		}
@@ -94,6 +98,9 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	cmd := exec.Command("bash", script, "start", dir)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Dies with us (the watchdog then stops what it started); a Ctrl-C
+	// that we handle lets it finish, then the cleanup stops everything.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
 		tb.Fatalf("hack/controlplane.sh start %s: %v\n%s", dir, err, tail(logPath, 40))
 	}
