@@ -18,11 +18,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,12 +45,11 @@ func main() {
 
 	p := newPrinter(os.Stdout, *verbose)
 	r := newRunner(context.Background(), "demo", p.line)
-	d := &demo{p: p, r: r, grace: *grace, start: time.Now()}
+	d := &demo{p: p, r: r, grace: *grace, start: time.Now(), pids: map[string]int{}}
 
 	// Ctrl-C (SIGINT to the whole foreground process group: make, this
 	// program; the driver, sidecars and control plane run in their own
 	// process groups and sessions, so they wait to be stopped in order).
-	var interrupted atomic.Bool
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
@@ -59,9 +58,8 @@ func main() {
 			n++
 			switch n {
 			case 1:
-				interrupted.Store(true)
 				p.say(yellow+bold, "\n%s: stopping everything this demo started (driver, sidecars, control plane, simulator)…", signalName(s))
-				r.cancel()
+				r.interrupt()
 			case 2:
 				p.say(yellow, "still stopping (%d cleanups left); press Ctrl-C once more to exit at once (the control plane's watchdog and the children's parent-death signal still stop everything)", r.pendingCleanups())
 			default:
@@ -78,13 +76,26 @@ func main() {
 
 	// Stop everything the framework started, newest first, as after a test.
 	p.header(totalSteps, totalSteps, "stop everything", "driver, sidecars, snapshot-controller, simulator, kube-controller-manager, kube-apiserver, etcd (by PID)")
+	// hack/controlplane.sh removes its pid files as it stops a component:
+	// note them first, to check afterwards that every process is gone.
+	if dir := p.artifactDir(); dir != "" {
+		d.recordPIDFiles(filepath.Join(dir, "controlplane", "pids"))
+	}
 	stopStart := time.Now()
 	r.runCleanups(nil)
 	stopTook := time.Since(stopStart)
 	alive := d.aliveProcesses()
 	stopRow := &stepRecord{title: "stop everything", took: stopTook, objects: "-", status: "ok"}
 	if len(alive) > 0 {
-		stopRow.status, stopRow.result = "FAILED", "still running: "+strings.Join(alive, ", ")
+		// A cleanup failed: stop what is left anyway, then say so.
+		p.say(red, "   still running after the cleanups: %s; stopping them again", strings.Join(alive, ", "))
+		d.stopLeftovers(p.artifactDir())
+		stopRow.status, stopRow.result = "FAILED", "left running by the cleanups: "+strings.Join(alive, ", ")
+		if again := d.aliveProcesses(); len(again) > 0 {
+			stopRow.result += "; still running: " + strings.Join(again, ", ")
+		} else {
+			stopRow.result += "; stopped on a second attempt"
+		}
 		r.Fail()
 	} else {
 		stopRow.result = fmt.Sprintf("%d processes stopped, none left", len(d.pids))
@@ -102,7 +113,7 @@ func main() {
 		p.say(dim, "full timeline and every component's log: %s", d.artifacts)
 	}
 	switch {
-	case interrupted.Load():
+	case r.wasInterrupted() && !r.Failed():
 		p.say(yellow, "interrupted; everything the demo started has been stopped")
 		os.Exit(130)
 	case r.Failed():
@@ -125,22 +136,28 @@ func signalName(s os.Signal) string {
 func (d *demo) aliveProcesses() []string {
 	var alive []string
 	for name, pid := range d.pids {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			continue
+		if isAlive(pid) {
+			alive = append(alive, fmt.Sprintf("%s (pid %d)", name, pid))
 		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] == "Z" {
-				continue
-			}
-		}
-		alive = append(alive, fmt.Sprintf("%s (pid %d)", name, pid))
 	}
 	return alive
 }
 
-// recordControlPlanePIDs reads hack/controlplane.sh's pid files.
-func (d *demo) recordControlPlanePIDs(cp *framework.ControlPlane) {
-	files, _ := filepath.Glob(filepath.Join(cp.Dir, "pids", "*.pid"))
+func isAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(f) == 0 || f[0] != "Z"
+}
+
+// recordPIDFiles notes the processes of hack/controlplane.sh's pid files.
+func (d *demo) recordPIDFiles(dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -149,5 +166,25 @@ func (d *demo) recordControlPlanePIDs(cp *framework.ControlPlane) {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 			d.pids[strings.TrimSuffix(filepath.Base(f), ".pid")] = pid
 		}
+	}
+}
+
+// stopLeftovers is the fallback when a cleanup failed: hack/controlplane.sh
+// stop once more (by its pid files, in order), then SIGKILL for whatever
+// recorded process is still there.
+func (d *demo) stopLeftovers(artifacts string) {
+	if root, err := framework.RepoRoot(); err == nil && artifacts != "" {
+		cmd := exec.Command("bash", filepath.Join(root, "hack", "controlplane.sh"), "stop", filepath.Join(artifacts, "controlplane"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		_ = cmd.Run()
+	}
+	for _, pid := range d.pids {
+		if isAlive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(d.aliveProcesses()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // polling for process exit, not synchronising a test
 	}
 }

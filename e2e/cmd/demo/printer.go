@@ -21,8 +21,9 @@ type printer struct {
 	color   bool
 	verbose bool
 
-	mu    sync.Mutex
-	tally map[string]int // object kind -> changes in the current step
+	mu        sync.Mutex
+	tally     map[string]int // object kind -> changes in the current step
+	artifacts string         // the artifact directory, once the framework has logged it
 }
 
 func newPrinter(w *os.File, verbose bool) *printer {
@@ -61,12 +62,22 @@ var objectKinds = []struct{ prefix, short string }{
 	{"Event ", "Event"},
 }
 
+// artifactsLine is how the framework announces a run's artifact directory.
+const artifactsLine = "artifacts (timeline.log, component logs): "
+
+// artifactDir is the run's artifact directory ("" before the framework made it).
+func (p *printer) artifactDir() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.artifacts
+}
+
 // timelineLine matches framework.Timeline's "%9.3fs  message".
 var timelineLine = regexp.MustCompile(`^\s*(\d+\.\d{3})s  (.*)$`)
 
 // noise are harness lines only -v shows: every wait, process start and
 // the harness's own step markers (the demo prints its own).
-var noise = []string{"== ", "started ", "created ", "stopped ", "waiting for ", "rds-sim ", "kube-apiserver at ", "driver binary from"}
+var noise = []string{"== ", "end of scenario", "started ", "created ", "stopped ", "waiting for ", "rds-sim ", "kube-apiserver at ", "driver binary from"}
 
 // line is the runner's log sink.
 func (p *printer) line(s string) {
@@ -75,9 +86,15 @@ func (p *printer) line(s string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m == nil {
+		if dir, ok := strings.CutPrefix(s, artifactsLine); ok {
+			p.artifacts = strings.TrimSpace(dir)
+		}
 		style := dim
-		if strings.HasPrefix(s, "ERROR") {
+		switch {
+		case strings.HasPrefix(s, "ERROR"):
 			style = red
+		case strings.HasPrefix(s, "interrupted"):
+			style = yellow
 		}
 		fmt.Fprintln(p.w, p.paint(style, "   "+s))
 		return
@@ -85,11 +102,18 @@ func (p *printer) line(s string) {
 	at, msg := m[1], m[2]
 	for _, k := range objectKinds {
 		if strings.HasPrefix(msg, k.prefix) {
-			p.tally[k.short]++
-			if k.short == "Event" && !p.verbose && boringEvent(msg) {
-				return
+			rest := msg[len(k.prefix):]
+			if k.short == "Event" {
+				if !p.verbose && boringEvent(msg) {
+					return
+				}
+				rest = eventText(rest)
 			}
-			fmt.Fprintf(p.w, "   %s  %s\n", p.paint(dim, fmt.Sprintf("%8ss", at)), p.paint(cyan, k.prefix)+shorten(msg[len(k.prefix):], p.verbose))
+			p.tally[k.short]++
+			if !p.verbose {
+				rest = shorten(abbrev(rest))
+			}
+			fmt.Fprintf(p.w, "   %s  %s\n", p.paint(dim, fmt.Sprintf("%8ss", at)), p.paint(cyan, k.prefix)+rest)
 			return
 		}
 	}
@@ -114,10 +138,33 @@ func boringEvent(msg string) bool {
 	return false
 }
 
+// eventText drops the Event object's own name (ns/name.<hex>) from a
+// timeline line: what matters is the object it is about.
+func eventText(s string) string {
+	if _, after, ok := strings.Cut(s, ": "); ok {
+		return after
+	}
+	return s
+}
+
+var (
+	uuidRE  = regexp.MustCompile(`([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	hash64  = regexp.MustCompile(`\b(csi-[0-9a-f]{8})[0-9a-f]{56}\b`)
+	longNum = regexp.MustCompile(`\.t-[0-9]{10,}`)
+)
+
+// abbrev shortens generated names (PV UUIDs, VolumeAttachment hashes) to
+// their first 8 hex digits; -v prints them whole.
+func abbrev(s string) string {
+	s = uuidRE.ReplaceAllString(s, "$1…")
+	s = hash64.ReplaceAllString(s, "$1…")
+	return longNum.ReplaceAllString(s, ".t-…")
+}
+
 // shorten cuts a long object summary (an event message) to a terminal line.
-func shorten(s string, verbose bool) string {
-	const max = 220
-	if verbose || utf8.RuneCountInString(s) <= max {
+func shorten(s string) string {
+	const max = 200
+	if utf8.RuneCountInString(s) <= max {
 		return s
 	}
 	r := []rune(s)
@@ -160,6 +207,15 @@ func (p *printer) say(style, format string, args ...any) {
 	fmt.Fprintln(p.w, p.paint(style, fmt.Sprintf(format, args...)))
 }
 
+// sayShort is say with generated names abbreviated (unless -v).
+func (p *printer) sayShort(style, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if !p.verbose {
+		s = abbrev(s)
+	}
+	p.say(style, "%s", s)
+}
+
 // header starts a step.
 func (p *printer) header(n, total int, title, what string) {
 	p.mu.Lock()
@@ -182,7 +238,11 @@ func (p *printer) table(rows []*stepRecord, total time.Duration) {
 	head := []string{"#", "step", "took", "status", "API objects changed (watch events)", "result"}
 	cells := [][]string{head}
 	for i, r := range rows {
-		cells = append(cells, []string{fmt.Sprint(i + 1), r.title, fmtDur(r.took), r.status, r.objects, r.result})
+		result := r.result
+		if !p.verbose {
+			result = abbrev(result)
+		}
+		cells = append(cells, []string{fmt.Sprint(i + 1), r.title, fmtDur(r.took), r.status, r.objects, result})
 	}
 	cells = append(cells, []string{"", "total", fmtDur(total), "", "", ""})
 	width := make([]int, len(head))

@@ -66,8 +66,9 @@ func (d *demo) step(title, what string, fn func() string) {
 		row.took = time.Since(t0)
 		row.objects = d.p.takeTally()
 		switch {
-		case d.r.ctx.Err() != nil && !finished:
+		case d.r.wasInterrupted() && !finished:
 			row.status = "interrupted"
+			row.result = "interrupted by Ctrl-C"
 		case !finished || d.r.Failed() != failedBefore:
 			row.status = "FAILED"
 		case row.status == "":
@@ -77,7 +78,7 @@ func (d *demo) step(title, what string, fn func() string) {
 		if row.status != "ok" && row.status != "skipped" {
 			style, mark = red, "✘"
 		}
-		d.p.say(style, "   %s %s  %s", mark, fmtDur(row.took), row.result)
+		d.p.sayShort(style, "   %s %s  %s", mark, fmtDur(row.took), row.result)
 	}()
 	row.result = fn()
 	if strings.HasPrefix(row.result, "skipped") {
@@ -86,7 +87,7 @@ func (d *demo) step(title, what string, fn func() string) {
 	finished = true
 }
 
-func (d *demo) detail(format string, args ...any) { d.p.say("", "   · "+format, args...) }
+func (d *demo) detail(format string, args ...any) { d.p.sayShort("", "   · "+format, args...) }
 
 func (d *demo) fatalIf(err error) {
 	if err != nil {
@@ -101,7 +102,6 @@ func (d *demo) waitFor(e *framework.Env, timeout time.Duration, what string, con
 }
 
 func (d *demo) scenario() {
-	d.pids = map[string]int{}
 	const ns = framework.TestNamespace
 	marker := []byte(fmt.Sprintf("written on node-a by the rds-csi demo at %s", time.Now().UTC().Format(time.RFC3339)))
 
@@ -112,7 +112,6 @@ func (d *demo) scenario() {
 		if rel, err := filepath.Rel(e.Root, e.Dir); err == nil {
 			d.artifacts = rel
 		}
-		d.recordControlPlanePIDs(e.CP)
 		return "kube-apiserver at " + e.CP.Env["KUBE_APISERVER_URL"] + fmt.Sprintf(", node-monitor-grace-period %s", d.grace)
 	})
 	ctx, c, tl := e.Ctx, e.Client, e.TL

@@ -27,11 +27,13 @@ type runner struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	failed   bool
-	skipped  bool
-	cleanups []func()
-	running  string // the cleanup being run, for "still stopping" messages
+	mu          sync.Mutex
+	interrupted bool // Ctrl-C: errors of the scenario's cancelled waits are not failures
+	cleaning    bool
+	failed      bool
+	skipped     bool
+	cleanups    []func()
+	running     string // the cleanup being run, for "still stopping" messages
 }
 
 func newRunner(parent context.Context, name string, log func(string)) *runner {
@@ -60,6 +62,9 @@ func (r *runner) run(body func()) {
 // its own goroutine so that a Fatal inside one does not skip the rest.
 // before is told each cleanup's position (from len down to 1).
 func (r *runner) runCleanups(before func(left int)) {
+	r.mu.Lock()
+	r.cleaning = true
+	r.mu.Unlock()
 	r.cancel()
 	for {
 		r.mu.Lock()
@@ -96,14 +101,38 @@ func (r *runner) Logf(format string, args ...any) {
 	r.log(fmt.Sprintf(format, args...))
 }
 
-func (r *runner) Error(args ...any) {
-	r.Fail()
-	r.log("ERROR: " + fmt.Sprintln(args...))
+func (r *runner) Error(args ...any) { r.report(fmt.Sprintln(args...)) }
+
+func (r *runner) Errorf(format string, args ...any) { r.report(fmt.Sprintf(format, args...)) }
+
+// report records a failure; after Ctrl-C, what the cancelled scenario
+// reports is the interruption, not a failure (a cleanup's error still is).
+func (r *runner) report(msg string) {
+	r.mu.Lock()
+	quiet := r.interrupted && !r.cleaning
+	if !quiet {
+		r.failed = true
+	}
+	r.mu.Unlock()
+	if quiet {
+		r.log("interrupted: " + msg)
+		return
+	}
+	r.log("ERROR: " + msg)
 }
 
-func (r *runner) Errorf(format string, args ...any) {
-	r.Fail()
-	r.log("ERROR: " + fmt.Sprintf(format, args...))
+// interrupt ends Context: every wait of the scenario returns.
+func (r *runner) interrupt() {
+	r.mu.Lock()
+	r.interrupted = true
+	r.mu.Unlock()
+	r.cancel()
+}
+
+func (r *runner) wasInterrupted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.interrupted
 }
 
 func (r *runner) Fail() {
