@@ -177,7 +177,12 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 				req.VolumeID, live[0].Node, live[1].Node))
 		}
 		if self != nil {
-			if len(live) == 1 && self.Since.After(live[0].Since) && now.Sub(self.Since) > cfg.MigrationTimeout {
+			// The newer holder is the migration target. Holders' times have
+			// one-second resolution (VolumeAttachment creation, claims), so
+			// two nodes that started in the same second tie: neither is
+			// provably the source, and both count as the target, or the
+			// timeout would never apply to them.
+			if len(live) == 1 && !self.Since.Before(live[0].Since) && now.Sub(self.Since) > cfg.MigrationTimeout {
 				return refuse(d, live[0].Node, fmt.Sprintf(
 					"volume %s has been held by %s and %s for %s, longer than the migration timeout of %s; detach it from one of them",
 					req.VolumeID, live[0].Node, req.Node, now.Sub(self.Since).Round(time.Second), cfg.MigrationTimeout))

@@ -94,6 +94,14 @@ func TestDecide(t *testing.T) {
 			verdict: Refuse, blocking: "a", reason: "migration timeout"},
 		{name: "multi-writer: the source repeating after the timeout is fine", req: Request{VolumeID: "v", Node: "a", Mode: MultiNodeMultiWriter},
 			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: now.Add(-6 * time.Minute)}}, nodes: allHealthy, verdict: AlreadyPublished},
+		{name: "multi-writer: holders since the same second, either repeating after the timeout is refused", req: Request{VolumeID: "v", Node: "b", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: t0}}, nodes: allHealthy,
+			verdict: Refuse, blocking: "a", reason: "migration timeout"},
+		{name: "multi-writer: holders since the same second, the other one too", req: Request{VolumeID: "v", Node: "a", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: t0}, {Node: "b", Since: t0}}, nodes: allHealthy,
+			verdict: Refuse, blocking: "b", reason: "migration timeout"},
+		{name: "multi-writer: holders since the same second, within the window", req: Request{VolumeID: "v", Node: "b", Mode: MultiNodeMultiWriter},
+			holders: []Holder{{Node: "a", Since: now.Add(-time.Minute)}, {Node: "b", Since: now.Add(-time.Minute)}}, nodes: allHealthy, verdict: AlreadyPublished},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
