@@ -21,10 +21,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
 )
@@ -99,15 +101,29 @@ func main() {
 		r.Fail()
 	} else {
 		stopRow.result = fmt.Sprintf("%d processes stopped, none left", len(d.pids))
+		names := make([]string, 0, len(d.pids))
+		for n := range d.pids {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		p.say("", "   · checked gone: %s", strings.Join(names, ", "))
 	}
-	p.say(dim, "   %s", stopRow.result)
+	if stopRow.status == "ok" {
+		p.say(green, "   ✔ %s  %s", fmtDur(stopRow.took), stopRow.result)
+	} else {
+		p.say(red, "   ✘ %s  %s", fmtDur(stopRow.took), stopRow.result)
+	}
 	d.rows = append(d.rows, stopRow)
 
 	fmt.Println()
 	p.say(bold, "Summary")
 	p.table(d.rows, time.Since(d.start))
+	width := 0
 	for _, n := range d.numbers {
-		p.say("", "  %s", n)
+		width = max(width, utf8.RuneCountInString(n[0]))
+	}
+	for _, n := range d.numbers {
+		p.say("", "  %s:%s %s", n[0], strings.Repeat(" ", width-utf8.RuneCountInString(n[0])), n[1])
 	}
 	if d.artifacts != "" {
 		p.say(dim, "full timeline and every component's log: %s", d.artifacts)

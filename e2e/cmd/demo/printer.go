@@ -113,7 +113,11 @@ func (p *printer) line(s string) {
 			if !p.verbose {
 				rest = shorten(abbrev(rest))
 			}
-			fmt.Fprintf(p.w, "   %s  %s\n", p.paint(dim, fmt.Sprintf("%8ss", at)), p.paint(cyan, k.prefix)+rest)
+			style := cyan
+			if k.short == "VolumeAttachment" {
+				style = cyan + bold // what the driver's decisions are about
+			}
+			fmt.Fprintf(p.w, "   %s  %s\n", p.paint(dim, fmt.Sprintf("%8ss", at)), p.paint(style, k.prefix)+rest)
 			return
 		}
 	}

@@ -45,7 +45,7 @@ type demo struct {
 	start time.Time
 
 	rows      []*stepRecord
-	numbers   []string       // the key measurements, printed under the table
+	numbers   [][2]string    // the key measurements (label, value), printed under the table
 	artifacts string         // artifact directory
 	pids      map[string]int // every process started, checked after the stop
 }
@@ -112,14 +112,16 @@ func (d *demo) scenario() {
 		if rel, err := filepath.Rel(e.Root, e.Dir); err == nil {
 			d.artifacts = rel
 		}
-		return "kube-apiserver at " + e.CP.Env["KUBE_APISERVER_URL"] + fmt.Sprintf(", node-monitor-grace-period %s", d.grace)
+		d.detail("kube-apiserver at %s; kube-controller-manager --node-monitor-grace-period=%s", e.CP.Env["KUBE_APISERVER_URL"], d.grace)
+		return "etcd, kube-apiserver, kube-controller-manager ready"
 	})
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 
 	var sim *framework.Sim
 	d.step("RDS simulator", "RouterOS /disk and /file over real SSH; disks are sparse files", func() string {
 		sim = e.StartSim(framework.SimOptions{PoolSize: 20 << 30})
-		return fmt.Sprintf("ssh admin@%s:%d, host key pinned in a known_hosts file, 20 GiB pool", sim.Host, sim.Port)
+		d.detail("ssh admin@%s:%d, key login, host key pinned in a known_hosts file, 20 GiB pool", sim.Host, sim.Port)
+		return fmt.Sprintf("SSH on %s:%d", sim.Host, sim.Port)
 	})
 
 	snapshots := framework.HaveBinary(e.Root, "csi-snapshotter") && framework.HaveBinary(e.Root, "snapshot-controller")
@@ -141,7 +143,8 @@ func (d *demo) scenario() {
 			sidecars += ", csi-snapshotter"
 		}
 		d.detail("driver binary %s, pid %d, socket %s", os.Getenv("RDS_CSI_E2E_DRIVER_BIN"), ctrl.Driver.Pid(), ctrl.Driver.Socket)
-		return fmt.Sprintf("driver ready; %s as ServiceAccount %s/%s (leader-elected)", sidecars, ctrl.Deployment.Namespace, ctrl.Deployment.ServiceAccount)
+		d.detail("%s with leader election, as ServiceAccount %s/%s", sidecars, ctrl.Deployment.Namespace, ctrl.Deployment.ServiceAccount)
+		return fmt.Sprintf("driver + %d sidecars as %s/%s", strings.Count(sidecars, ",")+1, ctrl.Deployment.Namespace, ctrl.Deployment.ServiceAccount)
 	})
 
 	var nodeA *framework.FakeKubelet
@@ -168,7 +171,7 @@ func (d *demo) scenario() {
 			d.r.Fatalf("PV %s is bound but the simulator has no disk %s", pvName, pvName)
 		}
 		d.detail("RDS disk slot=%s file=%s size=%d nvme-tcp-export=%t port=%d nqn=%s", dk.Slot, dk.FilePath, dk.Size, dk.NVMeTCPExport, dk.NVMeTCPPort, dk.NVMeTCPNQN)
-		return fmt.Sprintf("PV %s bound; a 1 GiB disk on the RDS", pvName)
+		return fmt.Sprintf("%s bound, 1 GiB disk on the RDS", pvName)
 	})
 
 	d.step("attach", "pod app-a on node-a → attach/detach controller → VolumeAttachment → csi-attacher → ControllerPublish", func() string {
@@ -199,8 +202,9 @@ func (d *demo) scenario() {
 		if len(nodes) != 1 || nodes[0] != "node-a" {
 			d.r.Errorf("volume attached to %v while node-a is only NotReady, want [node-a]", nodes)
 		}
-		d.numbers = append(d.numbers, fmt.Sprintf("node-a silent → NotReady:                     %s (node-monitor-grace-period %s)", fmtDur(notReady), d.grace))
-		return fmt.Sprintf("node-a NotReady after %s; app-b waits: NotReady alone may be a partition, so nothing moves", fmtDur(notReady))
+		d.numbers = append(d.numbers, [2]string{"node-a silent → NotReady", fmt.Sprintf("%s (node-monitor-grace-period %s)", fmtDur(notReady), d.grace)})
+		d.detail("nothing moves: NotReady alone may be a network partition with node-a still writing")
+		return fmt.Sprintf("node-a NotReady after %s; app-b refused (Multi-Attach)", fmtDur(notReady))
 	})
 
 	d.step("fenced handoff", "the operator taints node-a node.kubernetes.io/out-of-service (non-graceful node shutdown)", func() string {
@@ -211,9 +215,11 @@ func (d *demo) scenario() {
 		d.waitFor(e, waitShort, "no VolumeAttachment left for node-a", framework.NoVolumeAttachment(c, pvName, "node-a"))
 		fences, err := c.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + fencing.ReasonFenced})
 		d.fatalIf(err)
+		var fenced []string
 		for _, ev := range fences.Items {
-			d.detail("driver: %s %s/%s: %s", ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Message)
+			fenced = append(fenced, ev.InvolvedObject.Kind+"/"+ev.InvolvedObject.Name)
 		}
+		d.detail("the driver fenced node-a's stale attachment at once (%s events on %s)", fencing.ReasonFenced, strings.Join(fenced, ", "))
 		dk, _ := sim.Disk(pvName)
 		got, err := readAt(dk.BackingFile, 1<<20, len(marker))
 		d.fatalIf(err)
@@ -232,12 +238,12 @@ func (d *demo) scenario() {
 			gapText = fmtDur(gap)
 		}
 		d.numbers = append(d.numbers,
-			fmt.Sprintf("out-of-service taint → attached on node-b:   %s", fmtDur(attachedAt.Sub(taintAt))),
-			fmt.Sprintf("node-a silent → attached on node-b:          %s", fmtDur(attachedAt.Sub(failedAt))),
-			fmt.Sprintf("handoff gap (attached to no node):           %s", gapText),
-			fmt.Sprintf("nodes attached at once, at most:             %d (ReadWriteOnce: must be 1)", max),
-			fmt.Sprintf("fence events from the driver:                %d", len(fences.Items)))
-		return fmt.Sprintf("attached on node-b %s after the taint; never on two nodes at once", fmtDur(attachedAt.Sub(taintAt)))
+			[2]string{"out-of-service taint → attached on node-b", fmtDur(attachedAt.Sub(taintAt))},
+			[2]string{"node-a silent → attached on node-b", fmtDur(attachedAt.Sub(failedAt))},
+			[2]string{"handoff gap (attached to no node)", gapText},
+			[2]string{"nodes attached at once, at most", fmt.Sprintf("%d (ReadWriteOnce: must be 1)", max)},
+			[2]string{"fence events from the driver", fmt.Sprint(len(fences.Items))})
+		return fmt.Sprintf("on node-b %s after the taint; never on 2 nodes", fmtDur(attachedAt.Sub(taintAt)))
 	})
 
 	dyn, err := dynamic.NewForConfig(e.CP.Config)
@@ -280,7 +286,7 @@ func (d *demo) scenario() {
 			d.r.Errorf("snapshot copy holds %q at 1 MiB, want %q", got, marker)
 		}
 		d.detail("VolumeSnapshotContent %s = RDS disk %s (not exported), holding node-a's data", content, copies[0].FilePath)
-		return "snapshot ready; its copy on the RDS holds the volume's data"
+		return "ready; the copy on the RDS holds the data"
 	})
 
 	d.step("cleanup", "delete the pods, the snapshot and the claim → ControllerUnpublish, DeleteSnapshot, DeleteVolume", func() string {
@@ -303,7 +309,7 @@ func (d *demo) scenario() {
 		if left := sim.Disks(); len(left) != 0 {
 			d.r.Errorf("disks left on the RDS: %+v", left)
 		}
-		return "no VolumeAttachment, PV or disk left; the RDS pool is empty"
+		return "no VolumeAttachment, PV or disk left"
 	})
 }
 
