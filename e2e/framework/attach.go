@@ -289,3 +289,28 @@ func AnyOf(conds ...Condition) Condition {
 		return false, strings.Join(states, "; "), nil
 	}
 }
+
+// ReportNodeStatus posts the node's status as its kubelet would after a
+// pod left: Ready with a fresh heartbeat and no volumesInUse (the fake
+// kubelet mounts nothing). The attach/detach controller assumes a volume
+// whose attach it started is mounted until a status update of the node
+// says otherwise; without one it waits 6 minutes
+// (maxWaitForUnmountDuration) before detaching, e.g. a refused
+// VolumeAttachment whose pod was deleted.
+func ReportNodeStatus(ctx context.Context, c kubernetes.Interface, node string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].LastHeartbeatTime = now
+			}
+		}
+		n.Status.VolumesInUse = nil
+		_, err = c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
