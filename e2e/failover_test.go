@@ -226,6 +226,18 @@ func TestControllerFailover(t *testing.T) {
 		len(across), failoverMaxDuration(across).Round(time.Millisecond), len(other), failoverMedianDuration(other).Round(time.Millisecond))
 
 	done = tl.Step("check: never two nodes at once; claims match the attachments")
+	// The monitor's informer may be a little behind the polls above.
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "the attachment monitor has seen every volume's last attach", func(context.Context) (bool, string, error) {
+		for pv, node := range lastNode {
+			h := mon.History(pv)
+			if len(h) == 0 || !slices.Equal(h[len(h)-1].Nodes, []string{node}) {
+				return false, fmt.Sprintf("PV %s: history %+v, want it to end on [%s]", pv, h, node), nil
+			}
+		}
+		return true, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range volumes {
 		pv := pvOf[fmt.Sprintf("rwo-%d", i)]
 		if got := mon.MaxAttached(pv); got > 1 {
@@ -285,6 +297,11 @@ func TestControllerFailover(t *testing.T) {
 	}
 	if _, err := framework.WaitFor(ctx, tl, time.Minute, "claims unchanged by the probes", claimsMatchAttachments(c, want)); err != nil {
 		t.Fatal(err)
+	}
+	for pv := range lastNode {
+		if got := mon.MaxAttached(pv); got > 1 {
+			t.Errorf("RWO PV %s was attached to %d nodes at once during the restarts: %+v", pv, got, mon.History(pv))
+		}
 	}
 	done()
 
