@@ -137,29 +137,7 @@ type Decision struct {
 // Decide returns the publish decision for req given the volume's holders.
 // nodes returns the state of a node by name.
 func Decide(req Request, holders []Holder, nodes func(string) NodeState, now time.Time, cfg Config) Decision {
-	var (
-		d      Decision
-		live   []Holder // other holders that still count
-		self   *Holder
-		sorted = append([]Holder(nil), holders...)
-	)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Since.Before(sorted[j].Since) })
-	for i := range sorted {
-		h := sorted[i]
-		if h.Node == req.Node {
-			self = &sorted[i]
-			continue
-		}
-		if reason, stale := staleness(nodes(h.Node), now, cfg); stale {
-			d.Fence = append(d.Fence, Fence{Node: h.Node, Reason: reason})
-			continue
-		}
-		if !h.DetachingSince.IsZero() && now.Sub(h.DetachingSince) <= cfg.GracePeriod {
-			d.Handoffs = append(d.Handoffs, h.Node)
-			continue
-		}
-		live = append(live, h)
-	}
+	d, live, self := classify(req.Node, holders, nodes, now, cfg)
 
 	switch req.Mode {
 	case MultiNodeReadOnly:
@@ -210,6 +188,48 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 		}
 		return allowOrRepeat(d, self, "")
 	}
+}
+
+// classify sorts the holders other than node by age into stale ones (to
+// fence), detaching ones inside the grace period (handoffs) and live ones
+// that still count; self is node's own holding, if any.
+func classify(node string, holders []Holder, nodes func(string) NodeState, now time.Time, cfg Config) (d Decision, live []Holder, self *Holder) {
+	sorted := append([]Holder(nil), holders...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Since.Before(sorted[j].Since) })
+	for i := range sorted {
+		h := sorted[i]
+		if h.Node == node {
+			self = &sorted[i]
+			continue
+		}
+		if reason, stale := staleness(nodes(h.Node), now, cfg); stale {
+			d.Fence = append(d.Fence, Fence{Node: h.Node, Reason: reason})
+			continue
+		}
+		if !h.DetachingSince.IsZero() && now.Sub(h.DetachingSince) <= cfg.GracePeriod {
+			d.Handoffs = append(d.Handoffs, h.Node)
+			continue
+		}
+		live = append(live, h)
+	}
+	return d, live, self
+}
+
+// Migration describes a multi-writer volume held by two live nodes.
+type Migration struct {
+	Source, Target string    // the older and the newer holder
+	Deadline       time.Time // Target's start plus the migration timeout
+}
+
+// MigrationOf reports whether the holders form a live migration (two live
+// holders) and when it times out. The controller uses it to report an
+// overdue migration without waiting for a publish.
+func MigrationOf(holders []Holder, nodes func(string) NodeState, now time.Time, cfg Config) (Migration, bool) {
+	_, live, _ := classify("", holders, nodes, now, cfg)
+	if len(live) != 2 {
+		return Migration{}, false
+	}
+	return Migration{Source: live[0].Node, Target: live[1].Node, Deadline: live[1].Since.Add(cfg.MigrationTimeout)}, true
 }
 
 func allowOrRepeat(d Decision, self *Holder, reason string) Decision {

@@ -57,3 +57,15 @@ func (f *Fencer) NodeStale(ctx context.Context, s StaleHolder) error {
 	}
 	return errors.Join(errs...)
 }
+
+// MigrationTimedOut reports a live migration past its timeout (leader
+// only). The driver cannot detach a node by itself; it refuses the
+// target's further publishes (Decide) and says so where operators look.
+func (f *Fencer) MigrationTimedOut(ctx context.Context, v VolumeRef, m Migration) error {
+	if f.isLeader != nil && !f.isLeader() {
+		return nil
+	}
+	f.reporter.MigrationTimedOut(v, m)
+	klog.FromContext(ctx).Info("live migration past its timeout", "volume", v.Handle, "pv", v.PV, "source", m.Source, "target", m.Target)
+	return nil
+}

@@ -18,6 +18,7 @@ const (
 	ReasonHandoff           = "GracePeriodHandoff"
 	ReasonMigrationStarted  = "LiveMigrationStarted"
 	ReasonMigrationFinished = "LiveMigrationFinished"
+	ReasonMigrationTimedOut = "LiveMigrationTimedOut"
 )
 
 // VolumeRef names a volume in events: its PersistentVolume, the bound
@@ -40,6 +41,7 @@ type Metrics interface {
 	Handoff()
 	MigrationStarted()
 	MigrationFinished()
+	MigrationTimedOut()
 }
 
 // Reporter turns decisions into Kubernetes events and metrics. Every method
@@ -115,6 +117,15 @@ func (r *Reporter) Published(v VolumeRef, node string, d Decision) {
 func (r *Reporter) Fenced(v VolumeRef, node string, reason FenceReason) {
 	r.count(func(m Metrics) { m.Fenced(reason) })
 	r.event(v, corev1.EventTypeWarning, ReasonFenced, "stale attachment of volume %s on node %s fenced: %s", v.Handle, node, describe(reason))
+}
+
+// MigrationTimedOut reports a live migration that outlived the timeout:
+// both nodes still hold the volume.
+func (r *Reporter) MigrationTimedOut(v VolumeRef, m Migration) {
+	r.count(func(m Metrics) { m.MigrationTimedOut() })
+	r.event(v, corev1.EventTypeWarning, ReasonMigrationTimedOut,
+		"volume %s is still on %s and %s after the migration timeout (due %s); the driver refuses %s's further publishes until one of them detaches it",
+		v.Handle, m.Source, m.Target, m.Deadline.UTC().Format(time.RFC3339), m.Target)
 }
 
 // Unpublished reports a detach; migrationEnded says a multi-writer volume

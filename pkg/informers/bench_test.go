@@ -92,6 +92,10 @@ func BenchmarkIndexMemory(b *testing.B) {
 
 type signalReactor chan fencing.StaleHolder
 
+func (r signalReactor) MigrationTimedOut(context.Context, fencing.VolumeRef, fencing.Migration) error {
+	return nil
+}
+
 func (r signalReactor) NodeStale(_ context.Context, s fencing.StaleHolder) error {
 	r <- s
 	return nil

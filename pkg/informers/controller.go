@@ -39,6 +39,10 @@ const (
 	// kindFence: a node became stale; tell the Reactor. A separate key so
 	// that a failed reaction is retried with backoff on its own.
 	kindFence
+	// kindMigration: check a multi-writer PV for a live migration past its
+	// timeout (queued on every change of the PV or its attachments, and
+	// for the moment the timeout passes).
+	kindMigration
 	// kindSynced marks the end of the initial list in the queue: when the
 	// single worker reaches it, every object listed at start-up is in the
 	// index.
@@ -59,6 +63,9 @@ func (k key) String() string { return fmt.Sprintf("%d/%s", k.kind, k.name) }
 // requeues the node with backoff.
 type Reactor interface {
 	NodeStale(ctx context.Context, s fencing.StaleHolder) error
+	// MigrationTimedOut: a raw-block RWX volume is still on two nodes
+	// after the migration timeout.
+	MigrationTimedOut(ctx context.Context, v fencing.VolumeRef, m fencing.Migration) error
 }
 
 // Config of the controller.
@@ -85,6 +92,9 @@ type Controller struct {
 	// reacted: the stale state each node was last reported in. Only the
 	// worker touches it.
 	reacted map[string]fencing.FenceReason
+	// overdue: the migration (target node and deadline) each PV was last
+	// reported overdue for. Only the worker touches it.
+	overdue map[string]fencing.Migration
 	// indexed is set (and indexedCh closed) when the initial list is in
 	// the index.
 	indexed   atomic.Bool
@@ -116,6 +126,7 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		factory:   factory,
 		clock:     cfg.Clock,
 		reacted:   map[string]fencing.FenceReason{},
+		overdue:   map[string]fencing.Migration{},
 		indexedCh: make(chan struct{}),
 	}
 	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf.Informer(): kindVA, pvInf.Informer(): kindPV, nodeInf.Informer(): kindNode} {
@@ -228,6 +239,8 @@ func (c *Controller) sync(ctx context.Context, k key) error {
 		return c.syncNode(k.name)
 	case kindFence:
 		return c.syncFence(ctx, k.name)
+	case kindMigration:
+		return c.syncMigration(ctx, k.name)
 	case kindSynced:
 		if c.indexed.CompareAndSwap(false, true) {
 			close(c.indexedCh)
@@ -240,7 +253,7 @@ func (c *Controller) sync(ctx context.Context, k key) error {
 func (c *Controller) syncVA(name string) error {
 	va, err := c.vas.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.index.deleteAttachment(name)
+		c.forgetAttachment(name)
 		return nil
 	}
 	if err != nil {
@@ -248,7 +261,7 @@ func (c *Controller) syncVA(name string) error {
 	}
 	pvName := va.Spec.Source.PersistentVolumeName
 	if va.Spec.Attacher != c.cfg.DriverName || pvName == nil {
-		c.index.deleteAttachment(name)
+		c.forgetAttachment(name)
 		return nil
 	}
 	a := Attachment{Node: va.Spec.NodeName, VAName: name, Attached: va.Status.Attached, Since: va.CreationTimestamp.Time}
@@ -256,6 +269,7 @@ func (c *Controller) syncVA(name string) error {
 		a.DetachingSince = va.DeletionTimestamp.Time
 	}
 	c.index.setAttachment(name, *pvName, a)
+	c.queue.Add(key{kind: kindMigration, name: *pvName})
 	return nil
 }
 
@@ -263,6 +277,7 @@ func (c *Controller) syncPV(name string) error {
 	pv, err := c.pvs.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.index.deletePV(name)
+		delete(c.overdue, name)
 		return nil
 	}
 	if err != nil {
@@ -286,6 +301,7 @@ func (c *Controller) syncPV(name string) error {
 		v.ResourceVersion = pv.ResourceVersion
 		v.Claims = claims
 	})
+	c.queue.Add(key{kind: kindMigration, name: name})
 	return nil
 }
 
@@ -345,6 +361,52 @@ func (c *Controller) syncFence(ctx context.Context, name string) error {
 		return fmt.Errorf("fencing node %s: %w", name, err)
 	}
 	return nil
+}
+
+// forgetAttachment drops a VolumeAttachment from the index and rechecks
+// its volume's migration state.
+func (c *Controller) forgetAttachment(vaName string) {
+	if pv := c.index.deleteAttachment(vaName); pv != "" {
+		c.queue.Add(key{kind: kindMigration, name: pv})
+	}
+}
+
+// syncMigration reports a raw-block RWX volume that is still on two live
+// nodes after the migration timeout, once per migration, and comes back
+// when a running migration's timeout passes.
+func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
+	v := c.index.volumeByPV(pvName)
+	if v == nil || !v.Block || !grants(v, corev1.ReadWriteMany) {
+		delete(c.overdue, pvName)
+		return nil
+	}
+	now := c.clock.Now()
+	m, migrating := fencing.MigrationOf(v.Holders(), c.index.Node, now, c.cfg.Policy)
+	switch {
+	case !migrating:
+		delete(c.overdue, pvName)
+	case now.Before(m.Deadline):
+		c.queue.AddAfter(key{kind: kindMigration, name: pvName}, m.Deadline.Sub(now)+time.Millisecond)
+	case !sameMigration(c.overdue[pvName], m) && c.cfg.Reactor != nil:
+		if err := c.cfg.Reactor.MigrationTimedOut(ctx, v.Ref(), m); err != nil {
+			return fmt.Errorf("reporting the overdue migration of PV %s: %w", pvName, err)
+		}
+		c.overdue[pvName] = m
+	}
+	return nil
+}
+
+func sameMigration(a, b fencing.Migration) bool {
+	return a.Source == b.Source && a.Target == b.Target && a.Deadline.Equal(b.Deadline)
+}
+
+func grants(v *Volume, mode corev1.PersistentVolumeAccessMode) bool {
+	for _, m := range v.AccessModes {
+		if m == mode {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeState extracts what the policy needs from a Node.

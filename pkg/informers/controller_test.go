@@ -59,7 +59,15 @@ func node(name string, ready bool, since time.Time, taints ...corev1.Taint) *cor
 	}
 }
 
-type recorder struct{ stale []fencing.StaleHolder }
+type recorder struct {
+	stale   []fencing.StaleHolder
+	overdue []fencing.Migration
+}
+
+func (r *recorder) MigrationTimedOut(_ context.Context, _ fencing.VolumeRef, m fencing.Migration) error {
+	r.overdue = append(r.overdue, m)
+	return nil
+}
 
 func (r *recorder) NodeStale(_ context.Context, s fencing.StaleHolder) error {
 	r.stale = append(r.stale, s)
@@ -352,5 +360,44 @@ func TestPendingAttachmentIsNotAHolder(t *testing.T) {
 	}
 	if fmt.Sprint(nodes) != "[node-a node-c]" {
 		t.Fatalf("holders %v, want the claimed node-a and the attached node-c", nodes)
+	}
+}
+
+// TestOverdueMigrationReported: a raw-block RWX volume still on two nodes
+// when the migration timeout passes is reported once, at that moment,
+// without a publish to trigger it; a finished migration is not.
+func TestOverdueMigrationReported(t *testing.T) {
+	policy := fencing.DefaultConfig()
+	policy.MigrationTimeout = 5 * time.Minute
+	h := newHarness(t, policy)
+	now := h.clock.Now()
+	h.put(node("node-a", true, t0), node("node-b", true, t0))
+	rwx := pv("pv-1", "vol-1", corev1.ReadWriteMany, "")
+	block := corev1.PersistentVolumeBlock
+	rwx.Spec.VolumeMode = &block
+	h.put(rwx, va("va-a", "pv-1", "node-a", true, now.Add(-time.Hour)), va("va-b", "pv-1", "node-b", true, now.Add(-time.Minute)))
+	if len(h.react.overdue) != 0 {
+		t.Fatalf("reported before the timeout: %+v", h.react.overdue)
+	}
+	// The controller queued itself for the deadline: 4 minutes from now.
+	h.clock.Step(4*time.Minute + 2*time.Millisecond)
+	k, _ := h.c.queue.Get()
+	if k != (key{kindMigration, "pv-1"}) {
+		t.Fatalf("queued %v, want the migration check", k)
+	}
+	h.c.queue.Done(k)
+	h.sync(k)
+	if len(h.react.overdue) != 1 || h.react.overdue[0].Source != "node-a" || h.react.overdue[0].Target != "node-b" {
+		t.Fatalf("overdue reports: %+v", h.react.overdue)
+	}
+	// Unrelated updates do not report it again; the end of the migration
+	// clears it.
+	h.put(rwx)
+	if len(h.react.overdue) != 1 {
+		t.Fatalf("reported again: %+v", h.react.overdue)
+	}
+	h.remove(va("va-a", "pv-1", "node-a", true, now.Add(-time.Hour)))
+	if _, ok := h.c.overdue["pv-1"]; ok {
+		t.Fatal("a finished migration is still marked overdue")
 	}
 }

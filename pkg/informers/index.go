@@ -122,6 +122,13 @@ func (x *AttachmentIndex) Volume(handle string) *Volume {
 	return nil
 }
 
+// volumeByPV returns the entry of a PersistentVolume by name, or nil.
+func (x *AttachmentIndex) volumeByPV(name string) *Volume {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.volumes[name]
+}
+
 // Node returns a node's state; a node the index has not seen does not
 // exist.
 func (x *AttachmentIndex) Node(name string) NodeState {
@@ -260,35 +267,33 @@ func (x *AttachmentIndex) pvOfVA(vaName string) (string, bool) {
 	return pv, ok
 }
 
-// deleteAttachment removes a VolumeAttachment by name and returns the
-// handle and node it was for (empty when unknown).
-func (x *AttachmentIndex) deleteAttachment(vaName string) (handle, node string) {
+// deleteAttachment removes a VolumeAttachment by name and returns the PV
+// it was for (empty when unknown).
+func (x *AttachmentIndex) deleteAttachment(vaName string) (pv string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	pvName, ok := x.vaToPV[vaName]
 	if !ok {
-		return "", ""
+		return ""
 	}
 	delete(x.vaToPV, vaName)
 	old := x.volumes[pvName]
 	if old == nil {
-		return "", ""
+		return pvName
 	}
 	v := old.clone(pvName)
 	v.Attachments = map[string]Attachment{}
 	for n, a := range old.Attachments {
-		if a.VAName == vaName {
-			node = n
-			continue
+		if a.VAName != vaName {
+			v.Attachments[n] = a
 		}
-		v.Attachments[n] = a
 	}
 	if v.Handle == "" && len(v.Attachments) == 0 {
 		delete(x.volumes, pvName)
 	} else {
 		x.volumes[pvName] = v
 	}
-	return v.Handle, node
+	return pvName
 }
 
 func (x *AttachmentIndex) setNode(name string, s NodeState) {
