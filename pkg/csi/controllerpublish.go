@@ -30,10 +30,19 @@ const (
 type AttachmentIndex interface {
 	Volume(handle string) *informers.Volume
 	Node(name string) fencing.NodeState
-	// Reserve marks an operation on the volume in flight in this process;
-	// false when one already is.
-	Reserve(handle string) (release func(), ok bool)
+	// WaitForChange waits until the index has seen a write to the
+	// volume's PV after resourceVersion, or ctx is done.
+	WaitForChange(ctx context.Context, handle, resourceVersion string) *informers.Volume
 }
+
+// A publish whose conditional write conflicts waits for the index to see
+// the write that beat it and decides again, this many times in all; a
+// repeated publish right after the first (the index not yet updated) then
+// succeeds instead of answering ABORTED.
+const (
+	publishAttempts     = 3
+	publishCatchUpLimit = 5 * time.Second
+)
 
 // ClaimStore commits and releases the claims that make a publish decision
 // stick across controller replicas (pkg/informers.Claims).
@@ -93,16 +102,6 @@ func (s *ControllerServer) requireSynced(id string) error {
 	return nil
 }
 
-// beginAttachOp reserves the volume for one attach or detach in this
-// process.
-func (s *ControllerServer) beginAttachOp(id string) (release func(), err error) {
-	release, ok := s.pub.Index.Reserve(id)
-	if !ok {
-		return nil, statusf(codes.Aborted, "an attach or detach of volume %s is already in progress; the request is retried later", id)
-	}
-	return release, nil
-}
-
 // ControllerPublishVolume decides from the attachment index whether node
 // may have the volume (pkg/fencing.Decide), commits the decision as a
 // conditional update of the PV's claims, and only then answers success.
@@ -124,22 +123,26 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := s.requireSynced(id); err != nil {
 		return nil, err
 	}
-	// The volume first (a missing volume is NOT_FOUND whatever the node),
-	// then the node.
-	if _, err := s.getVolume(ctx, id); err != nil {
-		return nil, err
-	}
-	if !s.pub.Index.Node(node).Exists {
-		return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
-	}
-	release, err := s.beginAttachOp(id)
+	release, err := s.acquire("volume", id, volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-
+	// The volume first (a missing volume is NOT_FOUND whatever the node),
+	// then the node. A volume with a PV in the index exists; only one
+	// without is looked up on the RDS, so the usual publish makes no SSH
+	// round trip.
 	v := s.pub.Index.Volume(id)
-	if v == nil || v.PVName == "" {
+	indexed := v != nil && v.PVName != ""
+	if !indexed {
+		if _, err := s.getVolume(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	if !s.pub.Index.Node(node).Exists {
+		return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
+	}
+	if !indexed {
 		// Kubernetes creates the PV before any VolumeAttachment; this
 		// replica's informer has not seen it yet.
 		return nil, statusf(codes.Aborted, "volume %s: its PersistentVolume is not in the attachment index yet; the request is retried", id)
@@ -148,6 +151,29 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := modeAllowed(v, mode); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s on node %s: %v", id, node, err)
 	}
+	for attempt := 1; ; attempt++ {
+		resp, err := s.decideAndCommit(ctx, req, v, mode)
+		if !errors.Is(err, informers.ErrConflict) {
+			return resp, err
+		}
+		if attempt == publishAttempts {
+			s.pub.Reporter.PublishFailed("conflict")
+			return nil, statusf(codes.Aborted, "volume %s: its attachment state kept changing while deciding (another controller replica or a concurrent detach); the request is retried against the new state", id)
+		}
+		catchUp, cancel := context.WithTimeout(ctx, publishCatchUpLimit)
+		v = s.pub.Index.WaitForChange(catchUp, id, v.ResourceVersion)
+		cancel()
+		if v == nil || v.PVName == "" {
+			return nil, statusf(codes.Aborted, "volume %s: its PersistentVolume left the attachment index while publishing; the request is retried", id)
+		}
+	}
+}
+
+// decideAndCommit makes the publish decision on v and commits it. It
+// returns informers.ErrConflict (not yet a status) when the PV changed
+// after v was read.
+func (s *ControllerServer) decideAndCommit(ctx context.Context, req *csi.ControllerPublishVolumeRequest, v *informers.Volume, mode fencing.AccessMode) (*csi.ControllerPublishVolumeResponse, error) {
+	id, node := req.GetVolumeId(), req.GetNodeId()
 	now := s.pub.Clock.Now()
 	decision := fencing.Decide(fencing.Request{
 		VolumeID: id, Node: node, Mode: mode, ReadOnly: req.GetReadonly(),
@@ -161,7 +187,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		logger.Info("publish refused", "blocking", decision.Blocking, "reason", decision.Reason)
 		return nil, statusf(codes.FailedPrecondition, "%s", decision.Reason)
 	case fencing.AlreadyPublished:
-		if _, claimed := v.Claims[node]; claimed {
+		if v.HasClaim(node) {
 			s.pub.Reporter.Published(v.Ref(), node, decision)
 			return &csi.ControllerPublishVolumeResponse{PublishContext: s.publishContext(id)}, nil
 		}
@@ -175,8 +201,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	}
 	if err := s.pub.Claims.Commit(ctx, v, node, fenced, now); err != nil {
 		if errors.Is(err, informers.ErrConflict) {
-			s.pub.Reporter.PublishFailed("conflict")
-			return nil, statusf(codes.Aborted, "volume %s: its attachment state changed while deciding (another controller replica or a concurrent detach); the request is retried against the new state", id)
+			return nil, err
 		}
 		s.pub.Reporter.PublishFailed("error")
 		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
@@ -203,7 +228,7 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	if err := s.requireSynced(id); err != nil {
 		return nil, err
 	}
-	release, err := s.beginAttachOp(id)
+	release, err := s.acquire("volume", id, volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +257,7 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		if !holds(holders, n) {
 			continue
 		}
-		migrationEnded := v.Block && len(holders) == 2 && modeAllowed(v, fencing.MultiNodeMultiWriter) == nil
+		migrationEnded := v.Block && len(holders) == 2 && v.Grants(corev1.ReadWriteMany)
 		s.pub.Reporter.Unpublished(v.Ref(), n, migrationEnded)
 		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName)
 	}
@@ -247,13 +272,8 @@ func modeAllowed(v *informers.Volume, mode fencing.AccessMode) error {
 		fencing.MultiNodeMultiWriter: corev1.ReadWriteMany,
 		fencing.MultiNodeReadOnly:    corev1.ReadOnlyMany,
 	}[mode]
-	if need == "" || len(v.AccessModes) == 0 {
+	if need == "" || len(v.AccessModes) == 0 || v.Grants(need) {
 		return nil
-	}
-	for _, m := range v.AccessModes {
-		if m == need {
-			return nil
-		}
 	}
 	return fmt.Errorf("the request asks for %s, but PersistentVolume %s grants only %v", mode, v.PVName, v.AccessModes)
 }

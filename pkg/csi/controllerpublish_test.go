@@ -128,11 +128,20 @@ func TestPublishRules(t *testing.T) {
 	e.waitClaims(id, "node-a")
 	waitFor(t, "the VolumeAttachment in the index", func() bool { return len(e.index.Volume(id).Attachments) == 1 })
 
-	// Same node again: success, same publish_context.
+	// Same node again: success, same publish_context, and no RDS round
+	// trip: the indexed PV says the volume exists.
+	e.rds.mu.Lock()
+	rdsCalls := e.rds.calls["GetDisk"]
+	e.rds.mu.Unlock()
 	again, err := e.publish(id, "node-a", rwo)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.rds.mu.Lock()
+	if got := e.rds.calls["GetDisk"]; got != rdsCalls {
+		t.Errorf("publishing an indexed volume asked the RDS %d times", got-rdsCalls)
+	}
+	e.rds.mu.Unlock()
 	if fmt.Sprint(again.PublishContext) != fmt.Sprint(resp.PublishContext) {
 		t.Fatalf("publish_context changed: %v vs %v", again.PublishContext, resp.PublishContext)
 	}
@@ -345,7 +354,7 @@ func TestPublishRequestErrors(t *testing.T) {
 	}
 
 	// A second operation on the same volume while one is in flight.
-	release, ok := e.index.Reserve(id)
+	release, ok := e.cs.inflight.TryAcquire(volumeKey(id))
 	if !ok {
 		t.Fatal("reserve")
 	}
@@ -407,5 +416,27 @@ func TestStageContextPrefersPublishContext(t *testing.T) {
 	}
 	if got := stageContext(vc, nil); got[VolumeContextNVMeAddress] != "10.0.0.5" {
 		t.Fatalf("without publish_context: %v", got)
+	}
+}
+
+// TestRepeatedPublishSucceeds: the same publish sent again at once (the
+// CO's retry, csi-sanity's idempotency check) succeeds even when the index
+// has not yet seen the first one's claim: the conflicting write is waited
+// for and the decision made again, instead of answering ABORTED.
+func TestRepeatedPublishSucceeds(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFixedPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("pvc-0a1b2c3d-0000-4000-8000-%012d", 400+i)
+		id := e.newVolume(client, name, corev1.ReadWriteOnce, false)
+		for j := 0; j < 3; j++ {
+			if _, err := e.publish(id, "node-a", rwo); err != nil {
+				t.Fatalf("publish %d of %s: %v", j+1, id, err)
+			}
+		}
+		if c := claimsOf(t, client, name); len(c) != 1 || c["node-a"].IsZero() {
+			t.Fatalf("claims of %s: %v", name, c)
+		}
 	}
 }

@@ -202,7 +202,7 @@ func classify(node string, holders []Holder, nodes func(string) NodeState, now t
 			self = &sorted[i]
 			continue
 		}
-		if reason, stale := staleness(nodes(h.Node), now, cfg); stale {
+		if reason, stale := Stale(nodes(h.Node), now, cfg); stale {
 			d.Fence = append(d.Fence, Fence{Node: h.Node, Reason: reason})
 			continue
 		}
@@ -247,8 +247,10 @@ func refuse(d Decision, blocking, reason string) Decision {
 	return Decision{Verdict: Refuse, Blocking: blocking, Reason: reason}
 }
 
-// staleness says whether a holder on a node in state n may be fenced.
-func staleness(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
+// Stale says whether a holder on a node in state n may be fenced at now.
+// Decide uses it per holder, and the controller to react to node failures
+// without waiting for a publish.
+func Stale(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
 	switch {
 	case !n.Exists:
 		return FenceNodeDeleted, true
@@ -258,10 +260,4 @@ func staleness(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
 		return FenceNotReady, true
 	}
 	return "", false
-}
-
-// Stale reports whether a holder on a node in state n is stale at now: the
-// event-driven reactions use it to fence without waiting for a publish.
-func Stale(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
-	return staleness(n, now, cfg)
 }

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -130,13 +129,11 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		indexedCh: make(chan struct{}),
 	}
 	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf.Informer(): kindVA, pvInf.Informer(): kindPV, nodeInf.Informer(): kindNode} {
-		k := k
 		enqueue := func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if m, err := metaName(obj); err == nil {
-				c.queue.Add(key{kind: k, name: m})
+			// Cluster-scoped objects: the key is the name; tombstones of
+			// missed deletions are unwrapped.
+			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.queue.Add(key{kind: k, name: name})
 			}
 		}
 		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -152,14 +149,6 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		c.synced = append(c.synced, reg.HasSynced)
 	}
 	return c, nil
-}
-
-func metaName(obj any) (string, error) {
-	m, err := metav1Accessor(obj)
-	if err != nil {
-		return "", err
-	}
-	return m.GetName(), nil
 }
 
 // Run starts the informers and the worker, and blocks until ctx is done.
@@ -206,7 +195,7 @@ func (c *Controller) WaitForSync(ctx context.Context) bool {
 	}
 }
 
-// Queue is exposed for tests and benchmarks that drain it deterministically.
+// queueLen lets tests drain the queue deterministically.
 func (c *Controller) queueLen() int { return c.queue.Len() }
 
 func (c *Controller) runWorker(ctx context.Context) {
@@ -269,7 +258,7 @@ func (c *Controller) syncVA(name string) error {
 		a.DetachingSince = va.DeletionTimestamp.Time
 	}
 	c.index.setAttachment(name, *pvName, a)
-	c.queue.Add(key{kind: kindMigration, name: *pvName})
+	c.recheckMigration(*pvName)
 	return nil
 }
 
@@ -301,7 +290,7 @@ func (c *Controller) syncPV(name string) error {
 		v.ResourceVersion = pv.ResourceVersion
 		v.Claims = claims
 	})
-	c.queue.Add(key{kind: kindMigration, name: name})
+	c.recheckMigration(name)
 	return nil
 }
 
@@ -326,16 +315,14 @@ func (c *Controller) syncNode(name string) error {
 	}
 	// React once per stale state: a resync or an unrelated update of an
 	// already-fenced node is not a new failure.
-	switch {
-	case !stale:
-		delete(c.reacted, name)
-	case c.reacted[name] != reason:
-		c.reacted[name] = reason
+	if stale && c.reacted[name] != reason {
 		c.queue.Add(key{kind: kindFence, name: name})
 	}
-	if !cur.Exists {
-		// Nothing of a deleted node is kept; a repeated delete event only
-		// repeats an idempotent reaction.
+	// Nothing of a deleted node is kept; a repeated delete event only
+	// repeats an idempotent reaction.
+	if stale && cur.Exists {
+		c.reacted[name] = reason
+	} else {
 		delete(c.reacted, name)
 	}
 	return nil
@@ -349,10 +336,8 @@ func (c *Controller) syncFence(ctx context.Context, name string) error {
 		return nil
 	}
 	var vols []fencing.VolumeRef
-	for _, h := range c.index.VolumesOnNode(name) {
-		if v := c.index.Volume(h); v != nil {
-			vols = append(vols, v.Ref())
-		}
+	for _, v := range c.index.VolumesOnNode(name) {
+		vols = append(vols, v.Ref())
 	}
 	if len(vols) == 0 {
 		return nil
@@ -367,7 +352,20 @@ func (c *Controller) syncFence(ctx context.Context, name string) error {
 // its volume's migration state.
 func (c *Controller) forgetAttachment(vaName string) {
 	if pv := c.index.deleteAttachment(vaName); pv != "" {
-		c.queue.Add(key{kind: kindMigration, name: pv})
+		c.recheckMigration(pv)
+	}
+}
+
+// multiWriter: only raw-block ReadWriteMany volumes migrate live.
+func multiWriter(v *Volume) bool {
+	return v != nil && v.Block && v.Grants(corev1.ReadWriteMany)
+}
+
+// recheckMigration queues a migration check after a change of a
+// multi-writer volume or its attachments.
+func (c *Controller) recheckMigration(pvName string) {
+	if multiWriter(c.index.volumeByPV(pvName)) {
+		c.queue.Add(key{kind: kindMigration, name: pvName})
 	}
 }
 
@@ -376,7 +374,7 @@ func (c *Controller) forgetAttachment(vaName string) {
 // when a running migration's timeout passes.
 func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
 	v := c.index.volumeByPV(pvName)
-	if v == nil || !v.Block || !grants(v, corev1.ReadWriteMany) {
+	if !multiWriter(v) {
 		delete(c.overdue, pvName)
 		return nil
 	}
@@ -398,15 +396,6 @@ func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
 
 func sameMigration(a, b fencing.Migration) bool {
 	return a.Source == b.Source && a.Target == b.Target && a.Deadline.Equal(b.Deadline)
-}
-
-func grants(v *Volume, mode corev1.PersistentVolumeAccessMode) bool {
-	for _, m := range v.AccessModes {
-		if m == mode {
-			return true
-		}
-	}
-	return false
 }
 
 // nodeState extracts what the policy needs from a Node.
@@ -472,12 +461,4 @@ func trim(obj any) (any, error) {
 		o.Spec = corev1.NodeSpec{Taints: o.Spec.Taints}
 	}
 	return obj, nil
-}
-
-func metav1Accessor(obj any) (metav1.Object, error) {
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("%T has no object metadata", obj)
-	}
-	return m, nil
 }

@@ -401,3 +401,22 @@ func TestOverdueMigrationReported(t *testing.T) {
 		t.Fatal("a finished migration is still marked overdue")
 	}
 }
+
+// TestWaitForChange: a reader waiting on an entry read at one
+// resourceVersion wakes when the worker indexes a later one, and returns
+// at once when the index is already past it.
+func TestWaitForChange(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
+	got := make(chan *Volume)
+	go func() { got <- h.index.WaitForChange(context.Background(), "vol-1", "1") }()
+	next := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)
+	next.ResourceVersion = "2"
+	h.put(next)
+	if v := <-got; v.ResourceVersion != "2" || !v.HasClaim("node-a") {
+		t.Fatalf("woke with %+v", v)
+	}
+	if v := h.index.WaitForChange(context.Background(), "vol-1", "1"); v.ResourceVersion != "2" {
+		t.Fatalf("did not return at once: %+v", v)
+	}
+}

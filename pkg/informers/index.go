@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -73,6 +74,16 @@ func (v *Volume) Holders() []fencing.Holder {
 	return out
 }
 
+// Grants reports whether the PV lists the access mode.
+func (v *Volume) Grants(mode corev1.PersistentVolumeAccessMode) bool {
+	for _, m := range v.AccessModes {
+		if m == mode {
+			return true
+		}
+	}
+	return false
+}
+
 // HasClaim reports whether node has a committed claim on the volume.
 func (v *Volume) HasClaim(node string) bool {
 	_, ok := v.Claims[node]
@@ -96,9 +107,9 @@ type AttachmentIndex struct {
 	byHandle map[string]string  // handle -> PV name
 	vaToPV   map[string]string  // VA name -> PV name
 	nodes    map[string]NodeState
-
-	inflightMu sync.Mutex
-	inflight   map[string]struct{}
+	// changed is closed (and replaced) on every change of a volume entry,
+	// so a reader can wait for the index to catch up with the API.
+	changed chan struct{}
 }
 
 // NewAttachmentIndex returns an empty index.
@@ -108,7 +119,7 @@ func NewAttachmentIndex() *AttachmentIndex {
 		byHandle: map[string]string{},
 		vaToPV:   map[string]string{},
 		nodes:    map[string]NodeState{},
-		inflight: map[string]struct{}{},
+		changed:  make(chan struct{}),
 	}
 }
 
@@ -120,6 +131,29 @@ func (x *AttachmentIndex) Volume(handle string) *Volume {
 		return x.volumes[pv]
 	}
 	return nil
+}
+
+// WaitForChange waits until the entry of handle is no longer the one read
+// at resourceVersion (the index has seen a later write to the PV, or the
+// PV is gone), or ctx is done, and returns the entry as it then is.
+func (x *AttachmentIndex) WaitForChange(ctx context.Context, handle, resourceVersion string) *Volume {
+	for {
+		x.mu.RLock()
+		var v *Volume
+		if pv, ok := x.byHandle[handle]; ok {
+			v = x.volumes[pv]
+		}
+		changed := x.changed
+		x.mu.RUnlock()
+		if v == nil || v.ResourceVersion != resourceVersion {
+			return v
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return v
+		}
+	}
 }
 
 // volumeByPV returns the entry of a PersistentVolume by name, or nil.
@@ -137,22 +171,21 @@ func (x *AttachmentIndex) Node(name string) NodeState {
 	return x.nodes[name]
 }
 
-// VolumesOnNode returns the handles of volumes a node holds.
-func (x *AttachmentIndex) VolumesOnNode(node string) []string {
+// VolumesOnNode returns the volumes a node holds by claim or
+// VolumeAttachment, ordered by handle.
+func (x *AttachmentIndex) VolumesOnNode(node string) []*Volume {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	var out []string
+	var out []*Volume
 	for _, v := range x.volumes {
 		if v.Handle == "" {
 			continue
 		}
-		_, claimed := v.Claims[node]
-		_, attached := v.Attachments[node]
-		if claimed || attached {
-			out = append(out, v.Handle)
+		if _, attached := v.Attachments[node]; attached || v.HasClaim(node) {
+			out = append(out, v)
 		}
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
 	return out
 }
 
@@ -181,32 +214,12 @@ func (x *AttachmentIndex) HolderNodes() []string {
 // Stats is the index's size.
 type Stats struct{ Volumes, Attachments, Nodes int }
 
-// Stats counts the index's content.
+// Stats counts the index's content in O(1): one attachment per indexed
+// VolumeAttachment.
 func (x *AttachmentIndex) Stats() Stats {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	s := Stats{Volumes: len(x.byHandle), Nodes: len(x.nodes)}
-	for _, v := range x.volumes {
-		s.Attachments += len(v.Attachments)
-	}
-	return s
-}
-
-// Reserve marks a publish or unpublish of handle as in flight in this
-// process. It returns false when one already is; the caller answers
-// ABORTED. release must be called when the operation ends.
-func (x *AttachmentIndex) Reserve(handle string) (release func(), ok bool) {
-	x.inflightMu.Lock()
-	defer x.inflightMu.Unlock()
-	if _, busy := x.inflight[handle]; busy {
-		return nil, false
-	}
-	x.inflight[handle] = struct{}{}
-	return func() {
-		x.inflightMu.Lock()
-		delete(x.inflight, handle)
-		x.inflightMu.Unlock()
-	}, true
+	return Stats{Volumes: len(x.byHandle), Attachments: len(x.vaToPV), Nodes: len(x.nodes)}
 }
 
 // The mutators below are called by the controller's worker only. Each
@@ -225,6 +238,13 @@ func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
 		x.byHandle[v.Handle] = pvName
 	}
 	x.volumes[pvName] = v
+	x.notify()
+}
+
+// notify wakes WaitForChange; x.mu must be held for writing.
+func (x *AttachmentIndex) notify() {
+	close(x.changed)
+	x.changed = make(chan struct{})
 }
 
 func (x *AttachmentIndex) deletePV(pvName string) {
@@ -237,6 +257,7 @@ func (x *AttachmentIndex) deletePV(pvName string) {
 	if old.Handle != "" {
 		delete(x.byHandle, old.Handle)
 	}
+	x.notify()
 	if len(old.Attachments) == 0 {
 		delete(x.volumes, pvName)
 		return
