@@ -90,42 +90,21 @@ func isBlockOnly(caps ...*csi.VolumeCapability) bool {
 // accepted and ignored.
 const provisionerParameterPrefix = "csi.storage.k8s.io/"
 
-// driverParameters are the StorageClass / VolumeSnapshotClass parameters
-// this driver itself understands. None so far: the filesystem arrives in
-// the volume capability (the provisioner turns csi.storage.k8s.io/fstype
-// into it), and placement is the driver's configuration, not a class's.
-var driverParameters = map[string]bool{}
-
 // checkParameters rejects every parameter key the driver does not know,
 // so that a typo in a StorageClass fails loudly instead of being ignored.
+// The driver itself takes no parameters: the filesystem arrives in the
+// volume capability (the provisioner turns csi.storage.k8s.io/fstype into
+// it), and placement is the driver's configuration, not a class's.
 func checkParameters(params map[string]string) error {
 	var unknown []string
 	for k := range params {
-		if strings.HasPrefix(k, provisionerParameterPrefix) || driverParameters[k] {
-			continue
+		if !strings.HasPrefix(k, provisionerParameterPrefix) {
+			unknown = append(unknown, fmt.Sprintf("%q", k))
 		}
-		unknown = append(unknown, k)
 	}
 	if len(unknown) == 0 {
 		return nil
 	}
 	sort.Strings(unknown)
-	allowed := "keys prefixed " + provisionerParameterPrefix
-	if len(driverParameters) > 0 {
-		keys := make([]string, 0, len(driverParameters))
-		for k := range driverParameters {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		allowed = strings.Join(keys, ", ") + " and " + allowed
-	}
-	return fmt.Errorf("unknown parameter(s) %s; this driver accepts only %s: remove them from the StorageClass or VolumeSnapshotClass", strings.Join(quoteAll(unknown), ", "), allowed)
-}
-
-func quoteAll(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = fmt.Sprintf("%q", v)
-	}
-	return out
+	return fmt.Errorf("unknown parameter(s) %s; this driver accepts only keys prefixed %s: remove them from the StorageClass or VolumeSnapshotClass", strings.Join(unknown, ", "), provisionerParameterPrefix)
 }

@@ -110,10 +110,10 @@ func parseRange(volume string, c *csi.CapacityRange) (sizeRange, error) {
 	return r, nil
 }
 
-// createSize picks the size to create: the request's required bytes (at
-// least the content source's size, the default when neither is given),
-// rounded up to the RDS granularity, never down. A size that cannot fit
-// the limit is OUT_OF_RANGE.
+// createSize picks the size to create (or, with no source, to grow to):
+// the request's required bytes (at least the content source's size, the
+// default when neither is given), rounded up to the RDS granularity, never
+// down. A size that cannot fit the limit is OUT_OF_RANGE.
 func createSize(volume string, r sizeRange, sourceSize int64) (int64, error) {
 	want := r.required
 	if sourceSize > 0 {
@@ -441,8 +441,8 @@ func (s *ControllerServer) ControllerGetVolume(ctx context.Context, req *csi.Con
 	}
 	return &csi.ControllerGetVolumeResponse{
 		Volume: s.volume(d, nil),
-		// Not published anywhere as far as this driver knows: it does not
-		// serve ControllerPublishVolume yet.
+		// LIST_VOLUMES_PUBLISHED_NODES is not advertised, so the status
+		// names no nodes.
 		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{},
 	}, nil
 }
@@ -579,15 +579,9 @@ func (s *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 			return nil, statusf(codes.InvalidArgument, "volume %s: %v", id, err)
 		}
 	}
-	size, err := rds.RoundUpSize(rng.required)
+	size, err := createSize(id, rng, 0)
 	if err != nil {
-		return nil, statusf(codes.OutOfRange, "volume %s: %v", id, err)
-	}
-	if rng.limit > 0 && size > rng.limit {
-		return nil, statusf(codes.OutOfRange, "volume %s: RDS disks are whole MiB, so %d bytes rounds up to %d, above limit_bytes %d", id, rng.required, size, rng.limit)
-	}
-	if !isVolumeID(id) {
-		return nil, statusf(codes.NotFound, "volume %q does not exist: this driver's volume IDs are pvc-<uuid> or vol-<32 hex digits>", id)
+		return nil, err
 	}
 	release, err := s.acquire("volume", id, volumeKey(id))
 	if err != nil {

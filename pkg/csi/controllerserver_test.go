@@ -960,29 +960,30 @@ func TestInFlight(t *testing.T) {
 	if f.Len() != 0 {
 		t.Errorf("%d keys busy after release", f.Len())
 	}
-	// Many goroutines, one key: exactly one wins at a time.
+	// Many goroutines try one key at once, none releasing before all have
+	// tried: exactly one wins.
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	holders, maxHolders := 0, 0
+	start := make(chan struct{})
+	won := make(chan func(), 50)
 	for i := 0; i < 50; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			release, ok := f.TryAcquire("k")
-			if !ok {
-				return
+			<-start
+			if release, ok := f.TryAcquire("k"); ok {
+				won <- release
 			}
-			mu.Lock()
-			holders++
-			maxHolders = max(maxHolders, holders)
-			holders--
-			mu.Unlock()
-			release()
 		}()
 	}
+	close(start)
 	wg.Wait()
-	if maxHolders > 1 {
-		t.Errorf("%d holders of one key at once", maxHolders)
+	close(won)
+	if len(won) != 1 {
+		t.Fatalf("%d of 50 concurrent acquires of one key won, want exactly 1", len(won))
+	}
+	(<-won)()
+	if f.Len() != 0 {
+		t.Errorf("%d keys busy after the winner released", f.Len())
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
@@ -148,7 +149,7 @@ func TestNodeFilesystemLifecycle(t *testing.T) {
 				t.Errorf("writing through a read-only publish: %v, want EROFS", err)
 			}
 			// Publishing the same target read-write now is a conflict.
-			if err := v.publish(t, false); grpcCode(err) != codes.AlreadyExists {
+			if err := v.publish(t, false); status.Code(err) != codes.AlreadyExists {
 				t.Errorf("publish read-write over a read-only publish: %v, want AlreadyExists", err)
 			}
 			v.teardown(t)
@@ -287,7 +288,7 @@ func TestNodeNeverReformats(t *testing.T) {
 
 		v.cap = mountCapability("xfs", sw)
 		err := v.stage(t)
-		if grpcCode(err) != codes.FailedPrecondition {
+		if status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("staging an ext4 volume as xfs: %v, want FailedPrecondition", err)
 		}
 		if isMounted(t, v.staging) {
@@ -329,7 +330,7 @@ func TestNodeNeverReformats(t *testing.T) {
 		writeAt(t, disk.BackingFile, 8192, junk)
 		before := readAt(t, disk.BackingFile, 0, int(rds.MiB))
 		err := v.stage(t)
-		if grpcCode(err) != codes.FailedPrecondition {
+		if status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("staging a volume with unrecognised data: %v, want FailedPrecondition", err)
 		}
 		if got := readAt(t, disk.BackingFile, 0, int(rds.MiB)); !bytes.Equal(got, before) {
@@ -342,7 +343,7 @@ func TestNodeNeverReformats(t *testing.T) {
 		v := newNodeVolume(t, env, "tail-data", nodeTestSize, mountCapability("ext4", sw))
 		disk, _ := env.disk(v.id())
 		writeAt(t, disk.BackingFile, disk.Size-512, []byte("backup GPT header"))
-		if err := v.stage(t); grpcCode(err) != codes.FailedPrecondition {
+		if err := v.stage(t); status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("staging a volume with data in its last MiB: %v, want FailedPrecondition", err)
 		}
 		v.must(t, "NodeUnstageVolume", v.unstage(t))
@@ -370,7 +371,7 @@ func TestNodeUnreadableDeviceIsNeverFormatted(t *testing.T) {
 	env.ns.connector = fixedDevice{Connector: env.ns.connector, dev: dev}
 	v := newNodeVolume(t, env, "dead-device", nodeTestSize, mountCapability("ext4", sw))
 	err := v.stage(t)
-	if err == nil || grpcCode(err) == codes.OK {
+	if err == nil {
 		t.Fatal("staging an unreadable device succeeded")
 	}
 	t.Logf("stage on an unreadable device: %v", err)
@@ -398,7 +399,7 @@ func TestNodeBadInputs(t *testing.T) {
 	other := filepath.Join(t.TempDir(), "other")
 	call := func(name string, want codes.Code, f func() error) {
 		t.Helper()
-		if err := f(); grpcCode(err) != want {
+		if err := f(); status.Code(err) != want {
 			t.Errorf("%s: %v, want %s", name, err, want)
 		}
 	}

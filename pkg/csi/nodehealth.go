@@ -9,7 +9,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
@@ -30,14 +29,6 @@ const (
 	// filesystem read-only after an error.
 	HealthFilesystemReadOnly = "FilesystemReadOnly"
 )
-
-// statusCode is the gRPC code an error carries (codes.Unknown if none).
-func statusCode(err error) codes.Code {
-	if s, ok := status.FromError(err); ok {
-		return s.Code()
-	}
-	return codes.Unknown
-}
 
 // NodeGetVolumeHealth reports, from this node's view: INACCESSIBLE when
 // the volume's device vanished under its mounts or was replaced by a new

@@ -13,6 +13,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
@@ -622,13 +623,10 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// checkVolumePath validates the volume_path of NodeGetVolumeStats and
+// checkVolumePath validates a given volume_path of NodeGetVolumeStats and
 // NodeExpandVolume. A path that is not absolute cannot be where kubelet
 // put the volume, so it is reported as the volume not being there.
 func checkVolumePath(rpc, id, p string) error {
-	if p == "" {
-		return statusf(codes.InvalidArgument, "%s: volume %s: volume path is required", rpc, id)
-	}
 	if !filepath.IsAbs(p) {
 		return statusf(codes.NotFound, "%s: volume %s is not at %q: not an absolute path", rpc, id, p)
 	}
@@ -662,7 +660,7 @@ func (s *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	}
 	_, num, err := s.device(ctx, id)
 	if err != nil {
-		if statusCode(err) == codes.FailedPrecondition {
+		if status.Code(err) == codes.FailedPrecondition {
 			return nil, statusf(codes.NotFound, "volume %s is mounted at %s but not connected on this node; NodeGetVolumeHealth reports why", id, p)
 		}
 		return nil, err
@@ -703,10 +701,9 @@ func (s *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 			return nil, err
 		}
 	}
-	required := req.GetCapacityRange().GetRequiredBytes()
-	limit := req.GetCapacityRange().GetLimitBytes()
-	if required < 0 || limit < 0 || (limit > 0 && required > limit) {
-		return nil, statusf(codes.InvalidArgument, "%s: volume %s: capacity range required %d, limit %d is not valid", rpc, id, required, limit)
+	rng, err := parseRange(id, req.GetCapacityRange())
+	if err != nil {
+		return nil, err
 	}
 	if err := checkVolumeID(rpc, id); err != nil {
 		return nil, err
@@ -722,7 +719,7 @@ func (s *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 
 	dev, num, err := s.device(ctx, id)
 	if err != nil {
-		if statusCode(err) == codes.FailedPrecondition {
+		if status.Code(err) == codes.FailedPrecondition {
 			return nil, statusf(codes.NotFound, "volume %s is not staged on this node, so it cannot be expanded at %s", id, p)
 		}
 		return nil, err
@@ -744,7 +741,7 @@ func (s *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	if err := s.connector.RefreshSize(ctx, s.d.nqn(id)); err != nil {
 		return nil, fmt.Errorf("volume %s: making the kernel re-read the size of %s: %w", id, dev, err)
 	}
-	size, err := waitForSize(ctx, dev, required)
+	size, err := waitForSize(ctx, dev, rng.required)
 	if err != nil {
 		return nil, fmt.Errorf("volume %s: %w", id, err)
 	}

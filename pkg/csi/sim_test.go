@@ -15,6 +15,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -233,7 +234,7 @@ func TestSimNoSpaceLeavesNothing(t *testing.T) {
 	env := startSimEnv(t, simEnvConfig{PoolSize: 1536 * rds.MiB})
 	ctx := context.Background()
 	_, err := env.ctrl.CreateVolume(ctx, createReq("too-big", 2*rds.GiB))
-	if grpcCode(err) != codes.ResourceExhausted {
+	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("CreateVolume larger than the pool: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	if n := len(env.sim.Disks()); n != 0 {
@@ -252,7 +253,7 @@ func TestSimNoSpaceLeavesNothing(t *testing.T) {
 	req := createReq(testPVC2, 600*rds.MiB)
 	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
 	_, err = env.ctrl.CreateVolume(ctx, req)
-	if grpcCode(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), testPVC2) {
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), testPVC2) {
 		t.Fatalf("restore without room to grow: %v, want RESOURCE_EXHAUSTED naming the volume", err)
 	}
 	if _, ok := env.disk(testPVC2); ok {
@@ -262,7 +263,7 @@ func TestSimNoSpaceLeavesNothing(t *testing.T) {
 		t.Errorf("files in the pool: %v, want the volume and the snapshot only", files)
 	}
 	_, err = env.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: testPVC, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * rds.GiB}})
-	if grpcCode(err) != codes.ResourceExhausted {
+	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("expanding beyond the pool: %v", err)
 	}
 	capResp, err := env.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{})
@@ -290,7 +291,7 @@ func TestSimTransportFailuresAreRetried(t *testing.T) {
 	// A refusal is not retried, and it is reported with the RDS's words.
 	env.sim.FailNth(1, "/disk add", "failure: simulated controller fault")
 	_, err := env.ctrl.CreateVolume(ctx, createReq(testPVC, 16*rds.MiB))
-	if grpcCode(err) != codes.Internal || !strings.Contains(err.Error(), "simulated controller fault") {
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "simulated controller fault") {
 		t.Errorf("refused create: %v", err)
 	}
 }
@@ -330,7 +331,7 @@ func TestSimVolumeHealth(t *testing.T) {
 	if _, err := env.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: b}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.ctrl.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: b}); grpcCode(err) != codes.NotFound {
+	if _, err := env.ctrl.ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: b}); status.Code(err) != codes.NotFound {
 		t.Errorf("health of a deleted volume: %v, want NOT_FOUND", err)
 	}
 }
@@ -370,17 +371,13 @@ func TestSimConcurrentCreateVolume(t *testing.T) {
 			for i := range names {
 				names[i] = fmt.Sprintf("pvc-%08x-0000-4000-8000-000000000000", i)
 			}
-			started := time.Now()
-			errs := createConcurrently(env, names, rds.GiB)
-			elapsed := time.Since(started)
-			failed := 0
-			for i, err := range errs {
+			// BenchmarkSimConcurrentCreateVolume times this; the test
+			// checks only the outcome.
+			for i, err := range createConcurrently(env, names, rds.GiB) {
 				if err != nil {
-					failed++
 					t.Errorf("CreateVolume %s: %v", names[i], err)
 				}
 			}
-			t.Logf("%d concurrent CreateVolume: %d succeeded, %d failed, %v", n, n-failed, failed, elapsed)
 			list, err := env.ctrl.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
 			if err != nil || len(list.Entries) != n {
 				t.Errorf("ListVolumes after %d creates: %d entries, %v", n, len(list.GetEntries()), err)
@@ -395,7 +392,7 @@ func TestSimConcurrentCreateVolume(t *testing.T) {
 		}
 		ok := 0
 		for _, err := range createConcurrently(env, names, rds.GiB) {
-			switch grpcCode(err) {
+			switch status.Code(err) {
 			case codes.OK:
 				ok++
 			case codes.Aborted:

@@ -13,9 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
@@ -27,10 +25,7 @@ import (
 // loopback, backed by sparse files in a temporary directory.
 type simEnv struct {
 	sim      *rdssim.Server
-	client   *rds.Client
-	cs       *ControllerServer
 	endpoint string // unix:///.../csi.sock
-	conn     *grpc.ClientConn
 	ctrl     csi.ControllerClient
 	ident    csi.IdentityClient
 	node     csi.NodeClient // with LoopNode
@@ -127,7 +122,7 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &simEnv{sim: sim, client: client, cs: cs, endpoint: opts.Endpoint, conn: conn, signer: signer,
+	env := &simEnv{sim: sim, endpoint: opts.Endpoint, signer: signer,
 		ctrl: csi.NewControllerClient(conn), ident: csi.NewIdentityClient(conn), node: csi.NewNodeClient(conn), ns: ns}
 	stopped := false
 	env.stop = func() {
@@ -204,5 +199,3 @@ func (e *simEnv) disk(slot string) (rdssim.DiskInfo, bool) {
 	}
 	return rdssim.DiskInfo{}, false
 }
-
-func grpcCode(err error) codes.Code { return status.Code(err) }
