@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -35,44 +36,33 @@ type Server struct {
 	// Set it before serving.
 	CheckTimeout time.Duration
 
-	mux *http.ServeMux
+	mux    *http.ServeMux
+	checks []Check // fixed by New
 
-	mu        sync.Mutex
-	checks    []Check
-	lastReady *bool // for logging transitions only
+	// lastReady is what the last /readyz answered (0: none yet, 1: ready,
+	// 2: not ready), for logging transitions only.
+	lastReady atomic.Int32
 }
 
-// New returns a Server with the given readiness checks.
+// New returns a Server with the given readiness checks; names must be
+// unique, non-empty and without spaces or slashes.
 func New(checks ...Check) (*Server, error) {
-	s := &Server{mux: http.NewServeMux()}
+	seen := map[string]bool{}
 	for _, c := range checks {
-		if err := s.AddCheck(c); err != nil {
-			return nil, err
+		switch {
+		case c.Name == "" || strings.ContainsAny(c.Name, " \n/"):
+			return nil, fmt.Errorf("readiness check name %q must be non-empty without spaces or slashes", c.Name)
+		case c.Func == nil:
+			return nil, fmt.Errorf("readiness check %q has no function", c.Name)
+		case seen[c.Name]:
+			return nil, fmt.Errorf("readiness check %q is registered twice", c.Name)
 		}
+		seen[c.Name] = true
 	}
+	s := &Server{mux: http.NewServeMux(), checks: slices.Clone(checks)}
 	s.mux.HandleFunc("/healthz", s.healthz)
 	s.mux.HandleFunc("/readyz", s.readyz)
 	return s, nil
-}
-
-// AddCheck adds a readiness check; names must be unique and non-empty. It
-// may be called while serving (for example once the informers exist).
-func (s *Server) AddCheck(c Check) error {
-	if c.Name == "" || strings.ContainsAny(c.Name, " \n/") {
-		return fmt.Errorf("readiness check name %q must be non-empty without spaces or slashes", c.Name)
-	}
-	if c.Func == nil {
-		return fmt.Errorf("readiness check %q has no function", c.Name)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, have := range s.checks {
-		if have.Name == c.Name {
-			return fmt.Errorf("readiness check %q is registered twice", c.Name)
-		}
-	}
-	s.checks = append(s.checks, c)
-	return nil
 }
 
 // Handle mounts h at pattern (for example "/metrics").
@@ -87,74 +77,49 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-type checkResult struct {
-	name string
-	err  error
-}
-
-// run runs every check concurrently, each under the check timeout, and
-// returns the results in registration order.
-func (s *Server) run(ctx context.Context) []checkResult {
-	s.mu.Lock()
-	checks := append([]Check(nil), s.checks...)
-	s.mu.Unlock()
+// run runs every check concurrently under one deadline and returns their
+// errors in registration order. A check that ignores its context counts as
+// a timeout instead of hanging the probe.
+func (s *Server) run(ctx context.Context) []error {
 	timeout := s.CheckTimeout
 	if timeout <= 0 {
 		timeout = DefaultCheckTimeout
 	}
-	results := make([]checkResult, len(checks))
-	var wg sync.WaitGroup
-	for i, c := range checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			results[i] = checkResult{name: c.Name, err: runCheck(cctx, c)}
-		}()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	done := make([]chan error, len(s.checks))
+	for i, c := range s.checks {
+		done[i] = make(chan error, 1)
+		go func() { done[i] <- c.Func(ctx) }()
 	}
-	wg.Wait()
-	return results
-}
-
-// runCheck runs c, turning a check that ignores its context into a
-// timeout instead of a hung probe.
-func runCheck(ctx context.Context, c Check) error {
-	done := make(chan error, 1)
-	go func() { done <- c.Func(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("no answer: %w", ctx.Err())
-	}
-}
-
-// Ready reports nil when every check passes, otherwise an error naming each
-// failing check.
-func (s *Server) Ready(ctx context.Context) error {
-	var errs []error
-	for _, r := range s.run(ctx) {
-		if r.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", r.name, r.err))
+	errs := make([]error, len(s.checks))
+	for i := range done {
+		select {
+		case errs[i] = <-done[i]:
+		case <-ctx.Done():
+			select { // an answer that came in time counts
+			case errs[i] = <-done[i]:
+			default:
+				errs[i] = fmt.Errorf("no answer: %w", ctx.Err())
+			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	results := s.run(r.Context())
+	errs := s.run(r.Context())
 	var b strings.Builder
 	var failed []string
-	for _, res := range results {
-		if res.err != nil {
-			failed = append(failed, res.name)
-			fmt.Fprintf(&b, "[-]%s failed: %s\n", res.name, oneLine(res.err.Error()))
+	for i, c := range s.checks {
+		if errs[i] != nil {
+			failed = append(failed, c.Name)
+			fmt.Fprintf(&b, "[-]%s failed: %s\n", c.Name, strings.ReplaceAll(errs[i].Error(), "\n", "; "))
 			continue
 		}
-		fmt.Fprintf(&b, "[+]%s ok\n", res.name)
+		fmt.Fprintf(&b, "[+]%s ok\n", c.Name)
 	}
-	s.logTransition(r.Context(), failed, results)
+	s.logTransition(r.Context(), errs, len(failed) == 0)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if len(failed) > 0 {
@@ -167,28 +132,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // logTransition logs when readiness changes, not on every probe.
-func (s *Server) logTransition(ctx context.Context, failed []string, results []checkResult) {
-	ready := len(failed) == 0
-	s.mu.Lock()
-	changed := s.lastReady == nil || *s.lastReady != ready
-	s.lastReady = &ready
-	s.mu.Unlock()
-	if !changed {
+func (s *Server) logTransition(ctx context.Context, errs []error, ready bool) {
+	state := int32(2)
+	if ready {
+		state = 1
+	}
+	if s.lastReady.Swap(state) == state {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	if ready {
-		logger.Info("ready: every readiness check passes", "checks", len(results))
+		logger.Info("ready: every readiness check passes", "checks", len(s.checks))
 		return
 	}
-	for _, res := range results {
-		if res.err != nil {
-			logger.Info("not ready", "check", res.name, "reason", res.err.Error())
+	for i, err := range errs {
+		if err != nil {
+			logger.Info("not ready", "check", s.checks[i].Name, "reason", err.Error())
 		}
 	}
 }
-
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
 
 // Serve serves on lis until ctx is done, then shuts down gracefully
 // (in-flight requests get a few seconds). It returns nil after a shutdown

@@ -120,64 +120,35 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
-		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "publish_total",
-			Help: "ControllerPublishVolume calls by result (attached, already-published, refused, or the failure).",
-		}, []string{"result"}),
-		unpublish: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "unpublish_total",
-			Help: "ControllerUnpublishVolume calls by result (detached, or the failure).",
-		}, []string{"result"}),
+		publish: counterVec("publish_total",
+			"ControllerPublishVolume calls by result (attached, already-published, refused, or the failure).", "result"),
+		unpublish: counterVec("unpublish_total",
+			"ControllerUnpublishVolume calls by result (detached, or the failure).", "result"),
 		publishDecision: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "publish_decision_duration_seconds",
 			Help:    "Time to decide a ControllerPublishVolume, including committing the attachment claim to the API server.",
 			Buckets: decisionBuckets,
 		}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "attach_conflicts_total",
-			Help: "Publishes refused because another healthy node holds the single-node volume.",
-		}),
-		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "fences_total",
-			Help: "Stale attachments fenced, by reason (NodeDeleted, OutOfService, NotReady).",
-		}, []string{"reason"}),
-		handoffs: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "grace_period_handoffs_total",
-			Help: "Publishes allowed because the previous node detached within the grace period.",
-		}),
-		migrationsStarted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "migrations_started_total",
-			Help: "Live migrations started: a multi-writer raw block volume published to a second node.",
-		}),
-		migrationsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "migrations_ended_total",
-			Help: "Live migrations ended, by reason (completed, timed_out).",
-		}, []string{"reason"}),
+		conflicts: counter("attach_conflicts_total",
+			"Publishes refused because another healthy node holds the single-node volume."),
+		fences: counterVec("fences_total",
+			"Stale attachments fenced, by reason (NodeDeleted, OutOfService, NotReady).", "reason"),
+		handoffs: counter("grace_period_handoffs_total",
+			"Publishes allowed because the previous node detached within the grace period."),
+		migrationsStarted: counter("migrations_started_total",
+			"Live migrations started: a multi-writer raw block volume published to a second node."),
+		migrationsEnded: counterVec("migrations_ended_total",
+			"Live migrations ended, by reason (completed, timed_out).", "reason"),
 		rdsCommand: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "rds_command_duration_seconds",
 			Help:    "Duration of RouterOS commands on the RDS, by command (disk_add, disk_print, ...) and result (success, timeout, error).",
 			Buckets: rdsCommandBuckets,
 		}, []string{"command", "result"}),
-		rdsConnected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "rds_ssh_connected",
-			Help: "1 while the SSH connection to the RDS is established, 0 otherwise.",
-		}),
-		indexVolumes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "index_volumes",
-			Help: "Volumes of this driver in the attachment index.",
-		}),
-		indexAttachments: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "index_attachments",
-			Help: "Attachments (volume on node) in the attachment index.",
-		}),
-		indexNodes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "index_nodes",
-			Help: "Nodes known to the attachment index.",
-		}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "leader",
-			Help: "1 while this controller replica holds the leader lease, 0 otherwise.",
-		}),
+		rdsConnected:     gauge("rds_ssh_connected", "1 while the SSH connection to the RDS is established, 0 otherwise."),
+		indexVolumes:     gauge("index_volumes", "Volumes of this driver in the attachment index."),
+		indexAttachments: gauge("index_attachments", "Attachments (volume on node) in the attachment index."),
+		indexNodes:       gauge("index_nodes", "Nodes known to the attachment index."),
+		leader:           gauge("leader", "1 while this controller replica holds the leader lease, 0 otherwise."),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -199,6 +170,18 @@ func New() *Metrics {
 		m.migrationsEnded.WithLabelValues(r)
 	}
 	return m
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+func counterVec(name, help, label string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, []string{label})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
 }
 
 // Registry is the registry every collector is on (for tests and for

@@ -76,6 +76,20 @@ func value(families map[string]*dto.MetricFamily, name string, labels map[string
 	return 0, fmt.Errorf("family %s has no series %v", name, labels)
 }
 
+// gather is m's families by name, straight from the registry.
+func gather(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
 func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 	m := New()
 	mux := http.NewServeMux()
@@ -249,14 +263,7 @@ func TestLabelValuesStayBounded(t *testing.T) {
 	// A free-form fence reason is recorded as "other", not as a new series.
 	m := New()
 	m.Fenced(fencing.FenceReason("node went away: see logs"))
-	families, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range families {
-		byName[f.GetName()] = f
-	}
+	byName := gather(t, m)
 	if got, err := value(byName, "rds_csi_fences_total", map[string]string{"reason": Other}); err != nil || got != 1 {
 		t.Errorf("fences{reason=other} = %v (%v), want 1", got, err)
 	}
@@ -269,18 +276,7 @@ func TestTwoInstancesAreIndependent(t *testing.T) {
 	a, b := New(), New()
 	a.SetLeader(true)
 	a.Conflict()
-	byName := func(m *Metrics) map[string]*dto.MetricFamily {
-		fs, err := m.Registry().Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]*dto.MetricFamily{}
-		for _, f := range fs {
-			out[f.GetName()] = f
-		}
-		return out
-	}
-	fb := byName(b)
+	fb := gather(t, b)
 	for _, name := range []string{"rds_csi_leader", "rds_csi_attach_conflicts_total"} {
 		if got, err := value(fb, name, map[string]string{}); err != nil || got != 0 {
 			t.Errorf("second instance: %s = %v (%v), want 0", name, got, err)
