@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -97,26 +97,13 @@ func decode(file string, data []byte) ([]object, error) {
 			}
 			obj, gvk = u, &g
 		}
-		acc, err := metaAccessor(obj)
+		acc, err := meta.Accessor(obj)
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
 		}
 		out = append(out, object{file: file, gvk: *gvk, obj: obj, name: acc.GetName(), ns: acc.GetNamespace()})
 	}
 	return out, nil
-}
-
-type named interface {
-	GetName() string
-	GetNamespace() string
-}
-
-func metaAccessor(obj runtime.Object) (named, error) {
-	n, ok := obj.(named)
-	if !ok {
-		return nil, fmt.Errorf("%T has no object metadata", obj)
-	}
-	return n, nil
 }
 
 // kustomization is the part of kustomization.yaml this test reads.
@@ -275,24 +262,16 @@ func load(t *testing.T) *set {
 	return s
 }
 
-// Typed accessors; a wrong kind is a test bug, so they fail the test.
-
-func deployment(t *testing.T, s *set, ns, name string) *appsv1.Deployment {
+// mustGet is the object kind ns/name as its Go type (*unstructured.Unstructured
+// for the CRD kinds); a missing object fails the test, a wrong T is a test
+// bug and panics.
+func mustGet[T runtime.Object](t *testing.T, s *set, kind, ns, name string) T {
 	t.Helper()
-	o, ok := s.get("Deployment", ns, name)
+	o, ok := s.get(kind, ns, name)
 	if !ok {
-		t.Fatalf("Deployment %s/%s missing", ns, name)
+		t.Fatalf("%s %s/%s missing", kind, ns, name)
 	}
-	return o.obj.(*appsv1.Deployment)
-}
-
-func daemonSet(t *testing.T, s *set, ns, name string) *appsv1.DaemonSet {
-	t.Helper()
-	o, ok := s.get("DaemonSet", ns, name)
-	if !ok {
-		t.Fatalf("DaemonSet %s/%s missing", ns, name)
-	}
-	return o.obj.(*appsv1.DaemonSet)
+	return o.obj.(T)
 }
 
 func container(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Container {

@@ -22,7 +22,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/metrics"
@@ -36,20 +35,6 @@ const (
 	configMapName  = "rds-csi-config"
 	sshSecretName  = "rds-csi-ssh"
 )
-
-// assumedControllerFlags are flags the manifests pass to the driver that
-// cmd/rds-csi-driver registers for HA (issue 6) outside csi.Options; the
-// names follow the kubernetes-csi sidecars' flags. They are accepted here
-// even while the binary lacks them (logged); every other flag must be one
-// the built binary lists in -help.
-var assumedControllerFlags = map[string]string{
-	"http-endpoint":                  "string",
-	"leader-election":                "bool",
-	"leader-election-namespace":      "string",
-	"leader-election-lease-duration": "duration",
-	"leader-election-renew-deadline": "duration",
-	"leader-election-retry-period":   "duration",
-}
 
 // leaderElectingSidecars must each run with leader election: with two
 // replicas, two active provisioners would both create volumes.
@@ -154,40 +139,27 @@ func TestSidecarVersionsMatchE2E(t *testing.T) {
 		t.Skipf("no e2e build script to compare with: %v", err)
 	}
 	s := load(t)
-	spec := &deployment(t, s, namespace, controllerName).Spec.Template.Spec
-	for container, variable := range map[string]string{"csi-provisioner": "PROVISIONER_VERSIONS", "csi-attacher": "ATTACHER_VERSIONS",
+	spec := &mustGet[*appsv1.Deployment](t, s, "Deployment", namespace, controllerName).Spec.Template.Spec
+	for name, variable := range map[string]string{"csi-provisioner": "PROVISIONER_VERSIONS", "csi-attacher": "ATTACHER_VERSIONS",
 		"csi-resizer": "RESIZER_VERSIONS", "csi-snapshotter": "SNAPSHOTTER_VERSIONS"} {
 		m := regexp.MustCompile(variable + `:-([^}]*)\}`).FindSubmatch(script)
 		if m == nil {
 			t.Logf("%s not found in hack/build-controlplane.sh; not compared", variable)
 			continue
 		}
-		img := container1(spec, container).Image
+		img := container(t, spec, name).Image
 		tag := img[strings.LastIndex(img, ":")+1:]
 		if !slices.Contains(strings.Fields(string(m[1])), tag) {
-			t.Errorf("%s runs %s, but the e2e suite builds %s=%q", container, tag, variable, m[1])
+			t.Errorf("%s runs %s, but the e2e suite builds %s=%q", name, tag, variable, m[1])
 		}
 	}
-}
-
-func container1(spec *corev1.PodSpec, name string) *corev1.Container {
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == name {
-			return &spec.Containers[i]
-		}
-	}
-	return &corev1.Container{}
 }
 
 // env is the value a container's $(VAR) expands to, for flag checks: the
 // ConfigMap's values and plausible downward-API values.
 func env(t *testing.T, s *set, c *corev1.Container) map[string]string {
 	t.Helper()
-	cm, ok := s.get("ConfigMap", namespace, configMapName)
-	if !ok {
-		t.Fatalf("ConfigMap %s missing", configMapName)
-	}
-	data := cm.obj.(*corev1.ConfigMap).Data
+	data := mustGet[*corev1.ConfigMap](t, s, "ConfigMap", namespace, configMapName).Data
 	out := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -248,115 +220,97 @@ func argValue(c *corev1.Container, name string) (string, bool) {
 	return "", false
 }
 
-// driverFlags parses args the way cmd/rds-csi-driver does (klog's flags,
-// the driver's options, --version) plus the flags the manifests assume,
-// then runs the driver's own validation.
-func driverFlags(t *testing.T, args []string) (csi.Options, *flag.FlagSet) {
+// driverFlags checks args against the driver itself: the built binary
+// parses them all (--version, given first, makes it exit right after
+// parsing), so every flag exists and has a value of its type. The
+// csi.Options among them are then parsed and validated by the driver's own
+// code.
+func driverFlags(t *testing.T, args []string) csi.Options {
 	t.Helper()
-	fs := flag.NewFlagSet("rds-csi-driver", flag.ContinueOnError)
-	fs.SetOutput(&strings.Builder{})
-	klog.InitFlags(fs)
-	var opts csi.Options
-	opts.AddFlags(fs)
-	fs.Bool("version", false, "")
-	for name, typ := range assumedControllerFlags {
-		if fs.Lookup(name) != nil {
-			continue // the driver registers it now
-		}
-		switch typ {
-		case "bool":
-			fs.Bool(name, false, "")
-		case "duration":
-			fs.Duration(name, 0, "")
-		default:
-			fs.String(name, "", "")
-		}
-	}
 	for _, a := range args {
 		if !strings.HasPrefix(a, "--") || !strings.Contains(a, "=") {
 			t.Errorf("argument %q: write flags as --name=value", a)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		t.Fatalf("the driver would not start: %v (args %q)", err, args)
+	if out, err := exec.Command(driverBinary(t), append([]string{"--version"}, args...)...).CombinedOutput(); err != nil {
+		msg, _, _ := strings.Cut(string(out), "\n") // the rest is the usage
+		t.Fatalf("the driver would not start: %v: %s (args %q)", err, msg, args)
 	}
-	if fs.NArg() > 0 {
-		t.Errorf("the driver refuses positional arguments %q", fs.Args())
+	fs := flag.NewFlagSet("rds-csi-driver", flag.ContinueOnError)
+	var opts csi.Options
+	opts.AddFlags(fs)
+	var own []string
+	for _, a := range args {
+		if name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "="); fs.Lookup(name) != nil {
+			own = append(own, a)
+		}
+	}
+	if err := fs.Parse(own); err != nil {
+		t.Fatalf("parsing the driver's options %q: %v", own, err)
 	}
 	if err := opts.Validate(); err != nil {
 		t.Errorf("the driver's validation fails with the shipped ConfigMap: %v", err)
 	}
-	// The binary itself must know every flag (cmd/rds-csi-driver registers
-	// more than csi.Options, e.g. the HA flags).
-	// Until the binary has any of the HA flags, the assumed ones are only
-	// logged; once it has one, it must have them all under these names.
-	if registered := binaryFlags(t); registered != nil {
-		haWired := false
-		for name := range assumedControllerFlags {
-			haWired = haWired || registered[name]
-		}
-		for _, a := range args {
-			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			switch {
-			case registered[name]:
-			case assumedControllerFlags[name] != "" && !haWired:
-				t.Logf("--%s is not registered by cmd/rds-csi-driver yet (assumed for issue 6)", name)
-			default:
-				t.Errorf("cmd/rds-csi-driver has no flag --%s: the pod would not start", name)
-			}
-		}
+	return opts
+}
+
+// driverContainer is the pod's driver container and its options; the
+// pod's ServiceAccount must exist and the driver run in mode.
+func driverContainer(t *testing.T, s *set, spec *corev1.PodSpec, mode string) (*corev1.Container, csi.Options) {
+	t.Helper()
+	if _, ok := s.get("ServiceAccount", namespace, spec.ServiceAccountName); !ok {
+		t.Errorf("serviceAccountName %q does not exist", spec.ServiceAccountName)
 	}
-	return opts, fs
+	plugin := container(t, spec, pluginName)
+	opts := driverFlags(t, expand(t, plugin, env(t, s, plugin)))
+	if opts.Mode != mode {
+		t.Errorf("--mode = %s, want %s", opts.Mode, mode)
+	}
+	return plugin, opts
+}
+
+// TestMain removes the driver binary that driverBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if driverBinaryPath != "" {
+		os.RemoveAll(filepath.Dir(driverBinaryPath))
+	}
+	os.Exit(code)
 }
 
 var (
-	binaryFlagsOnce sync.Once
-	binaryFlagSet   map[string]bool
-	binaryFlagsErr  error
+	driverBinaryOnce sync.Once
+	driverBinaryPath string
+	driverBinaryErr  error
 )
 
-// binaryFlags builds cmd/rds-csi-driver and lists the flags its -help
-// prints; nil (logged) when no Go toolchain is at hand.
-func binaryFlags(t *testing.T) map[string]bool {
+// driverBinary builds cmd/rds-csi-driver once per test binary.
+func driverBinary(t *testing.T) string {
 	t.Helper()
-	binaryFlagsOnce.Do(func() {
+	driverBinaryOnce.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {
 			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
 		dir, err := os.MkdirTemp("", "rds-csi-manifests-")
 		if err != nil {
-			binaryFlagsErr = err
+			driverBinaryErr = err
 			return
 		}
-		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "rds-csi-driver")
-		if out, err := exec.Command(goTool, "build", "-o", bin, "../cmd/rds-csi-driver").CombinedOutput(); err != nil {
-			binaryFlagsErr = fmt.Errorf("building cmd/rds-csi-driver: %v\n%s", err, out)
-			return
-		}
-		out, err := exec.Command(bin, "-help").CombinedOutput()
-		if err != nil {
-			binaryFlagsErr = fmt.Errorf("rds-csi-driver -help: %v\n%s", err, out)
-			return
-		}
-		binaryFlagSet = map[string]bool{}
-		for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9_-]*)`).FindAllSubmatch(out, -1) {
-			binaryFlagSet[string(m[1])] = true
-		}
-		if !binaryFlagSet["mode"] {
-			binaryFlagsErr = fmt.Errorf("rds-csi-driver -help lists no --mode:\n%s", out)
+		driverBinaryPath = filepath.Join(dir, "rds-csi-driver")
+		if out, err := exec.Command(goTool, "build", "-o", driverBinaryPath, "../cmd/rds-csi-driver").CombinedOutput(); err != nil {
+			driverBinaryErr = fmt.Errorf("building cmd/rds-csi-driver: %v\n%s", err, out)
 		}
 	})
-	if binaryFlagsErr != nil {
-		t.Fatalf("listing the driver binary's flags: %v", binaryFlagsErr)
+	if driverBinaryErr != nil {
+		t.Fatal(driverBinaryErr)
 	}
-	return binaryFlagSet
+	return driverBinaryPath
 }
 
 func TestControllerDeployment(t *testing.T) {
 	s := load(t)
-	d := deployment(t, s, namespace, controllerName)
+	d := mustGet[*appsv1.Deployment](t, s, "Deployment", namespace, controllerName)
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		got := "unset"
 		if d.Spec.Replicas != nil {
@@ -368,15 +322,8 @@ func TestControllerDeployment(t *testing.T) {
 	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
 		t.Error("no pod anti-affinity: both replicas may land on the node that fails")
 	}
-	if _, ok := s.get("ServiceAccount", namespace, spec.ServiceAccountName); !ok {
-		t.Errorf("serviceAccountName %q does not exist", spec.ServiceAccountName)
-	}
 
-	plugin := container(t, spec, pluginName)
-	opts, fs := driverFlags(t, expand(t, plugin, env(t, s, plugin)))
-	if opts.Mode != csi.ModeController {
-		t.Errorf("--mode = %s, want controller", opts.Mode)
-	}
+	plugin, opts := driverContainer(t, s, spec, csi.ModeController)
 	if opts.RDSInsecureSkipHostKeyCheck {
 		t.Error("the shipped controller skips the RDS host key check")
 	}
@@ -386,15 +333,15 @@ func TestControllerDeployment(t *testing.T) {
 	if ns, _ := argValue(plugin, "leader-election-namespace"); ns != "$(NAMESPACE)" {
 		t.Errorf("driver --leader-election-namespace = %q, want $(NAMESPACE)", ns)
 	}
+	var timings []time.Duration
 	for _, name := range []string{"leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period"} {
-		if fs.Lookup(name).Value.String() == "0s" {
-			t.Errorf("--%s is not set", name)
+		v, err := time.ParseDuration(mustArg(t, plugin, name))
+		if err != nil {
+			t.Errorf("--%s: %v", name, err)
 		}
+		timings = append(timings, v)
 	}
-	lease, renew, retry := fs.Lookup("leader-election-lease-duration").Value.(flag.Getter).Get().(time.Duration),
-		fs.Lookup("leader-election-renew-deadline").Value.(flag.Getter).Get().(time.Duration),
-		fs.Lookup("leader-election-retry-period").Value.(flag.Getter).Get().(time.Duration)
-	if !(lease > renew && renew > retry && retry > 0) {
+	if lease, renew, retry := timings[0], timings[1], timings[2]; !(lease > renew && renew > retry && retry > 0) {
 		t.Errorf("leader election timings lease %v > renew %v > retry %v > 0 do not hold (client-go refuses them)", lease, renew, retry)
 	}
 
@@ -454,11 +401,8 @@ func TestControllerDeployment(t *testing.T) {
 	}
 
 	// The PodDisruptionBudget and the metrics Service select these pods.
-	pdb, ok := s.get("PodDisruptionBudget", namespace, controllerName)
-	if !ok {
-		t.Fatal("no PodDisruptionBudget for the controller")
-	}
-	if !selects(pdb.obj.(*policyv1.PodDisruptionBudget).Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+	pdb := mustGet[*policyv1.PodDisruptionBudget](t, s, "PodDisruptionBudget", namespace, controllerName)
+	if !selects(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
 		t.Error("the PodDisruptionBudget selects no controller pod")
 	}
 	svcs := s.kind("Service")
@@ -574,7 +518,7 @@ func checkSSHMount(t *testing.T, s *set, spec *corev1.PodSpec, plugin *corev1.Co
 
 func TestNodeDaemonSet(t *testing.T) {
 	s := load(t)
-	ds := daemonSet(t, s, namespace, nodeName)
+	ds := mustGet[*appsv1.DaemonSet](t, s, "DaemonSet", namespace, nodeName)
 	spec := &ds.Spec.Template.Spec
 	if !spec.HostNetwork {
 		t.Error("the node plugin is not in the host network: its NVMe/TCP connections would die with the pod")
@@ -582,15 +526,8 @@ func TestNodeDaemonSet(t *testing.T) {
 	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool { return tl.Operator == corev1.TolerationOpExists && tl.Key == "" }) {
 		t.Error("the node plugin does not tolerate every taint: volumes on tainted nodes could not be unmounted")
 	}
-	if _, ok := s.get("ServiceAccount", namespace, spec.ServiceAccountName); !ok {
-		t.Errorf("serviceAccountName %q does not exist", spec.ServiceAccountName)
-	}
 
-	plugin := container(t, spec, pluginName)
-	opts, _ := driverFlags(t, expand(t, plugin, env(t, s, plugin)))
-	if opts.Mode != csi.ModeNode {
-		t.Errorf("--mode = %s, want node", opts.Mode)
-	}
+	plugin, opts := driverContainer(t, s, spec, csi.ModeNode)
 	if v, _ := argValue(plugin, "node-id"); v != "$(NODE_NAME)" || !slices.ContainsFunc(plugin.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
 	}) {
@@ -646,9 +583,7 @@ func TestNodeDaemonSet(t *testing.T) {
 	lp := container(t, spec, "liveness-probe")
 	checkSocket(t, lp, socketVolume)
 	ep := mustArg(t, lp, "http-endpoint")
-	_, portStr, _ := strings.Cut(ep, ":")
-	var port int32
-	fmt.Sscanf(portStr, "%d", &port)
+	port := containerPort(t, plugin, ep) // the sidecar shares the host network; the plugin declares the port
 	if plugin.LivenessProbe == nil || plugin.LivenessProbe.HTTPGet == nil || !portMatches(plugin, plugin.LivenessProbe.HTTPGet.Port, port) {
 		t.Errorf("the plugin's liveness probe is not the liveness-probe sidecar's %s", ep)
 	}
@@ -822,7 +757,7 @@ func TestRBACIsSplitAndSufficient(t *testing.T) {
 	if len(granted[node])+len(grantedNS[node]) > 0 {
 		t.Errorf("the node ServiceAccount is granted %v %v; the node plugin needs no API access", granted[node], grantedNS[node])
 	}
-	ds := daemonSet(t, s, namespace, nodeName)
+	ds := mustGet[*appsv1.DaemonSet](t, s, "DaemonSet", namespace, nodeName)
 	if tok := ds.Spec.Template.Spec.AutomountServiceAccountToken; tok == nil || *tok {
 		t.Error("the node pods mount a ServiceAccount token they do not need")
 	}
@@ -833,20 +768,21 @@ var metricName = regexp.MustCompile(`\brds_csi_[a-z0-9_]+`)
 
 func TestPrometheusRules(t *testing.T) {
 	s := load(t)
-	known := map[string]bool{}
-	families, err := metrics.New().Registry().Gather()
+	// Every family pkg/metrics exports; the command histogram has no series
+	// (and so is not gathered) until a command is observed.
+	m := metrics.New()
+	m.ObserveRDSCommand("disk print", time.Millisecond, nil)
+	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	known := map[string]bool{}
 	for _, f := range families {
 		known[f.GetName()] = true
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			known[f.GetName()+suffix] = true
 		}
 	}
-	// Histograms and labelled families without series yet are not in
-	// Gather's output; the command histogram is created on first use.
-	known["rds_csi_rds_command_duration_seconds_bucket"] = true
 
 	rules := s.kind("PrometheusRule")
 	if len(rules) == 0 {

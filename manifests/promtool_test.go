@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/srvlab/rds-csi/pkg/csi"
 )
 
 // promtool's unit-test file format (promtool test rules).
@@ -50,20 +52,25 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 		t.Skip("promtool is not installed (Debian package prometheus); TestPrometheusRules still checked the rules statically")
 	}
 	s := load(t)
-	o, ok := s.get("PrometheusRule", namespace, "rds-csi")
-	if !ok {
-		t.Fatal("PrometheusRule rds-csi missing")
-	}
-	groups, _, err := unstructured.NestedSlice(o.obj.(*unstructured.Unstructured).Object, "spec", "groups")
+	pr := mustGet[*unstructured.Unstructured](t, s, "PrometheusRule", namespace, "rds-csi")
+	groups, _, err := unstructured.NestedSlice(pr.Object, "spec", "groups")
 	if err != nil {
 		t.Fatal(err)
 	}
-	expr := map[string]string{}
+	exprs := map[string]string{}
 	for _, g := range groups {
 		for _, r := range g.(map[string]any)["rules"].([]any) {
 			rule := r.(map[string]any)
-			expr[rule["alert"].(string)] = rule["expr"].(string)
+			name, _ := rule["alert"].(string)
+			exprs[name], _ = rule["expr"].(string)
 		}
+	}
+	expr := func(alert string) string {
+		t.Helper()
+		if exprs[alert] == "" {
+			t.Fatalf("alert %s is missing or has no expr", alert)
+		}
+		return exprs[alert]
 	}
 
 	dir := t.TempDir()
@@ -75,7 +82,7 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const driver = `attacher="rds.csi.srvlab.io"`
+	driver := `attacher="` + csi.DefaultDriverName + `"`
 	series := func(s, v string) promSeries { return promSeries{Series: s, Values: v} }
 	var ksm []promSeries
 	node := func(name string, ready bool) {
@@ -135,9 +142,9 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 			{
 				Name: "kube-state-metrics", Interval: "1m", InputSeries: ksm,
 				ExprTests: []promExprTest{
-					{Expr: expr["RDSCSIVolumeMultiAttach"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{volumename="pv-1"}`, Value: 2}}},
-					{Expr: expr["RDSCSIVolumeAttachedToMoreThanTwoNodes"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{volumename="pv-5"}`, Value: 3}}},
-					{Expr: expr["RDSCSIAttachmentStuck"], EvalTime: "10m", ExpSamples: []promSample{
+					{Expr: expr("RDSCSIVolumeMultiAttach"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{volumename="pv-1"}`, Value: 2}}},
+					{Expr: expr("RDSCSIVolumeAttachedToMoreThanTwoNodes"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{volumename="pv-5"}`, Value: 3}}},
+					{Expr: expr("RDSCSIAttachmentStuck"), EvalTime: "10m", ExpSamples: []promSample{
 						{Labels: `{volumeattachment="va-4",node="n4",` + driver + `,volumename="pv-4"}`, Value: 0}}},
 				},
 			},
@@ -148,8 +155,8 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "0x15"),
 				},
 				ExprTests: []promExprTest{
-					{Expr: expr["RDSCSIControllerNoLeader"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
-					{Expr: expr["RDSCSIRDSUnreachable"], EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
+					{Expr: expr("RDSCSIControllerNoLeader"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
+					{Expr: expr("RDSCSIRDSUnreachable"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
 				},
 			},
 			{
@@ -159,16 +166,11 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "1x15"),
 				},
 				ExprTests: []promExprTest{
-					{Expr: expr["RDSCSIControllerNoLeader"], EvalTime: "10m", ExpSamples: none},
-					{Expr: expr["RDSCSIRDSUnreachable"], EvalTime: "10m", ExpSamples: none},
+					{Expr: expr("RDSCSIControllerNoLeader"), EvalTime: "10m", ExpSamples: none},
+					{Expr: expr("RDSCSIRDSUnreachable"), EvalTime: "10m", ExpSamples: none},
 				},
 			},
 		},
-	}
-	for name, e := range expr {
-		if e == "" {
-			t.Fatalf("alert %s has no expr", name)
-		}
 	}
 	data, err := yaml.Marshal(file)
 	if err != nil {
