@@ -3,11 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,23 +64,12 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 // then the context that SIGTERM cancels.
 func TestServeAndGracefulStop(t *testing.T) {
 	dir := t.TempDir()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	keyFile := filepath.Join(dir, "id_ed25519")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
+	pub, err := rdssim.WriteClientKey(keyFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{signer.PublicKey()}})
+	sim, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}})
 	if err != nil {
 		t.Fatal(err)
 	}

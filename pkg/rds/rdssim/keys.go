@@ -123,3 +123,26 @@ func (s *Server) WriteKnownHosts(path string, addrs ...string) error {
 	line := knownhosts.Line(addrs, s.hostKey.PublicKey()) + "\n"
 	return os.WriteFile(path, []byte(line), 0o644)
 }
+
+// WriteClientKey generates a fresh ed25519 client key, stores it at path
+// as an unencrypted OpenSSH private key (mode 0600: what a driver's
+// --rds-key-file points at) and returns its public key for
+// Config.AuthorizedKeys.
+func WriteClientKey(path, comment string) (ssh.PublicKey, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, comment)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return nil, fmt.Errorf("store client key: %w", err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	return signer.PublicKey(), nil
+}
