@@ -2,7 +2,8 @@
 # Installs the host tools the node tests, benchmarks and demo run for real:
 # mkfs.ext4/resize2fs (e2fsprogs), mkfs.xfs/xfs_growfs (xfsprogs), losetup,
 # blkid and mount (util-linux, mount), and promtool (prometheus) for the
-# alert tests. Idempotent: a machine that has them
+# alert tests, and QEMU, busybox-static and fio for the NVMe/TCP VM tier
+# (hack/nvme-vm.sh). Idempotent: a machine that has them
 # all is left alone. Installing needs root and Debian's apt; without root
 # it only says what is missing (the root-only tests then skip and say why).
 set -euo pipefail
@@ -15,6 +16,12 @@ declare -A pkg=(
   [mount]=mount
   # promtool evaluates the PrometheusRule alerts in go test ./manifests.
   [promtool]=prometheus
+  # The NVMe/TCP VM tier (hack/nvme-vm.sh): QEMU, a static busybox for the
+  # guest's initramfs, fio for the throughput benchmark. The kernel package
+  # itself is downloaded into .cache/ by hack/nvme-vm.sh, never installed.
+  [qemu-system-x86_64]=qemu-system-x86
+  [busybox]=busybox-static
+  [fio]=fio
 )
 missing=()
 for tool in "${!pkg[@]}"; do
