@@ -3,6 +3,10 @@
 //
 //	rds-sim --data-dir /tmp/rds --authorized-keys ~/.ssh/id_ed25519.pub
 //	ssh -p 2222 -i ~/.ssh/id_ed25519 admin@127.0.0.1 '/system resource print'
+//
+// Where the kernel's NVMe target is available (configfs with nvmet and
+// nvmet-tcp loaded), disks with nvme-tcp-export=yes are exported through it
+// (--nvme-export, see rdssim.NvmetExporter).
 package main
 
 import (
@@ -33,6 +37,9 @@ type options struct {
 	knownHostsOut  string
 	latency        time.Duration
 	crlf           bool
+	nvmeExport     string
+	nvmetRoot      string
+	nvmetAddress   string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -45,6 +52,28 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.knownHostsOut, "write-known-hosts", "", "write a known_hosts file pinning the host key for the listen address")
 	fs.DurationVar(&o.latency, "latency", 0, "delay added before every command")
 	fs.BoolVar(&o.crlf, "crlf", false, "end output lines with CRLF")
+	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export nvme-tcp-export=yes disks through the kernel's NVMe/TCP target: nvmet (required; refuse to start without it), none, or auto (nvmet when its configfs tree is present)")
+	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
+	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
+}
+
+// exporter picks the export backend for --nvme-export.
+func (o *options) exporter() (rdssim.Exporter, error) {
+	switch o.nvmeExport {
+	case "none":
+		return nil, nil
+	case "auto", "nvmet":
+	default:
+		return nil, fmt.Errorf("--nvme-export %q: want nvmet, none or auto", o.nvmeExport)
+	}
+	e, err := rdssim.NewNvmetExporter(rdssim.NvmetConfig{Root: o.nvmetRoot, Address: o.nvmetAddress, Logger: klog.Background()})
+	if errors.Is(err, rdssim.ErrNoNvmet) && o.nvmeExport == "auto" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--nvme-export=%s: %w", o.nvmeExport, err)
+	}
+	return e, nil
 }
 
 func main() {
@@ -90,6 +119,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	exporter, err := o.exporter()
+	if err != nil {
+		return err
+	}
 	srv, err := rdssim.New(rdssim.Config{
 		DataDir:        o.dataDir,
 		PoolName:       o.poolName,
@@ -99,6 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Latency:        o.latency,
 		CRLF:           o.crlf,
 		Logger:         klog.Background(),
+		Exporter:       exporter,
 	})
 	if err != nil {
 		return err
@@ -116,6 +150,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "rds-sim listening on %s\n", addr)
 	fmt.Fprintf(stdout, "host key %s %s\n", srv.HostPublicKey().Type(), ssh.FingerprintSHA256(srv.HostPublicKey()))
 	fmt.Fprintf(stdout, "pool %q: %d bytes in %s\n", o.poolName, poolSize, srv.DataDir())
+	if exporter != nil {
+		fmt.Fprintf(stdout, "exporting through nvmet (%s) on %s\n", o.nvmetRoot, o.nvmetAddress)
+	} else {
+		fmt.Fprintln(stdout, "not exporting over NVMe/TCP (no nvmet)")
+	}
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "rds-sim shutting down")

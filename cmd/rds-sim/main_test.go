@@ -189,6 +189,8 @@ func TestRunFlags(t *testing.T) {
 		{"missing keys file", []string{"--data-dir", dir, "--authorized-keys", filepath.Join(dir, "none")}, "authorized keys"},
 		{"extra argument", []string{"--data-dir", dir, "--authorized-keys", authKeys, "now"}, "unexpected arguments"},
 		{"unknown flag", []string{"--colour"}, "flag provided but not defined"},
+		{"nvmet asked for without configfs", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=nvmet", "--nvmet-root", filepath.Join(dir, "no-configfs")}, "modprobe nvmet"},
+		{"bad export backend", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=iscsi"}, "--nvme-export"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := run(context.Background(), tc.args, io.Discard, io.Discard)

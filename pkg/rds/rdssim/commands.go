@@ -16,6 +16,9 @@ func (s *Server) execute(line string) string {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	out, err := s.run(line)
+	if err == nil {
+		err = s.syncExports() // exporter.go
+	}
 	if err != nil {
 		var ce cliError
 		if !errors.As(err, &ce) {

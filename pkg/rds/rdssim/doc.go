@@ -23,6 +23,11 @@
 // pool, including files whose disk was removed: /disk remove leaves the file
 // behind, as on RouterOS, and only /file remove frees its space.
 //
+// With Config.Exporter set to an NvmetExporter, disks with
+// nvme-tcp-export=yes are real NVMe/TCP targets of the kernel's nvmet
+// (configfs): the subsystem, namespace, port and allowed host follow the
+// disk table after every command and at start-up (exporter.go, nvmet.go).
+//
 // Tests steer it at run time (goroutine-safe): added latency, failing,
 // garbling, hanging or dropping the Nth matching command, refusing
 // connections; Commands is the log of every command with its reply.

@@ -63,6 +63,10 @@ type Config struct {
 	Logger klog.Logger
 	// Now is the clock for uptime and timestamps; default time.Now.
 	Now func() time.Time
+	// Exporter, when set, makes real NVMe/TCP targets follow the disks'
+	// nvme-tcp-export settings (NvmetExporter); New reconciles it with the
+	// disk table, so a restarted simulator keeps its exports.
+	Exporter Exporter
 }
 
 // Stats counts connections.
@@ -89,6 +93,10 @@ type Server struct {
 
 	stateMu sync.Mutex // the disk table and the files under dataDir
 	disks   []*disk
+
+	exporter       Exporter // guarded by stateMu, like the exports below
+	lastExports    []Export
+	exportsApplied bool
 
 	faultMu sync.Mutex // faults, seq; taken before logMu
 	faults  []*armedFault
@@ -173,6 +181,10 @@ func New(cfg Config) (*Server, error) {
 		hostKey:  hostKey,
 		disks:    disks,
 		conns:    map[net.Conn]struct{}{},
+		exporter: cfg.Exporter,
+	}
+	if err := s.syncExports(); err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
 	}
 	s.started = s.now()
 	s.latency.Store(int64(cfg.Latency))

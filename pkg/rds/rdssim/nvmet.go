@@ -1,0 +1,460 @@
+package rdssim
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+)
+
+// DefaultNvmetRoot is where the kernel's NVMe target appears once configfs
+// is mounted and the nvmet module is loaded.
+const DefaultNvmetRoot = "/sys/kernel/config/nvmet"
+
+// NvmetModel marks the simulator's subsystems: it is written to each
+// subsystem's attr_model when the simulator creates it, and Reconcile only
+// ever changes or removes subsystems that carry it.
+const NvmetModel = "rds-sim"
+
+// ErrNoNvmet: configfs with the nvmet module is not available.
+var ErrNoNvmet = errors.New("the kernel NVMe target (nvmet in configfs) is not available")
+
+// NvmetConfig configures an NvmetExporter.
+type NvmetConfig struct {
+	// Root is the nvmet configfs directory; default DefaultNvmetRoot.
+	// Tests point it at a plain directory.
+	Root string
+	// Address is the IP address the simulator's NVMe/TCP ports listen on;
+	// default 127.0.0.1.
+	Address string
+	// Logger; the zero value discards.
+	Logger klog.Logger
+}
+
+// NvmetExporter exports disks through the Linux kernel's NVMe/TCP target:
+// one subsystem per exported disk (its NQN), namespace 1 on the disk's
+// backing file, linked to one tcp port per nvme-tcp-server-port (the
+// port's configfs ID is the TCP port number), with allowed_hosts set from
+// nvme-tcp-server-allow-host-name.
+//
+// A namespace is opened with O_DIRECT first and falls back to buffered I/O
+// where the backing filesystem refuses O_DIRECT (tmpfs).
+//
+// Ownership: a subsystem is the simulator's when its attr_model is
+// NvmetModel; a port is when its ID equals its tcp service port and it
+// listens on Address. Nothing else in configfs is changed or removed, and a
+// subsystem or port that has a wanted name but belongs to someone else is
+// an error.
+type NvmetExporter struct {
+	root string
+	addr string
+	log  klog.Logger
+}
+
+var _ Exporter = (*NvmetExporter)(nil)
+
+// NewNvmetExporter checks that root is an nvmet configfs tree (it has
+// subsystems/, ports/ and hosts/).
+func NewNvmetExporter(cfg NvmetConfig) (*NvmetExporter, error) {
+	if cfg.Root == "" {
+		cfg.Root = DefaultNvmetRoot
+	}
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1"
+	}
+	ip := net.ParseIP(cfg.Address)
+	if ip == nil {
+		return nil, fmt.Errorf("nvmet listen address %q is not an IP address", cfg.Address)
+	}
+	for _, d := range []string{"subsystems", "ports", "hosts"} {
+		if fi, err := os.Stat(filepath.Join(cfg.Root, d)); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s/%s is missing; load the modules and mount configfs (modprobe nvmet nvmet-tcp; mount -t configfs none /sys/kernel/config)", ErrNoNvmet, cfg.Root, d)
+		}
+	}
+	return &NvmetExporter{root: cfg.Root, addr: ip.String(), log: cfg.Logger}, nil
+}
+
+func (e *NvmetExporter) subsys(nqn string) string { return filepath.Join(e.root, "subsystems", nqn) }
+func (e *NvmetExporter) port(id int) string       { return filepath.Join(e.root, "ports", strconv.Itoa(id)) }
+func (e *NvmetExporter) ns(nqn string) string     { return filepath.Join(e.subsys(nqn), "namespaces", "1") }
+
+// Reconcile makes configfs export exactly want among the simulator's own
+// entries.
+func (e *NvmetExporter) Reconcile(want []Export) error {
+	wanted := map[string]Export{}
+	for _, x := range want {
+		if _, dup := wanted[x.NQN]; dup {
+			return fmt.Errorf("two exported disks have NQN %s", x.NQN)
+		}
+		wanted[x.NQN] = x
+	}
+	ours, err := e.ownSubsystems()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, nqn := range ours {
+		if _, ok := wanted[nqn]; !ok {
+			errs = append(errs, e.remove(nqn))
+		}
+	}
+	for _, x := range want {
+		errs = append(errs, e.apply(x))
+	}
+	errs = append(errs, e.removeIdlePorts())
+	return errors.Join(errs...)
+}
+
+// ownSubsystems lists the NQNs of the subsystems the simulator made.
+func (e *NvmetExporter) ownSubsystems() ([]string, error) {
+	names, err := dirNames(filepath.Join(e.root, "subsystems"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if e.isOwn(n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (e *NvmetExporter) isOwn(nqn string) bool {
+	m, err := readTrim(filepath.Join(e.subsys(nqn), "attr_model"))
+	return err == nil && m == NvmetModel
+}
+
+// apply creates or updates one export.
+func (e *NvmetExporter) apply(x Export) error {
+	dir := e.subsys(x.NQN)
+	created := false
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("creating subsystem %s: %w", x.NQN, err)
+		}
+		created = true
+		if err := writeAttr(filepath.Join(dir, "attr_model"), NvmetModel); err != nil {
+			return fmt.Errorf("marking subsystem %s: %w", x.NQN, err)
+		}
+		e.log.Info("nvmet subsystem created", "nqn", x.NQN)
+	} else if err != nil {
+		return err
+	} else if !e.isOwn(x.NQN) {
+		return fmt.Errorf("subsystem %s already exists in %s and is not the simulator's (attr_model is not %q); remove it or use another NQN", x.NQN, e.root, NvmetModel)
+	}
+	if err := e.applyHosts(x); err != nil {
+		return err
+	}
+	if err := e.applyNamespace(x, created); err != nil {
+		return err
+	}
+	return e.applyPort(x)
+}
+
+// applyHosts sets allowed_hosts: any host when AllowHost is empty,
+// otherwise only AllowHost. nvmet refuses allow_any_host=1 while hosts are
+// linked and a link while allow_any_host=1, hence the order. Controllers
+// already connected are not dropped by a change (nvmet checks hosts at
+// connect only).
+func (e *NvmetExporter) applyHosts(x Export) error {
+	dir := e.subsys(x.NQN)
+	allowed := filepath.Join(dir, "allowed_hosts")
+	linked, err := dirNames(allowed)
+	if err != nil {
+		return err
+	}
+	if x.AllowHost == "" {
+		for _, h := range linked {
+			if err := os.Remove(filepath.Join(allowed, h)); err != nil {
+				return fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
+			}
+		}
+		return writeAttrIfDiffers(filepath.Join(dir, "attr_allow_any_host"), "1")
+	}
+	if err := writeAttrIfDiffers(filepath.Join(dir, "attr_allow_any_host"), "0"); err != nil {
+		return fmt.Errorf("subsystem %s: %w", x.NQN, err)
+	}
+	for _, h := range linked {
+		if h != x.AllowHost {
+			if err := os.Remove(filepath.Join(allowed, h)); err != nil {
+				return fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
+			}
+		}
+	}
+	if !containsString(linked, x.AllowHost) {
+		host := filepath.Join(e.root, "hosts", x.AllowHost)
+		if err := os.Mkdir(host, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("creating host %s: %w", x.AllowHost, err)
+		}
+		if err := os.MkdirAll(allowed, 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(host, filepath.Join(allowed, x.AllowHost)); err != nil {
+			return fmt.Errorf("subsystem %s: allowing host %s: %w", x.NQN, x.AllowHost, err)
+		}
+		e.log.Info("nvmet host allowed", "nqn", x.NQN, "host", x.AllowHost)
+	}
+	return nil
+}
+
+// applyNamespace keeps namespace 1 enabled on x.File and tells nvmet
+// about a size change.
+func (e *NvmetExporter) applyNamespace(x Export, created bool) error {
+	ns := e.ns(x.NQN)
+	if err := os.MkdirAll(ns, 0o755); err != nil {
+		return fmt.Errorf("subsystem %s: creating namespace: %w", x.NQN, err)
+	}
+	path, _ := readTrim(filepath.Join(ns, "device_path"))
+	enabled, _ := readTrim(filepath.Join(ns, "enable"))
+	if path == x.File && enabled == "1" {
+		if created {
+			return nil
+		}
+		// Cheap and idempotent: nvmet re-reads the file's size and, when it
+		// changed, tells the hosts (a namespace-changed event).
+		if err := writeAttr(filepath.Join(ns, "revalidate_size"), "1"); err != nil {
+			return fmt.Errorf("subsystem %s: revalidating the namespace size: %w", x.NQN, err)
+		}
+		return nil
+	}
+	if enabled == "1" {
+		if err := writeAttr(filepath.Join(ns, "enable"), "0"); err != nil {
+			return fmt.Errorf("subsystem %s: disabling the namespace: %w", x.NQN, err)
+		}
+	}
+	if err := writeAttr(filepath.Join(ns, "device_path"), x.File); err != nil {
+		return fmt.Errorf("subsystem %s: namespace device_path: %w", x.NQN, err)
+	}
+	if err := writeAttr(filepath.Join(ns, "buffered_io"), "0"); err != nil {
+		return fmt.Errorf("subsystem %s: namespace buffered_io: %w", x.NQN, err)
+	}
+	err := writeAttr(filepath.Join(ns, "enable"), "1")
+	if errors.Is(err, syscall.EINVAL) {
+		// nvmet opens the file with O_DIRECT, which tmpfs refuses.
+		e.log.Info("backing file refuses O_DIRECT; exporting it with buffered I/O", "nqn", x.NQN, "file", x.File)
+		if err = writeAttr(filepath.Join(ns, "buffered_io"), "1"); err == nil {
+			err = writeAttr(filepath.Join(ns, "enable"), "1")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("subsystem %s: enabling the namespace on %s: %w", x.NQN, x.File, err)
+	}
+	return nil
+}
+
+// applyPort links the subsystem to exactly the port x.Port.
+func (e *NvmetExporter) applyPort(x Export) error {
+	if x.Port < 1 || x.Port > 65535 {
+		return fmt.Errorf("subsystem %s: port %d", x.NQN, x.Port)
+	}
+	ports, err := dirNames(filepath.Join(e.root, "ports"))
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		link := filepath.Join(e.root, "ports", p, "subsystems", x.NQN)
+		if p == strconv.Itoa(x.Port) {
+			continue
+		}
+		if _, err := os.Lstat(link); err == nil {
+			if err := os.Remove(link); err != nil {
+				return fmt.Errorf("subsystem %s: unlinking from port %s: %w", x.NQN, p, err)
+			}
+		}
+	}
+	if err := e.ensurePort(x.Port); err != nil {
+		return err
+	}
+	link := filepath.Join(e.port(x.Port), "subsystems", x.NQN)
+	if _, err := os.Lstat(link); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink(e.subsys(x.NQN), link); err != nil {
+		return fmt.Errorf("subsystem %s: linking to port %d: %w", x.NQN, x.Port, err)
+	}
+	e.log.Info("nvmet subsystem exported", "nqn", x.NQN, "address", e.addr, "port", x.Port)
+	return nil
+}
+
+func (e *NvmetExporter) ensurePort(port int) error {
+	dir := e.port(port)
+	if _, err := os.Stat(dir); err == nil {
+		if !e.isOwnPort(port) {
+			return fmt.Errorf("nvmet port %d exists and is not the simulator's (it does not listen on tcp %s:%d)", port, e.addr, port)
+		}
+		return nil
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("creating nvmet port %d: %w", port, err)
+	}
+	family := "ipv4"
+	if net.ParseIP(e.addr).To4() == nil {
+		family = "ipv6"
+	}
+	for _, a := range [][2]string{{"addr_trtype", "tcp"}, {"addr_adrfam", family}, {"addr_traddr", e.addr}, {"addr_trsvcid", strconv.Itoa(port)}} {
+		if err := writeAttr(filepath.Join(dir, a[0]), a[1]); err != nil {
+			return fmt.Errorf("nvmet port %d: %s: %w", port, a[0], err)
+		}
+	}
+	return nil
+}
+
+func (e *NvmetExporter) isOwnPort(port int) bool {
+	dir := e.port(port)
+	typ, _ := readTrim(filepath.Join(dir, "addr_trtype"))
+	addr, _ := readTrim(filepath.Join(dir, "addr_traddr"))
+	svc, _ := readTrim(filepath.Join(dir, "addr_trsvcid"))
+	return typ == "tcp" && addr == e.addr && svc == strconv.Itoa(port)
+}
+
+// removeIdlePorts removes the simulator's ports that no subsystem uses.
+func (e *NvmetExporter) removeIdlePorts() error {
+	ports, err := dirNames(filepath.Join(e.root, "ports"))
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		id, err := strconv.Atoi(p)
+		if err != nil || !e.isOwnPort(id) {
+			continue
+		}
+		subs, err := dirNames(filepath.Join(e.port(id), "subsystems"))
+		if err != nil || len(subs) > 0 {
+			continue
+		}
+		if err := removeGroup(e.port(id)); err != nil {
+			return fmt.Errorf("removing nvmet port %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// remove takes one of the simulator's subsystems down: off every port
+// (which drops its connections), namespace disabled and removed, hosts
+// unlinked, subsystem removed.
+func (e *NvmetExporter) remove(nqn string) error {
+	ports, err := dirNames(filepath.Join(e.root, "ports"))
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		link := filepath.Join(e.root, "ports", p, "subsystems", nqn)
+		if _, err := os.Lstat(link); err == nil {
+			if err := os.Remove(link); err != nil {
+				return fmt.Errorf("subsystem %s: unlinking from port %s: %w", nqn, p, err)
+			}
+		}
+	}
+	nsDir := filepath.Join(e.subsys(nqn), "namespaces")
+	nss, err := dirNames(nsDir)
+	if err != nil {
+		return err
+	}
+	for _, n := range nss {
+		_ = writeAttr(filepath.Join(nsDir, n, "enable"), "0")
+		if err := removeGroup(filepath.Join(nsDir, n)); err != nil {
+			return fmt.Errorf("subsystem %s: removing namespace %s: %w", nqn, n, err)
+		}
+	}
+	allowed := filepath.Join(e.subsys(nqn), "allowed_hosts")
+	hosts, err := dirNames(allowed)
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		if err := os.Remove(filepath.Join(allowed, h)); err != nil {
+			return fmt.Errorf("subsystem %s: unlinking host %s: %w", nqn, h, err)
+		}
+	}
+	if err := removeGroup(e.subsys(nqn)); err != nil {
+		return fmt.Errorf("removing subsystem %s: %w", nqn, err)
+	}
+	e.log.Info("nvmet subsystem removed", "nqn", nqn)
+	return nil
+}
+
+// removeGroup removes a configfs group with rmdir. The attribute files
+// configfs keeps in it cannot be unlinked there (and need not be); in a
+// plain directory tree, as in tests, they are removed first.
+func removeGroup(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, en := range entries {
+		p := filepath.Join(dir, en.Name())
+		if en.IsDir() {
+			if err := removeGroup(p); err != nil {
+				return err
+			}
+			continue
+		}
+		_ = os.Remove(p) // EPERM on configfs attributes: expected
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func dirNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(entries))
+	for _, en := range entries {
+		out = append(out, en.Name())
+	}
+	return out, nil
+}
+
+func readTrim(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return strings.TrimSpace(string(b)), err
+}
+
+// writeAttr writes one configfs attribute (created if missing, for plain
+// directories in tests).
+func writeAttr(p, v string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write([]byte(v + "\n"))
+	cerr := f.Close()
+	if werr != nil {
+		return werr
+	}
+	return cerr
+}
+
+func writeAttrIfDiffers(p, v string) error {
+	if got, err := readTrim(p); err == nil && got == v {
+		return nil
+	}
+	return writeAttr(p, v)
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
