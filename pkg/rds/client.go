@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -318,7 +319,11 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 	for attempts = 1; ; attempts++ {
 		out, err = c.runOnce(ctx, cmd)
 		if err == nil {
-			err = classifyOutput(cmd, out)
+			if isPrint(cmd) {
+				err = classifyOutput(cmd, out)
+			} else {
+				err = classifySilent(cmd, out)
+			}
 			break
 		}
 		if !errors.Is(err, ErrTransient) || attempts >= c.cfg.MaxAttempts || ctx.Err() != nil {
@@ -333,6 +338,42 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 		c.cfg.Observer(CommandRecord{Command: cmd, Output: out, Err: err, Attempts: attempts, Duration: time.Since(start)})
 	}
 	return out, err
+}
+
+// exec renders a command (see command) and runs it.
+func (c *Client) exec(ctx context.Context, format string, values ...string) (string, error) {
+	cmd, err := command(format, values...)
+	if err != nil {
+		return "", err
+	}
+	return c.run(ctx, cmd)
+}
+
+// isPrint tells a print command, whose output is data, from a command
+// that prints nothing when it succeeds.
+func isPrint(cmd string) bool { return strings.Contains(cmd, " print") }
+
+// printDetail runs a `print detail` command and parses its entries. Output
+// that is not a listing at all is RouterOS refusing the command, whatever
+// its wording.
+func (c *Client) printDetail(ctx context.Context, format string, values ...string) ([]Entry, error) {
+	cmd, err := command(format, values...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.run(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := ParsePrintDetail(out)
+	if err != nil {
+		line := strings.TrimSpace(firstLine(out))
+		if !strings.Contains(line, "=") && !strings.HasPrefix(line, "Flags:") && !entryStart.MatchString(line) {
+			return nil, &CommandError{Command: cmd, Output: line, kind: errorKind(line)}
+		}
+		return nil, fmt.Errorf("%w (command: %s)", err, cmd)
+	}
+	return entries, nil
 }
 
 func (c *Client) wait(ctx context.Context, attempt int) error {
@@ -393,11 +434,12 @@ func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
 		return buf.String(), nil
 	case errors.As(err, &exitErr):
 		// RouterOS reports errors in the text; a non-zero status is not a
-		// transport failure, but a silent one is still a refusal.
-		if len(bytes.TrimSpace(buf.Bytes())) == 0 {
+		// transport failure, but it is a refusal: the text says which.
+		line := strings.TrimSpace(firstLine(buf.String()))
+		if line == "" {
 			return "", &CommandError{Command: cmd, Output: fmt.Sprintf("exit status %d without output", exitErr.ExitStatus()), kind: ErrCommandFailed}
 		}
-		return buf.String(), nil
+		return "", &CommandError{Command: cmd, Output: line, kind: errorKind(line)}
 	case errors.Is(err, io.EOF), isExitMissing(err):
 		c.drop(conn)
 		return "", fmt.Errorf("%w: connection lost during command", ErrTransient)

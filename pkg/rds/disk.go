@@ -36,12 +36,13 @@ func (e *Export) validate() error {
 	return ValidateNQN(e.NQN)
 }
 
-// args renders the export arguments of /disk add.
-func (e *Export) args() string {
+// args renders the export arguments of /disk add: fixed text with a %s
+// for each returned value (see command).
+func (e *Export) args() (string, []string) {
 	if e == nil {
-		return "nvme-tcp-export=no"
+		return "nvme-tcp-export=no", nil
 	}
-	return fmt.Sprintf("nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%s", e.Port, quote(e.NQN))
+	return fmt.Sprintf("nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%%s", e.Port), []string{e.NQN}
 }
 
 // CreateDiskRequest asks for a new, empty, file-backed disk.
@@ -156,6 +157,10 @@ func disksFromOutput(out string) ([]Disk, error) {
 	if err != nil {
 		return nil, err
 	}
+	return disksFromEntries(entries)
+}
+
+func disksFromEntries(entries []Entry) ([]Disk, error) {
 	disks := make([]Disk, 0, len(entries))
 	for _, e := range entries {
 		d, err := diskFromEntry(e)
@@ -173,6 +178,10 @@ func capacityFromOutput(pool, out string) (Capacity, error) {
 	if err != nil {
 		return Capacity{}, err
 	}
+	return capacityFromEntries(pool, entries)
+}
+
+func capacityFromEntries(pool string, entries []Entry) (Capacity, error) {
 	if len(entries) == 0 {
 		return Capacity{}, fmt.Errorf("%w: no disk is mounted at %q", ErrNotFound, pool)
 	}

@@ -41,41 +41,59 @@ func (e *CommandError) Error() string {
 
 func (e *CommandError) Unwrap() error { return e.kind }
 
-// classifyOutput returns a *CommandError when the output is a RouterOS error
-// message, nil otherwise. RouterOS reports errors as text, not exit status.
+// classifyOutput returns a *CommandError when the output of a print
+// command starts with a RouterOS error message, nil otherwise. RouterOS
+// reports errors as text, not exit status.
 func classifyOutput(command, output string) error {
+	line := strings.TrimSpace(firstLine(output))
+	lower := strings.ToLower(line)
+	switch {
+	case line == "":
+		return nil
+	case strings.HasPrefix(lower, "failure:"), strings.HasPrefix(lower, "no such item"), invalidInput(lower):
+		return &CommandError{Command: command, Output: line, kind: errorKind(line)}
+	}
+	return nil
+}
+
+// classifySilent classifies the output of a command that prints nothing
+// when it succeeds (add, set, remove): any text at all is a refusal, with
+// or without the "failure:" prefix ("invalid parameter", "disk is in use").
+func classifySilent(command, output string) error {
 	line := strings.TrimSpace(firstLine(output))
 	if line == "" {
 		return nil
 	}
-	lower := strings.ToLower(line)
-	var kind error
+	return &CommandError{Command: command, Output: line, kind: errorKind(line)}
+}
+
+// errorKind maps a RouterOS error message to a sentinel error.
+func errorKind(line string) error {
+	lower := strings.ToLower(strings.TrimSpace(line))
+	msg, prefixed := strings.CutPrefix(lower, "failure:")
+	msg = strings.TrimSpace(msg)
 	switch {
-	case strings.HasPrefix(lower, "failure:"):
-		msg := strings.TrimSpace(lower[len("failure:"):])
-		switch {
-		case strings.Contains(msg, "not enough space"):
-			kind = ErrNoSpace
-		case strings.Contains(msg, "no such item"), strings.Contains(msg, "not found"):
-			kind = ErrNotFound
-		case strings.Contains(msg, "already exist"), strings.Contains(msg, "already have"):
-			kind = ErrAlreadyExists
-		default:
-			kind = ErrCommandFailed
-		}
-	case strings.HasPrefix(lower, "syntax error"),
-		strings.HasPrefix(lower, "bad command name"),
-		strings.HasPrefix(lower, "expected end of command"),
-		strings.HasPrefix(lower, "input does not match"),
-		strings.HasPrefix(lower, "invalid value"),
-		strings.HasPrefix(lower, "expected "):
-		kind = ErrInvalidArgument
-	case strings.HasPrefix(lower, "no such item"):
-		kind = ErrNotFound
-	default:
-		return nil
+	case strings.Contains(msg, "not enough space"):
+		return ErrNoSpace
+	case strings.Contains(msg, "no such item"), strings.Contains(msg, "not found"):
+		return ErrNotFound
+	case strings.Contains(msg, "already exist"), strings.Contains(msg, "already have"):
+		return ErrAlreadyExists
+	case !prefixed && invalidInput(msg):
+		return ErrInvalidArgument
 	}
-	return &CommandError{Command: command, Output: line, kind: kind}
+	return ErrCommandFailed
+}
+
+// invalidInput: RouterOS rejected what we sent (syntax, a value).
+func invalidInput(lower string) bool {
+	for _, p := range []string{"syntax error", "bad command name", "expected end of command",
+		"input does not match", "invalid value", "invalid parameter", "expected "} {
+		if strings.HasPrefix(lower, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func firstLine(s string) string {

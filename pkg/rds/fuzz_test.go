@@ -1,15 +1,29 @@
 package rds
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // FuzzParsePrintDetail: the parser never panics, and every disk it accepts
-// has a slot and a non-negative size.
+// has a slot and a non-negative size. The hardware-shaped corpus in
+// testdata/routeros seeds it.
 func FuzzParsePrintDetail(f *testing.F) {
 	for _, s := range []string{realDisk, unnumbered, "", " 0 slot=\"a\" size=1 024", "Flags: X\n 0 X ;;; c\n a=b"} {
 		f.Add(s)
+	}
+	names, err := filepath.Glob(filepath.Join(corpusDir(), "*.txt"))
+	if err != nil || len(names) == 0 {
+		f.Fatalf("corpus: %v, %d files", err, len(names))
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(b))
 	}
 	f.Fuzz(func(t *testing.T, out string) {
 		disks, err := disksFromOutput(out)

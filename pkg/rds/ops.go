@@ -23,9 +23,9 @@ func (c *Client) CreateDisk(ctx context.Context, req CreateDiskRequest) (*Disk, 
 	if err != nil {
 		return nil, err
 	}
-	cmd := fmt.Sprintf("/disk add type=file file-path=%s file-size=%s slot=%s %s",
-		quote(req.FilePath), FormatSize(size), quote(req.Slot), req.Export.args())
-	if _, err := c.run(ctx, cmd); err != nil {
+	exportArgs, exportValues := req.Export.args()
+	if _, err := c.exec(ctx, "/disk add type=file file-path=%s file-size="+FormatSize(size)+" slot=%s "+exportArgs,
+		append([]string{req.FilePath, req.Slot}, exportValues...)...); err != nil {
 		return c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool {
 			return d.Size >= size && sameExport(d, req.Export)
 		})
@@ -57,9 +57,9 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 			return nil, fmt.Errorf("%w: copy of %q needs at least %d bytes, %d requested", ErrInvalidArgument, req.SourceSlot, src.Size, req.Size)
 		}
 	}
-	cmd := fmt.Sprintf("/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] %s",
-		quote(req.FilePath), quote(req.Slot), quote(req.SourceSlot), req.Export.args())
-	if _, err := c.run(ctx, cmd); err != nil {
+	exportArgs, exportValues := req.Export.args()
+	if _, err := c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
+		append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...); err != nil {
 		d, err := c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool { return sameExport(d, req.Export) })
 		if err != nil {
 			return nil, err
@@ -123,7 +123,7 @@ func (c *Client) cleanup(ctx context.Context, slot, path string) {
 		if d.FilePath != path {
 			return
 		}
-		if _, err := c.run(cctx, "/disk remove [find slot="+quote(slot)+"]"); err != nil {
+		if _, err := c.exec(cctx, "/disk remove [find slot=%s]", slot); err != nil {
 			logger.Error(err, "cleanup after failed create: removing disk", "slot", slot)
 			return
 		}
@@ -134,7 +134,7 @@ func (c *Client) cleanup(ctx context.Context, slot, path string) {
 	if users, err := c.disksUsingFile(cctx, path); err != nil || users > 0 {
 		return
 	}
-	if _, err := c.run(cctx, "/file remove [find name="+quote(fileName(path))+"]"); err != nil {
+	if _, err := c.exec(cctx, "/file remove [find name=%s]", fileName(path)); err != nil {
 		logger.Error(err, "cleanup after failed create: removing file", "path", path)
 	}
 }
@@ -158,11 +158,11 @@ func (c *Client) GetDisk(ctx context.Context, slot string) (*Disk, error) {
 	if err := ValidateSlot(slot); err != nil {
 		return nil, err
 	}
-	out, err := c.run(ctx, "/disk print detail where slot="+quote(slot))
+	entries, err := c.printDetail(ctx, "/disk print detail where slot=%s", slot)
 	if err != nil {
 		return nil, err
 	}
-	disks, err := disksFromOutput(out)
+	disks, err := disksFromEntries(entries)
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +182,11 @@ func (c *Client) GetDisk(ctx context.Context, slot string) (*Disk, error) {
 // ListDisks returns every file-backed disk, sorted by slot, so that callers
 // can paginate with a stable order.
 func (c *Client) ListDisks(ctx context.Context) ([]Disk, error) {
-	out, err := c.run(ctx, "/disk print detail where type=file")
+	entries, err := c.printDetail(ctx, "/disk print detail where type=file")
 	if err != nil {
 		return nil, err
 	}
-	return disksFromOutput(out)
+	return disksFromEntries(entries)
 }
 
 // ResizeDisk grows a disk to at least size bytes and returns it. A disk that
@@ -209,7 +209,7 @@ func (c *Client) ResizeDisk(ctx context.Context, slot string, size int64) (*Disk
 // grow sets an existing disk's size to want (a Granularity multiple) and
 // reads back the real size.
 func (c *Client) grow(ctx context.Context, slot string, want int64) (*Disk, error) {
-	if _, err := c.run(ctx, fmt.Sprintf("/disk set [find slot=%s] file-size=%s", quote(slot), FormatSize(want))); err != nil {
+	if _, err := c.exec(ctx, "/disk set [find slot=%s] file-size="+FormatSize(want), slot); err != nil {
 		return nil, err
 	}
 	d, err := c.GetDisk(ctx, slot)
@@ -242,11 +242,11 @@ func (c *Client) DeleteDisk(ctx context.Context, slot, filePath string) error {
 		if d.FilePath != filePath {
 			return fmt.Errorf("%w: disk %q uses %s, not %s; refusing to delete", ErrInvalidArgument, slot, d.FilePath, filePath)
 		}
-		if _, err := c.run(ctx, "/disk remove [find slot="+quote(slot)+"]"); err != nil {
+		if _, err := c.exec(ctx, "/disk remove [find slot=%s]", slot); err != nil {
 			return err
 		}
 	}
-	_, err = c.run(ctx, "/file remove [find name="+quote(fileName(filePath))+"]")
+	_, err = c.exec(ctx, "/file remove [find name=%s]", fileName(filePath))
 	return err
 }
 
@@ -255,11 +255,7 @@ func (c *Client) GetFile(ctx context.Context, path string) (*File, error) {
 	if err := ValidateFilePath(path); err != nil {
 		return nil, err
 	}
-	out, err := c.run(ctx, "/file print detail where name="+quote(fileName(path)))
-	if err != nil {
-		return nil, err
-	}
-	entries, err := ParsePrintDetail(out)
+	entries, err := c.printDetail(ctx, "/file print detail where name=%s", fileName(path))
 	if err != nil {
 		return nil, err
 	}
@@ -281,11 +277,11 @@ func (c *Client) Capacity(ctx context.Context, pool string) (Capacity, error) {
 	if err := ValidatePoolName(pool); err != nil {
 		return Capacity{}, err
 	}
-	out, err := c.run(ctx, "/disk print detail where mount-point="+quote(pool))
+	entries, err := c.printDetail(ctx, "/disk print detail where mount-point=%s", pool)
 	if err != nil {
 		return Capacity{}, err
 	}
-	return capacityFromOutput(pool, out)
+	return capacityFromEntries(pool, entries)
 }
 
 // Probe runs /system resource print: the RDS answers and is RouterOS.
@@ -315,7 +311,7 @@ func (c *Client) SetAllowedHost(ctx context.Context, slot, hostNQN string) error
 	if _, err := c.GetDisk(ctx, slot); err != nil {
 		return err
 	}
-	if _, err := c.run(ctx, fmt.Sprintf("/disk set [find slot=%s] nvme-tcp-server-allow-host-name=%s", quote(slot), quote(hostNQN))); err != nil {
+	if _, err := c.exec(ctx, "/disk set [find slot=%s] nvme-tcp-server-allow-host-name=%s", slot, hostNQN); err != nil {
 		return err
 	}
 	d, err := c.GetDisk(ctx, slot)

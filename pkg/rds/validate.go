@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Patterns for every value that is ever placed into a RouterOS command. They
@@ -69,12 +70,26 @@ func ValidatePort(port int) error {
 	return nil
 }
 
-// quote wraps an already-validated value in RouterOS double quotes. It panics
-// on a character that validation should have rejected: reaching it is a bug,
-// and a bug must not become a command.
-func quote(v string) string {
-	if strings.ContainsAny(v, "\"\\$;[]{}\r\n\t`") {
-		panic(fmt.Sprintf("rds: unvalidated value reached a command: %q", v))
+// quote wraps an already-validated value in RouterOS double quotes. A
+// character that validation should have rejected is an error, never part of
+// a command: reaching it is a bug, and a bug must not become a command.
+func quote(v string) (string, error) {
+	if strings.ContainsAny(v, "\"\\$;[]{}\r\n\t`") || !utf8.ValidString(v) {
+		return "", fmt.Errorf("%w: unvalidated value %q must not reach a RouterOS command", ErrInvalidArgument, v)
 	}
-	return `"` + v + `"`
+	return `"` + v + `"`, nil
+}
+
+// command renders format with each value quoted (format has one %s per
+// value; everything else in it is fixed text or already rendered numbers).
+func command(format string, values ...string) (string, error) {
+	args := make([]any, len(values))
+	for i, v := range values {
+		q, err := quote(v)
+		if err != nil {
+			return "", err
+		}
+		args[i] = q
+	}
+	return fmt.Sprintf(format, args...), nil
 }

@@ -53,11 +53,18 @@ func TestValidateNQN(t *testing.T) {
 	}
 }
 
-func TestQuotePanicsOnUnvalidatedValue(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("quote accepted a double quote")
+// TestQuoteRefusesUnvalidatedValue: a value that skipped validation is an
+// error, not a panic that takes the controller down, and never a command.
+func TestQuoteRefusesUnvalidatedValue(t *testing.T) {
+	for _, bad := range []string{`a"b`, `a\b`, "a$b", "a;b", "a[b", "a\nb", "\xff"} {
+		if q, err := quote(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("quote(%q) = %q, %v; want ErrInvalidArgument", bad, q, err)
 		}
-	}()
-	quote(`a"b`)
+		if cmd, err := command("/disk remove [find slot=%s]", "ok", bad); !errors.Is(err, ErrInvalidArgument) || cmd != "" {
+			t.Errorf("command with %q = %q, %v; want no command", bad, cmd, err)
+		}
+	}
+	if q, err := quote("pvc-1"); err != nil || q != `"pvc-1"` {
+		t.Errorf("quote(pvc-1) = %q, %v", q, err)
+	}
 }
