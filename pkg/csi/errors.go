@@ -39,6 +39,8 @@ func toStatus(err error) error {
 	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey):
 		// The RDS is unreachable or not the one we pinned: the CO retries.
 		code = codes.Unavailable
+	case errors.Is(err, nvme.ErrSubsystemNotFound):
+		code = codes.NotFound
 	case errors.Is(err, nvme.ErrTargetUnreachable):
 		code = codes.Unavailable
 	case errors.Is(err, nvme.ErrInUse):

@@ -26,6 +26,7 @@ func TestToStatus(t *testing.T) {
 		{rds.ErrHostKey, codes.Unavailable},
 		{rds.ErrBadOutput, codes.Internal},
 		{fmt.Errorf("connect: %w", nvme.ErrTargetUnreachable), codes.Unavailable},
+		{fmt.Errorf("connect: %w", nvme.ErrSubsystemNotFound), codes.NotFound},
 		{fmt.Errorf("disconnect: %w", nvme.ErrInUse), codes.FailedPrecondition},
 		{nvme.ErrForeignNQN, codes.InvalidArgument},
 		{nvme.ErrConnectFailed, codes.Internal},

@@ -21,6 +21,10 @@ var (
 	// ErrTargetUnreachable: the kernel could not reach the target (refused,
 	// timed out, no route). Worth retrying.
 	ErrTargetUnreachable = errors.New("NVMe/TCP target unreachable")
+	// ErrSubsystemNotFound: the target refused the connect and its
+	// discovery log does not list the NQN for this host: the volume is not
+	// exported there (or not to this host).
+	ErrSubsystemNotFound = errors.New("NVMe subsystem not offered by the target")
 	// ErrConnectFailed: the kernel refused the connect for another reason
 	// (see the node's kernel log).
 	ErrConnectFailed = errors.New("NVMe/TCP connect failed")

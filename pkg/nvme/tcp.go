@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,6 +84,9 @@ type TCPConnector struct {
 	// string reached the fabrics file: it may create the sysfs tree and
 	// return the errno the kernel would.
 	kernel func(options string) error
+	// discover lists the subsystems the target at addr:port offers this
+	// host (offeredSubsystems; tests replace it).
+	discover func(ctx context.Context, addr string, port int, id HostIdentity) ([]string, error)
 }
 
 var _ Connector = (*TCPConnector)(nil)
@@ -130,7 +134,9 @@ func NewTCPConnector(cfg Config) (*TCPConnector, error) {
 	if cfg.CtrlLossTimeout > 0 && cfg.CtrlLossTimeout < cfg.ReconnectDelay {
 		return nil, fmt.Errorf("%w: ctrl loss timeout %v is shorter than the reconnect delay %v: the kernel would never reconnect", ErrInvalidArgument, cfg.CtrlLossTimeout, cfg.ReconnectDelay)
 	}
-	return &TCPConnector{cfg: cfg, guard: guard, sys: sysfs{root: cfg.SysRoot}}, nil
+	c := &TCPConnector{cfg: cfg, guard: guard, sys: sysfs{root: cfg.SysRoot}}
+	c.discover = c.offeredSubsystems
+	return c, nil
 }
 
 // HostIdentity returns this node's host NQN and host ID, creating and
@@ -201,17 +207,25 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		case errors.Is(r.err, syscall.EALREADY):
 			logger.Info("kernel reports the controller already exists", "address", addr, "port", port)
 		default:
-			return "", c.connectError(t.NQN, addr, port, r.err)
+			return "", c.connectError(ctx, t.NQN, addr, port, id, r.err)
 		}
 	case <-ctx.Done():
 		// The kernel's connect cannot be interrupted. Keep this NQN locked
-		// until it returns, so a Disconnect cannot slip in between.
+		// until it returns, so nothing can slip in between, and take down
+		// a controller it made after all: the caller was told the connect
+		// failed, so nobody would stage or disconnect it (the CO's retry
+		// connects afresh).
 		held := unlock
 		unlock = func() {}
 		go func() {
+			defer held()
 			r := <-results
 			logger.Info("connect attempt finished after its caller gave up", "err", r.err)
-			held()
+			if r.err == nil {
+				if err := c.deleteControllers(context.Background(), t.NQN); err != nil {
+					logger.Error(err, "removing the controller of a connect whose caller gave up")
+				}
+			}
 		}()
 		return "", fmt.Errorf("connecting %s to %s: %w", t.NQN, net.JoinHostPort(addr, strconv.Itoa(port)), ctx.Err())
 	}
@@ -277,7 +291,18 @@ func (c *TCPConnector) Disconnect(ctx context.Context, nqn string, inUse InUseFu
 	if busy {
 		return fmt.Errorf("%w: %s is still used by a staged volume on this node; unstage it first", ErrInUse, nqn)
 	}
-	for _, ctrl := range ctrls {
+	return c.deleteControllers(ctx, nqn)
+}
+
+// deleteControllers deletes every active controller of nqn. The caller
+// holds nqn's lock.
+func (c *TCPConnector) deleteControllers(ctx context.Context, nqn string) error {
+	logger := klog.FromContext(ctx).WithValues("nqn", nqn)
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		return err
+	}
+	for _, ctrl := range activeControllers(st.controllers) {
 		got, err := c.sys.controllerNQN(ctrl.name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -423,11 +448,29 @@ func (c *TCPConnector) openFabrics(ctx context.Context) (*os.File, error) {
 	return f, err
 }
 
-func (c *TCPConnector) connectError(nqn, addr string, port int, err error) error {
+func (c *TCPConnector) connectError(ctx context.Context, nqn, addr string, port int, id HostIdentity, err error) error {
 	target := net.JoinHostPort(addr, strconv.Itoa(port))
 	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ECONNRESET} {
 		if errors.Is(err, e) {
 			return fmt.Errorf("%w: connecting %s at %s: %w; check the RDS address and that the disk is exported on that port", ErrTargetUnreachable, nqn, target, err)
+		}
+	}
+	// The kernel's fabrics code answers EINVAL for a transport it has no
+	// module for.
+	if errors.Is(err, syscall.EINVAL) {
+		if _, serr := os.Stat(filepath.Join(c.cfg.SysRoot, "module", "nvme_tcp")); errors.Is(serr, fs.ErrNotExist) {
+			return fmt.Errorf("%w: connecting %s at %s: %w: the nvme-tcp kernel module is not loaded on this node; run `modprobe nvme-tcp` there (and list nvme-tcp in /etc/modules-load.d/ so it survives a reboot)", ErrConnectFailed, nqn, target, err)
+		}
+	}
+	// The target refused the connect. Ask its discovery controller whether
+	// it offers the NQN to this host at all.
+	if errors.Is(err, syscall.EIO) && c.discover != nil {
+		offered, derr := c.discover(ctx, addr, port, id)
+		if derr == nil && !slices.Contains(offered, nqn) {
+			return fmt.Errorf("%w: the target at %s does not offer %s to this node (host NQN %s): the volume is not exported there, or this node is not its allowed host; the target offers %d other subsystem(s) to it", ErrSubsystemNotFound, target, nqn, id.NQN, len(offered))
+		}
+		if derr != nil {
+			klog.FromContext(ctx).V(2).Info("discovery after a refused connect failed", "nqn", nqn, "err", derr)
 		}
 	}
 	return fmt.Errorf("%w: connecting %s at %s: %w; the node's kernel log (dmesg) has the reason, e.g. an unknown NQN or a refused host NQN", ErrConnectFailed, nqn, target, err)

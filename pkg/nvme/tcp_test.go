@@ -3,6 +3,7 @@ package nvme
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -458,13 +459,15 @@ func TestConnectCancelledWhileKernelConnects(t *testing.T) {
 		t.Error("nothing was written to fabrics")
 	}
 	close(release)
-	// Once the kernel answers, the lock is released and the controller is
-	// there to disconnect.
-	if err := c.Disconnect(testCtx(t), nqnA, notInUse); err != nil {
+	// Once the kernel answers, the connector itself deletes the controller
+	// the caller was told had failed, and only then releases the lock.
+	unlock, err := c.locks.lock(testCtx(t), nqnA)
+	if err != nil {
 		t.Fatal(err)
 	}
+	unlock()
 	if got := h.ctrlAttr("nvme0", "delete_controller"); got != "1" {
-		t.Errorf("delete_controller = %q, want 1", got)
+		t.Errorf("delete_controller = %q, want 1: a late connect left its controller behind", got)
 	}
 }
 
@@ -640,5 +643,51 @@ func TestKeyedMutex(t *testing.T) {
 	unlockA2()
 	if len(k.locks) != 0 {
 		t.Errorf("%d lock entries left behind", len(k.locks))
+	}
+}
+
+// A refused connect (EIO) is told apart by the target's discovery log: an
+// NQN it does not offer this host is ErrSubsystemNotFound; anything else
+// stays ErrConnectFailed. EINVAL without the nvme_tcp module names the fix.
+func TestConnectRefusedDiagnosis(t *testing.T) {
+	errDiscovery := errors.New("discovery failed")
+	for _, tt := range []struct {
+		name      string
+		errno     syscall.Errno
+		offered   []string
+		discErr   error
+		tcpLoaded bool
+		want      error
+		wantText  string
+	}{
+		{"NQN not offered", syscall.EIO, []string{nqnB}, nil, true, ErrSubsystemNotFound, testHostNQN},
+		{"NQN offered but refused", syscall.EIO, []string{nqnB, nqnA}, nil, true, ErrConnectFailed, "dmesg"},
+		{"discovery fails", syscall.EIO, nil, errDiscovery, true, ErrConnectFailed, "dmesg"},
+		{"no nvme-tcp module", syscall.EINVAL, nil, nil, false, ErrConnectFailed, "modprobe nvme-tcp"},
+		{"EINVAL with the module", syscall.EINVAL, nil, nil, true, ErrConnectFailed, "dmesg"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			if tt.tcpLoaded {
+				h.mkdir(filepath.Join(h.sys, "module", "nvme_tcp"))
+			}
+			c := h.connector()
+			c.kernel = func(string) error { return &os.PathError{Op: "write", Path: h.fabrics, Err: tt.errno} }
+			var asked string
+			c.discover = func(_ context.Context, addr string, port int, id HostIdentity) ([]string, error) {
+				asked = fmt.Sprintf("%s:%d as %s", addr, port, id.NQN)
+				return tt.offered, tt.discErr
+			}
+			_, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("Connect err = %v, want %v mentioning %q", err, tt.want, tt.wantText)
+			}
+			if tt.errno == syscall.EIO && asked != "10.0.0.5:4420 as "+testHostNQN {
+				t.Errorf("discovery asked %q", asked)
+			}
+			if tt.errno != syscall.EIO && asked != "" {
+				t.Errorf("discovery ran for %v", tt.errno)
+			}
+		})
 	}
 }
