@@ -1,0 +1,162 @@
+package diagnose
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/srvlab/rds-csi/pkg/inventory"
+)
+
+// Finding kinds of Check.
+const (
+	FindingMultiHeld        = "SingleNodeVolumeHeldTwice"
+	FindingClaimWithoutVA   = "ClaimWithoutVolumeAttachment"
+	FindingVAToMissingNode  = "VolumeAttachmentToMissingNode"
+	FindingOrphanDisk       = "DiskWithoutPV"
+	FindingMissingDisk      = "PVWithoutDisk"
+	FindingOrphanSnapshot   = "SnapshotWithoutContent"
+	FindingClaimsUnreadable = "ClaimsUnreadable"
+)
+
+// Finding is one thing wrong, with the object it is about and the next
+// step.
+type Finding struct {
+	Kind    string `json:"kind"`
+	Object  string `json:"object"`
+	Message string `json:"message"`
+	Next    string `json:"next"`
+}
+
+// Report is Check's answer. OK means nothing is wrong; Skipped lists the
+// parts that could not be checked (they do not make the report fail).
+type Report struct {
+	OK       bool           `json:"ok"`
+	Counts   map[string]int `json:"counts"` // per finding kind, every kind present
+	Findings []Finding      `json:"findings"`
+	Skipped  []string       `json:"skipped,omitempty"`
+	Checked  CheckedCounts  `json:"checked"`
+}
+
+// CheckedCounts says how much was looked at.
+type CheckedCounts struct {
+	PVs         int `json:"pvs"`
+	Attachments int `json:"volumeAttachments"`
+	Nodes       int `json:"nodes"`
+	Disks       int `json:"disks"`
+	Snapshots   int `json:"snapshotContents"`
+}
+
+// Check audits every volume of the driver in c.
+func Check(c *Cluster) Report {
+	r := Report{Counts: map[string]int{}, Findings: []Finding{}}
+	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable} {
+		r.Counts[k] = 0
+	}
+	add := func(kind, object, next, format string, a ...any) {
+		r.Findings = append(r.Findings, Finding{Kind: kind, Object: object, Message: fmt.Sprintf(format, a...), Next: next})
+		r.Counts[kind]++
+	}
+	handles := map[string]string{} // volume handle -> PV
+	for i := range c.PVs {
+		pv := &c.PVs[i]
+		if !c.ours(pv) {
+			continue
+		}
+		r.Checked.PVs++
+		handles[pv.Spec.CSI.VolumeHandle] = pv.Name
+		atts := c.attachments(pv.Name)
+		claims, err := claimsOf(pv, atts)
+		if err != nil {
+			add(FindingClaimsUnreadable, "pv/"+pv.Name, "kubectl get pv "+pv.Name+" -o yaml   # fix the annotation as docs/attachments.md says", "%v", err)
+		}
+		for _, cl := range claims {
+			if cl.Attachment == "" {
+				add(FindingClaimWithoutVA, "pv/"+pv.Name, "kubectl rds why pv "+pv.Name,
+					"%s claims PV %s (since %s) but has no VolumeAttachment for it", cl.Node, pv.Name, cl.At.UTC().Format("2006-01-02T15:04:05Z"))
+			}
+		}
+		if singleNode(pv) {
+			var held []string
+			story := Story{Attachments: atts, Claims: claims}
+			for _, n := range atts {
+				story.Nodes = append(story.Nodes, c.node(n.Node))
+			}
+			for _, cl := range claims {
+				story.Nodes = append(story.Nodes, c.node(cl.Node))
+			}
+			for _, h := range story.holders() {
+				// A fenced holder (deleted, out of service) keeps its
+				// VolumeAttachment until Kubernetes detaches it; it no
+				// longer writes.
+				if h.claim == nil && (!h.node.Exists || h.node.OutOfService) {
+					continue
+				}
+				held = append(held, h.node.Name)
+			}
+			if len(held) > 1 {
+				add(FindingMultiHeld, "pv/"+pv.Name, "kubectl rds why pv "+pv.Name,
+					"single-node PV %s (%s) is held by %d nodes: %s", pv.Name, accessModes(pv), len(held), strings.Join(held, ", "))
+			}
+		}
+	}
+	for i := range c.Attachments {
+		va := &c.Attachments[i]
+		if va.Spec.Attacher != c.DriverName {
+			continue
+		}
+		r.Checked.Attachments++
+		if !c.node(va.Spec.NodeName).Exists {
+			pv := ""
+			if va.Spec.Source.PersistentVolumeName != nil {
+				pv = *va.Spec.Source.PersistentVolumeName
+			}
+			add(FindingVAToMissingNode, "volumeattachment/"+va.Name, "kubectl get volumeattachment "+va.Name+" -o yaml   # the attach/detach controller should delete it; see kube-controller-manager's log",
+				"VolumeAttachment %s (PV %s, attached=%v) names node %s, which does not exist", va.Name, pv, va.Status.Attached, va.Spec.NodeName)
+		}
+	}
+	r.Checked.Nodes = len(c.Nodes)
+	if c.Inventory == nil {
+		r.Skipped = append(r.Skipped, "disks on the RDS: "+nonEmpty(c.InventoryNote, "no inventory"))
+	} else {
+		r.Checked.Disks = len(c.Inventory.Disks)
+		slots := map[string]inventory.Disk{}
+		for _, d := range c.Inventory.Disks {
+			slots[d.Slot] = d
+			switch {
+			case d.Kind == inventory.KindVolume && handles[d.Slot] == "":
+				add(FindingOrphanDisk, "disk/"+d.Slot, "rdsctl delete "+d.Slot+"   # after checking nobody needs its data; or re-create a PV for it",
+					"disk %s (%d bytes, %s) on the RDS has no PV", d.Slot, d.SizeBytes, d.File)
+			case d.Kind == inventory.KindSnapshot && c.SnapshotHandles != nil && c.SnapshotHandles[d.Slot] == "":
+				add(FindingOrphanSnapshot, "disk/"+d.Slot, "rdsctl delete "+d.Slot+"   # after checking nobody needs it",
+					"snapshot %s (%s) on the RDS has no VolumeSnapshotContent", d.Slot, d.File)
+			}
+		}
+		for _, h := range sortedKeys(handles) {
+			if d, ok := slots[h]; !ok || d.Kind != inventory.KindVolume {
+				add(FindingMissingDisk, "pv/"+handles[h], "kubectl rds why pv "+handles[h],
+					"PV %s has no disk %s on the RDS", handles[h], h)
+			}
+		}
+	}
+	if c.SnapshotHandles == nil {
+		r.Skipped = append(r.Skipped, "snapshot files: "+nonEmpty(c.SnapshotsNote, "VolumeSnapshotContents not read"))
+	} else {
+		r.Checked.Snapshots = len(c.SnapshotHandles)
+	}
+	sort.SliceStable(r.Findings, func(i, j int) bool {
+		if r.Findings[i].Kind != r.Findings[j].Kind {
+			return r.Findings[i].Kind < r.Findings[j].Kind
+		}
+		return r.Findings[i].Object < r.Findings[j].Object
+	})
+	r.OK = len(r.Findings) == 0
+	return r
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

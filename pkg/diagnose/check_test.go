@@ -1,0 +1,157 @@
+package diagnose
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+)
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name    string
+		world   *world
+		want    map[string]int // finding kind -> count; every other kind must be 0
+		skipped []string
+		message string
+	}{
+		{name: "a healthy cluster", world: held("True", time.Hour).snapshots()},
+		{
+			name:  "a single-node volume attached to two Ready nodes",
+			world: held("True", time.Hour).va("pv-1", "node-b", true, "").snapshots(),
+			want:  map[string]int{FindingMultiHeld: 1}, message: "held by 2 nodes: node-a, node-b",
+		},
+		{
+			name: "a fenced holder's VolumeAttachment does not count, its claim is gone",
+			world: newWorld().node("node-a", "Unknown", time.Hour, OutOfServiceTaint).node("node-b", "True", time.Hour).
+				volume("data", "pv-1", `{"node-b":"2026-11-23T08:00:00Z"}`).va("pv-1", "node-a", true, "").va("pv-1", "node-b", true, "").disks("pv-1").snapshots(),
+		},
+		{
+			name: "a claim without a VolumeAttachment",
+			world: newWorld().node("node-a", "Unknown", time.Hour).volume("data", "pv-1", `{"node-a":"2026-11-23T08:00:00Z"}`).
+				disks("pv-1").snapshots(),
+			want: map[string]int{FindingClaimWithoutVA: 1}, message: "node-a claims PV pv-1",
+		},
+		{
+			name:  "a VolumeAttachment to a node that no longer exists",
+			world: newWorld().volume("data", "pv-1", "").va("pv-1", "node-gone", false, "").disks("pv-1").snapshots(),
+			want:  map[string]int{FindingVAToMissingNode: 1}, message: "names node node-gone, which does not exist",
+		},
+		{
+			name:  "a disk without a PV, a PV without a disk, a snapshot without a content",
+			world: held("True", time.Hour).volume("other", "pv-2", "").disks("pv-1", "pvc-orphan", "snap-1", "snap-2").snapshots("snap-1"),
+			want:  map[string]int{FindingOrphanDisk: 1, FindingMissingDisk: 1, FindingOrphanSnapshot: 1},
+		},
+		{
+			name: "without the inventory and the snapshot API, the RDS side is skipped, not failed",
+			world: func() *world {
+				w := held("True", time.Hour)
+				w.c.Inventory, w.c.InventoryNote = nil, "no --inventory-url"
+				w.c.SnapshotsNote = "the VolumeSnapshotContent API is not installed"
+				return w
+			}(),
+			skipped: []string{"disks on the RDS: no --inventory-url", "snapshot files: the VolumeSnapshotContent API is not installed"},
+		},
+		{
+			name:  "an unreadable claims annotation",
+			world: held("True", time.Hour).volume("other", "pv-2", `not json`).disks("pv-1", "pv-2").snapshots(),
+			want:  map[string]int{FindingClaimsUnreadable: 1},
+		},
+		{
+			name: "another driver's objects are not ours to judge",
+			world: func() *world {
+				w := held("True", time.Hour).snapshots()
+				w.c.PVs[0].Spec.CSI.Driver = "other.csi"
+				w.c.Attachments[0].Spec.Attacher = "other.csi"
+				w.c.Inventory.Disks = nil
+				return w
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Check(&tt.world.c)
+			for kind, n := range r.Counts {
+				if n != tt.want[kind] {
+					t.Errorf("%s: %d, want %d; findings: %+v", kind, n, tt.want[kind], r.Findings)
+				}
+			}
+			if r.OK != (len(tt.want) == 0) {
+				t.Errorf("OK = %v with findings %+v", r.OK, r.Findings)
+			}
+			if strings.Join(r.Skipped, "|") != strings.Join(tt.skipped, "|") {
+				t.Errorf("skipped = %q, want %q", r.Skipped, tt.skipped)
+			}
+			if tt.message != "" && (len(r.Findings) == 0 || !strings.Contains(r.Findings[0].Message, tt.message)) {
+				t.Errorf("findings %+v do not say %q", r.Findings, tt.message)
+			}
+			for _, f := range r.Findings {
+				if f.Next == "" || f.Object == "" {
+					t.Errorf("finding without object or next step: %+v", f)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanRelease(t *testing.T) {
+	stale := func(nodeAReady string) *world {
+		return newWorld().node("node-a", nodeAReady, 10*time.Minute).node("node-b", "True", time.Hour).
+			volume("data", "pv-1", `{"node-a":"2026-11-23T08:00:00Z","node-c":{"at":"2026-11-23T08:00:01Z","uid":"u"}}`).disks("pv-1")
+	}
+	tests := []struct {
+		name    string
+		world   *world
+		node    string
+		refused string // substring of the error; empty: allowed
+	}{
+		{name: "NotReady node without a VolumeAttachment", world: stale("Unknown"), node: "node-a"},
+		{name: "deleted node", world: stale("True"), node: "node-c"},
+		{name: "Ready node", world: stale("True"), node: "node-a", refused: "node node-a is Ready"},
+		{name: "a VolumeAttachment to the node exists", world: stale("Unknown").va("pv-1", "node-a", false, ""), node: "node-a", refused: "VolumeAttachment csi-pv-1-node-a"},
+		{name: "a node without a claim", world: stale("Unknown"), node: "node-b", refused: "has no claim"},
+		{name: "an unknown PV", world: newWorld(), node: "node-a", refused: "not found"},
+		{
+			name: "a Ready node re-created since the claim",
+			world: newWorld().node("node-a", "True", time.Minute).
+				volume("data", "pv-1", `{"node-a":{"at":"2026-11-23T08:00:00Z","uid":"uid-before"}}`),
+			node: "node-a",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pvName := "pv-1"
+			plan, err := PlanRelease(&tt.world.c, pvName, tt.node)
+			if tt.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.refused) {
+					t.Fatalf("err = %v, want a refusal saying %q", err, tt.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.ResourceVersion != "42" || !strings.Contains(string(plan.Patch), `"resourceVersion":"42"`) {
+				t.Errorf("patch %s is not conditioned on resourceVersion 42", plan.Patch)
+			}
+			if strings.Contains(string(plan.Patch), `\"`+tt.node+`\"`) {
+				t.Errorf("patch %s still names %s", plan.Patch, tt.node)
+			}
+		})
+	}
+	// The other claims keep their exact encoding (an object with a UID stays one).
+	w := stale("Unknown")
+	plan, err := PlanRelease(&w.c, "pv-1", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"metadata":{"annotations":{"rds.csi.srvlab.io/claims":"{\"node-c\":{\"at\":\"2026-11-23T08:00:01Z\",\"uid\":\"u\"}}"},"resourceVersion":"42"}}`
+	if string(plan.Patch) != want {
+		t.Errorf("patch\n %s\nwant\n %s", plan.Patch, want)
+	}
+	// The last claim removes the annotation.
+	w = newWorld().volume("data", "pv-1", `{"node-a":"2026-11-23T08:00:00Z"}`)
+	if plan, err = PlanRelease(&w.c, "pv-1", "node-a"); err != nil || !strings.Contains(string(plan.Patch), `"rds.csi.srvlab.io/claims":null`) {
+		t.Errorf("last claim: patch %s, err %v", plan.Patch, err)
+	}
+}

@@ -1,0 +1,106 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// Path is where the controller serves the inventory on its HTTP endpoint.
+const Path = "/inventory"
+
+// Kinds of disk in the inventory.
+const (
+	KindVolume   = "volume"   // <volume-path>/<slot>.img
+	KindSnapshot = "snapshot" // <volume-path>/snapshots/<slot>.*.img
+)
+
+// Inventory is the JSON document served at Path.
+type Inventory struct {
+	GeneratedAt time.Time `json:"generatedAt"`
+	VolumePath  string    `json:"volumePath"`
+	Disks       []Disk    `json:"disks"`
+	// OtherDisks counts the file-backed disks outside the volume path,
+	// which are not this driver's and are not described.
+	OtherDisks int `json:"otherDisks"`
+}
+
+// Disk is one of the driver's disks on the RDS.
+type Disk struct {
+	Slot      string `json:"slot"`
+	Kind      string `json:"kind"`
+	SizeBytes int64  `json:"sizeBytes"`
+	File      string `json:"file"`
+	Exported  bool   `json:"exported"`
+	Port      int    `json:"port,omitempty"`
+	NQN       string `json:"nqn,omitempty"`
+	AllowHost string `json:"allowHost,omitempty"`
+}
+
+// Build keeps the disks under volumePath and classifies them. Pure.
+func Build(disks []rds.Disk, volumePath string, now time.Time) Inventory {
+	inv := Inventory{GeneratedAt: now.UTC(), VolumePath: volumePath, Disks: []Disk{}}
+	snapshots := path.Join(volumePath, "snapshots") + "/"
+	for _, d := range disks {
+		var kind string
+		switch {
+		case d.FilePath == path.Join(volumePath, d.Slot+".img"):
+			kind = KindVolume
+		case strings.HasPrefix(d.FilePath, snapshots) && strings.HasPrefix(path.Base(d.FilePath), d.Slot+"."):
+			kind = KindSnapshot
+		default:
+			inv.OtherDisks++
+			continue
+		}
+		inv.Disks = append(inv.Disks, Disk{
+			Slot: d.Slot, Kind: kind, SizeBytes: d.Size, File: d.FilePath,
+			Exported: d.Exported, Port: d.Port, NQN: d.NQN, AllowHost: d.AllowHost,
+		})
+	}
+	sort.Slice(inv.Disks, func(i, j int) bool { return inv.Disks[i].Slot < inv.Disks[j].Slot })
+	return inv
+}
+
+// Find returns the disk in slot, if listed.
+func (inv *Inventory) Find(slot string) (Disk, bool) {
+	for _, d := range inv.Disks {
+		if d.Slot == slot {
+			return d, true
+		}
+	}
+	return Disk{}, false
+}
+
+// Fetch reads an inventory from url (for example
+// http://localhost:8080/inventory through kubectl port-forward).
+func Fetch(ctx context.Context, client *http.Client, url string) (*Inventory, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inventory URL %q: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading the RDS inventory (is `kubectl -n rds-csi port-forward deploy/rds-csi-controller 8080` running?): %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the RDS inventory from %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the RDS inventory at %s answered %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var inv Inventory
+	if err := json.Unmarshal(body, &inv); err != nil {
+		return nil, fmt.Errorf("the answer of %s is not an inventory: %w", url, err)
+	}
+	return &inv, nil
+}
