@@ -12,10 +12,12 @@ import (
 
 // execute runs one command line against the disk table and returns the
 // text RouterOS would print. Commands run one at a time.
-func (s *Server) execute(line string) string {
+// failed reports a refusal (for the exit status, see Config).
+// width is the terminal width print output wraps at (<= 0: no limit).
+func (s *Server) execute(line string, width int) (out string, failed bool) {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
-	out, err := s.run(line)
+	out, err := s.run(line, width)
 	if err == nil {
 		err = s.syncExports() // exporter.go
 	}
@@ -27,16 +29,17 @@ func (s *Server) execute(line string) string {
 			s.log.Error(err, "command failed", "command", line)
 			ce = failure(err.Error())
 		}
-		return string(ce) + "\n"
+		return string(ce) + "\n", true
 	}
-	return out
+	return out, false
 }
 
-func (s *Server) run(line string) (string, error) {
+func (s *Server) run(line string, width int) (string, error) {
 	cmd, err := parseCommand(line)
 	if err != nil || cmd == nil {
 		return "", err
 	}
+	cmd.width = width
 	switch cmd.menu + " " + cmd.verb {
 	case "disk add":
 		return "", s.diskAdd(cmd)
@@ -489,7 +492,7 @@ func (s *Server) diskPrint(cmd *command) (string, error) {
 			shown = append(shown, it)
 		}
 	}
-	return formatDetail(diskLegend, shown), nil
+	return formatDetail(diskLegend, shown, cmd.width), nil
 }
 
 func (s *Server) filePrint(cmd *command) (string, error) {
@@ -507,7 +510,7 @@ func (s *Server) filePrint(cmd *command) (string, error) {
 			shown = append(shown, it)
 		}
 	}
-	return formatDetail("", shown), nil
+	return formatDetail("", shown, cmd.width), nil
 }
 
 func (s *Server) fileRemove(cmd *command) error {

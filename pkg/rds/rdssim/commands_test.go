@@ -30,8 +30,15 @@ func docSample(t *testing.T) string {
 	return "Flags:" + entry + "\n"
 }
 
+// wide lays print output out at 100 columns, the width of the sample in
+// docs/routeros.md, for the tests that compare output line for line.
+func wide(c *Config) { c.TerminalWidth = 100 }
+
+// diskLegendLine is what /disk print prints when nothing matches.
+const diskLegendLine = "Flags: " + diskLegend + "\n"
+
 func TestDiskPrintMatchesDocSample(t *testing.T) {
-	ts := startSim(t, nil)
+	ts := startSim(t, wide)
 	ts.mustRun(addCmd("pvc-1", "10G"))
 	if got, want := ts.run(`/disk print detail where slot="pvc-1"`), docSample(t); got != want {
 		t.Errorf("print detail:\n%s\nwant (docs/routeros.md):\n%s", got, want)
@@ -39,7 +46,7 @@ func TestDiskPrintMatchesDocSample(t *testing.T) {
 }
 
 func TestDiskPrint(t *testing.T) {
-	ts := startSim(t, nil)
+	ts := startSim(t, wide)
 	ts.mustRun(addCmd("pvc-1", "10G"))
 	ts.mustRun(copyCmd("snap-1", "pvc-1", ""))
 	ts.mustRun(`/disk add type=file file-path="/storage-pool/k8s/pvc-with-a-much-longer-name-0123456789abcdef.img" file-size=1536M slot="pvc-with-a-much-longer-name-0123456789abcdef" nvme-tcp-export=yes nvme-tcp-server-port=4421 nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-with-a-much-longer-name-0123456789abcdef"`)
@@ -83,8 +90,8 @@ func TestDiskPrint(t *testing.T) {
 		{`/disk print detail where mount-point="storage-pool"`, legend + pool("84 288 733 184")},
 		{`/disk print detail where mount-point=storage-pool`, legend + pool("84 288 733 184")},
 		{`/disk print detail where size="10 737 418 240" and nvme-tcp-export=no`, legend + renumber(snap, 0)},
-		{`/disk print detail where slot="nope"`, ""},
-		{`/disk print detail where mount-point="other-pool"`, ""},
+		{`/disk print detail where slot="nope"`, legend},
+		{`/disk print detail where mount-point="other-pool"`, legend},
 		{`/disk print detail`, legend + pool("84 288 733 184") + "\n" + renumber(first, 1) + "\n" + renumber(snap, 2) + "\n" + renumber(long, 3)},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
@@ -96,7 +103,7 @@ func TestDiskPrint(t *testing.T) {
 }
 
 func TestFilePrint(t *testing.T) {
-	ts := startSim(t, nil)
+	ts := startSim(t, wide)
 	ts.mustRun(addCmd("pvc-1", "10G"))
 	ts.mustRun(`/disk add type=file file-path="/storage-pool/small" file-size=512 slot="small"`)
 	stamp := time.Date(2026, 11, 22, 10, 0, 1, 0, time.UTC)
@@ -155,7 +162,7 @@ func TestSystemResourcePrint(t *testing.T) {
 }
 
 func TestCRLF(t *testing.T) {
-	ts := startSim(t, func(c *Config) { c.CRLF = true })
+	ts := startSim(t, func(c *Config) { c.CRLF, c.TerminalWidth = true, 100 })
 	ts.mustRun(addCmd("pvc-1", "10G"))
 	want := strings.ReplaceAll(docSample(t), "\n", "\r\n")
 	if got := ts.run(`/disk print detail where slot="pvc-1"`); got != want {
@@ -260,7 +267,7 @@ func TestSilentNoOps(t *testing.T) {
 }
 
 func TestAddCreatesSparseFile(t *testing.T) {
-	ts := startSim(t, func(c *Config) { c.PoolSize = 3 * tib })
+	ts := startSim(t, func(c *Config) { c.PoolSize, c.TerminalWidth = 3*tib, 100 })
 	for _, tc := range []struct {
 		size string
 		want int64
@@ -429,7 +436,7 @@ func TestNotEnoughSpaceLeavesNothingBehind(t *testing.T) {
 }
 
 func TestSetAndResize(t *testing.T) {
-	ts := startSim(t, func(c *Config) { c.PoolSize = 10 * gib })
+	ts := startSim(t, func(c *Config) { c.PoolSize, c.TerminalWidth = 10*gib, -1 })
 	ts.mustRun(addCmd("pvc-1", "1G"))
 	path, _ := ts.srv.BackingFile("pvc-1")
 	writeAt(t, path, 4096, []byte("data"))
@@ -476,7 +483,7 @@ func TestRemove(t *testing.T) {
 	path, _ := ts.srv.BackingFile("pvc-1")
 
 	ts.mustRun(`/disk remove [find slot="pvc-1"]`)
-	if out := ts.run(`/disk print detail where slot="pvc-1"`); out != "" {
+	if out := ts.run(`/disk print detail where slot="pvc-1"`); out != diskLegendLine {
 		t.Errorf("disk still printed:\n%s", out)
 	}
 	if _, err := ts.srv.BackingFile("pvc-1"); err == nil {

@@ -11,7 +11,14 @@
 //   - /system resource print;
 //   - RouterOS error text: "failure: ...", "syntax error (line 1 column N)",
 //     "bad command name ...", "expected end of command ...",
-//     "invalid value for argument ...", always with exit status 0.
+//     "invalid value for argument ...", with exit status 0 (1 with
+//     Config.ExitStatusOnFailure);
+//   - print output laid out for a terminal 80 columns wide, as the hardware
+//     printed it over SSH: properties wrapped between them, a value longer
+//     than a line broken in the middle, the Flags legend (printed even when
+//     nothing matches) wrapped after its `;`; the login name's console
+//     options ("admin+ct511w4098h") set the width per connection;
+//   - where/find conditions `key=value` and `key~"regex"`.
 //
 // Disks are backed by files under Config.DataDir ("/storage-pool/k8s/a.img"
 // is DataDir/k8s/a.img) of exactly the requested size, sparse, so a test can

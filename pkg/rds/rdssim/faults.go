@@ -176,7 +176,8 @@ func (s *Server) arrive(line, user string) (*Command, Fault, time.Duration) {
 			f.Output = DefaultGarbage
 		}
 	}
-	c := &Command{Seq: s.seq, User: user, Text: line, Fault: f.Kind}
+	name, width := loginOptions(user)
+	c := &Command{Seq: s.seq, User: name, TerminalWidth: width, Text: line, Fault: f.Kind}
 	s.logStart(c)
 	return c, f, time.Duration(s.latency.Load())
 }
@@ -184,8 +185,11 @@ func (s *Server) arrive(line, user string) (*Command, Fault, time.Duration) {
 // Command is one entry of the command log.
 type Command struct {
 	Seq  int    // 1-based arrival order over the server's life
-	User string // SSH user name
-	Text string // the command line as received
+	User string // SSH user name, without the login options after '+'
+	// TerminalWidth is the width the login name asked for ("+511w"); 0
+	// when it asked for none.
+	TerminalWidth int
+	Text          string // the command line as received
 	// Output is what the client received; empty when the connection was
 	// dropped or the command hung.
 	Output string

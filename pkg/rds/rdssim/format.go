@@ -143,23 +143,27 @@ func quote(v string) string {
 	return b.String()
 }
 
-// detailWidth is where print detail wraps its lines. With 100 the output for
-// a disk matches the sample in docs/routeros.md line for line.
-const detailWidth = 100
-
 // item is one numbered entry of a print detail listing.
 type item struct {
 	flags string
 	props []prop
 }
 
-// formatDetail renders items in the RouterOS `print detail` form: an
-// optional Flags legend, numbered entries with flag letters, continuation
-// lines indented under the first property, a blank line between entries.
-// No items prints nothing at all.
-func formatDetail(legend string, items []item) string {
+// formatDetail renders items in the RouterOS `print detail` form for a
+// terminal width columns wide (<= 0: no limit): the Flags legend, even when
+// nothing matched, wrapped after its `;` separators; numbered entries with
+// flag letters; properties wrapped between them, a property longer than a
+// line broken in the middle of its value; continuation lines indented under
+// the first property; a blank line between entries. No items and no legend
+// prints nothing at all.
+func formatDetail(legend string, items []item, width int) string {
+	var b strings.Builder
+	if legend != "" {
+		const prefix = "Flags: "
+		wrapWords(&b, prefix, splitLegend(legend), len(prefix), width)
+	}
 	if len(items) == 0 {
-		return ""
+		return b.String()
 	}
 	numWidth := len(strconv.Itoa(len(items) - 1))
 	if numWidth < 2 {
@@ -174,12 +178,6 @@ func formatDetail(legend string, items []item) string {
 	for _, it := range items {
 		flagWidth = max(flagWidth, len(it.flags))
 	}
-	var b strings.Builder
-	if legend != "" {
-		b.WriteString("Flags: ")
-		b.WriteString(legend)
-		b.WriteByte('\n')
-	}
 	for i, it := range items {
 		if i > 0 {
 			b.WriteByte('\n')
@@ -188,26 +186,23 @@ func formatDetail(legend string, items []item) string {
 		if flagWidth > 0 {
 			prefix += fmt.Sprintf("%-*s ", flagWidth, it.flags)
 		}
-		indent := strings.Repeat(" ", len(prefix))
-		line := prefix
-		empty := true
-		for _, p := range it.props {
-			kv := p.key + "=" + p.text
-			if !empty && len(line)+1+len(kv) > detailWidth {
-				b.WriteString(line)
-				b.WriteByte('\n')
-				line, empty = indent, true
-			}
-			if !empty {
-				line += " "
-			}
-			line += kv
-			empty = false
+		words := make([]string, len(it.props))
+		for j, p := range it.props {
+			words[j] = p.key + "=" + p.text
 		}
-		b.WriteString(line)
-		b.WriteByte('\n')
+		wrapWords(&b, prefix, words, len(prefix), width)
 	}
 	return b.String()
+}
+
+// splitLegend splits "B - BLOCK-DEVICE; M - MOUNTED" into the pieces a
+// line may break after: "B - BLOCK-DEVICE;", "M - MOUNTED".
+func splitLegend(legend string) []string {
+	parts := strings.SplitAfter(legend, "; ")
+	for i := range parts {
+		parts[i] = strings.TrimSuffix(parts[i], " ")
+	}
+	return parts
 }
 
 // formatResource renders `key: value` lines with right-aligned keys, the

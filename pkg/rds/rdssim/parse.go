@@ -2,6 +2,7 @@ package rdssim
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -58,11 +59,13 @@ type value struct {
 	pos    int
 }
 
-// cond is one `key=value` condition of a where clause or a find.
+// cond is one `key=value` or `key~regex` condition of a where clause or
+// a find.
 type cond struct {
 	key    string
 	keyPos int
 	value  string
+	re     *regexp.Regexp // for `~`: matches the value anywhere
 }
 
 type findExpr struct {
@@ -76,13 +79,15 @@ type arg struct {
 	key    string
 	keyPos int
 	val    value
+	re     *regexp.Regexp // `key~"regex"`, allowed in where clauses
 }
 
 type command struct {
-	menu string // "disk", "file", "system/resource"
-	verb string // "add", "set", "remove", "print"
-	args []arg
-	end  int // length of the line, for errors at its end
+	menu  string // "disk", "file", "system/resource"
+	verb  string // "add", "set", "remove", "print"
+	args  []arg
+	end   int // length of the line, for errors at its end
+	width int // terminal width print output wraps at; <= 0: no limit
 }
 
 // menuNode is one level of the RouterOS command tree.
@@ -241,13 +246,20 @@ func (p *parser) find() (*findExpr, error) {
 		if w == "" {
 			return nil, p.badChar(p.i)
 		}
-		if p.i < len(p.s) && p.s[p.i] == '=' {
+		if p.i < len(p.s) && (p.s[p.i] == '=' || p.s[p.i] == '~') {
+			op := p.s[p.i]
 			p.i++
 			v, err := p.value(true)
 			if err != nil {
 				return nil, err
 			}
-			f.conds = append(f.conds, cond{key: w, keyPos: pos, value: v.text})
+			c := cond{key: w, keyPos: pos, value: v.text}
+			if op == '~' {
+				if c.re, err = compileCond(v); err != nil {
+					return nil, err
+				}
+			}
+			f.conds = append(f.conds, c)
 			needCond, first = false, false
 			continue
 		}
@@ -346,13 +358,20 @@ func parseCommand(line string) (*command, error) {
 			cmd.args = append(cmd.args, arg{keyPos: pos, val: value{text: s, quoted: true, pos: pos}})
 		case isBareChar(c):
 			w := p.word()
-			if p.i < len(p.s) && p.s[p.i] == '=' {
+			if p.i < len(p.s) && (p.s[p.i] == '=' || p.s[p.i] == '~') {
+				op := p.s[p.i]
 				p.i++
 				v, err := p.value(false)
 				if err != nil {
 					return nil, err
 				}
-				cmd.args = append(cmd.args, arg{key: w, keyPos: pos, val: v})
+				a := arg{key: w, keyPos: pos, val: v}
+				if op == '~' {
+					if a.re, err = compileCond(v); err != nil {
+						return nil, err
+					}
+				}
+				cmd.args = append(cmd.args, a)
 				continue
 			}
 			if !p.atTerminator(false) {
@@ -380,11 +399,13 @@ func printArgs(cmd *command, known map[string]bool) ([]cond, error) {
 			inWhere = true
 		case inWhere && a.key == "" && !a.val.quoted && a.val.text == "and" && len(conds) > 0 && !needCond:
 			needCond = true
+		case a.re != nil && !inWhere:
+			return nil, expectedEnd(a.keyPos)
 		case inWhere && a.key != "":
 			if !known[a.key] {
 				return nil, expectedEnd(a.keyPos)
 			}
-			conds = append(conds, cond{key: a.key, keyPos: a.keyPos, value: a.val.text})
+			conds = append(conds, cond{key: a.key, keyPos: a.keyPos, value: a.val.text, re: a.re})
 			needCond = false
 		default:
 			return nil, expectedEnd(a.keyPos)
@@ -396,6 +417,20 @@ func printArgs(cmd *command, known map[string]bool) ([]cond, error) {
 	return conds, nil
 }
 
+// compileCond compiles the regular expression of a `~` condition. RouterOS
+// uses POSIX extended expressions; Go's syntax covers what a where clause
+// needs.
+func compileCond(v value) (*regexp.Regexp, error) {
+	if v.find != nil {
+		return nil, syntaxError(v.pos)
+	}
+	re, err := regexp.Compile(v.text)
+	if err != nil {
+		return nil, failure("invalid regular expression")
+	}
+	return re, nil
+}
+
 // matches reports whether an item's properties satisfy all conditions.
 // A condition on a property the item does not have does not match.
 func matches(props []prop, conds []cond) bool {
@@ -404,6 +439,10 @@ func matches(props []prop, conds []cond) bool {
 		for _, p := range props {
 			if p.key != c.key {
 				continue
+			}
+			if c.re != nil {
+				ok = c.re.MatchString(p.raw)
+				break
 			}
 			// Compare against the plain value and the printed form, so
 			// that `size=53 687 091 200` and `size=53687091200` both work.

@@ -55,6 +55,16 @@ type Config struct {
 	AuthorizedKeys []ssh.PublicKey
 	// Latency is added before every command; SetLatency changes it later.
 	Latency time.Duration
+	// TerminalWidth is the width print output wraps at, as RouterOS wraps
+	// at the terminal's width: properties move whole to the next line and
+	// a value longer than a line is broken in the middle. 0 means
+	// DefaultTerminalWidth; negative means no wrapping. A login name with a
+	// width option ("admin+ct511w") overrides it for that connection.
+	TerminalWidth int
+	// ExitStatusOnFailure makes a refused command exit with status 1
+	// instead of 0 (RouterOS is assumed to exit 0 and say "failure: ..."),
+	// to check that a client copes with both.
+	ExitStatusOnFailure bool
 	// CRLF ends output lines with "\r\n" instead of "\n", to check that a
 	// client copes with both.
 	CRLF bool
@@ -85,6 +95,8 @@ type Server struct {
 	pool     string
 	poolSize int64
 	crlf     bool
+	width    int
+	exitFail bool
 	log      klog.Logger
 	now      func() time.Time
 	started  time.Time
@@ -143,6 +155,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.TerminalWidth == 0 {
+		cfg.TerminalWidth = DefaultTerminalWidth
+	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -176,6 +191,8 @@ func New(cfg Config) (*Server, error) {
 		pool:     cfg.PoolName,
 		poolSize: cfg.PoolSize,
 		crlf:     cfg.CRLF,
+		width:    cfg.TerminalWidth,
+		exitFail: cfg.ExitStatusOnFailure,
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		hostKey:  hostKey,
@@ -438,7 +455,10 @@ func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-ch
 			return
 		}
 	}
-	var out string
+	var (
+		out    string
+		failed bool
+	)
 	switch fault.Kind {
 	case FaultHang:
 		waitOrGone(ctx, reqs, -1)
@@ -447,9 +467,13 @@ func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-ch
 		c.Close()
 		return
 	case FaultFail:
-		out = withNewline(fault.Output)
+		out, failed = withNewline(fault.Output), true
 	default:
-		out = s.execute(line)
+		width := s.width
+		if entry.TerminalWidth > 0 {
+			width = entry.TerminalWidth
+		}
+		out, failed = s.execute(line, width)
 		s.logUpdate(entry, func(e *Command) { e.Executed, e.Result = true, out })
 	}
 	switch fault.Kind {
@@ -466,7 +490,11 @@ func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-ch
 	if _, err := ch.Write([]byte(out)); err != nil {
 		return
 	}
-	ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
+	status := uint32(0)
+	if failed && s.exitFail {
+		status = 1
+	}
+	ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{status}))
 }
 
 // waitOrGone waits d (forever when d < 0) and reports whether the time
