@@ -384,12 +384,20 @@ func (e *NvmetExporter) remove(nqn string) error {
 	return nil
 }
 
-// removeGroup removes a configfs group with rmdir. The attribute files
-// configfs keeps in it cannot be unlinked there (and need not be); in a
-// plain directory tree, as in tests, they are removed first.
+// removeGroup removes a configfs group with one rmdir: its attributes and
+// default groups (allowed_hosts/, namespaces/, ana_groups/1) go with it and
+// cannot be removed one by one. In a plain directory tree, as in tests,
+// rmdir finds them and they are removed first.
 func removeGroup(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err := os.Remove(dir)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+		return err
+	}
+	entries, rerr := os.ReadDir(dir)
+	if rerr != nil {
 		return err
 	}
 	for _, en := range entries {
@@ -400,12 +408,11 @@ func removeGroup(dir string) error {
 			}
 			continue
 		}
-		_ = os.Remove(p) // EPERM on configfs attributes: expected
+		if err := os.Remove(p); err != nil {
+			return err
+		}
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
+	return os.Remove(dir)
 }
 
 func dirNames(dir string) ([]string, error) {

@@ -1,0 +1,342 @@
+//go:build nvmevm
+
+package nvme
+
+// The TCP connector against the real kernel: the nvmet target (set up by
+// rdssim's NvmetExporter over configfs) and the nvme-tcp initiator, in the
+// VM of `make e2e-nvme` (e2e/nvme boots it with nvme_core.multipath Y and
+// N). Outside that VM these tests skip.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+const vmPort = 4420
+
+func requireVM(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RDS_NVME_VM") != "1" {
+		t.Skip("runs inside the NVMe/TCP VM only (make e2e-nvme)")
+	}
+}
+
+// vmExport exports each NQN on a fresh sparse file of size bytes through
+// the kernel's nvmet, and removes the exports when the test ends.
+func vmExport(t *testing.T, size int64, allowHost string, nqns ...string) map[string]string {
+	t.Helper()
+	e, err := rdssim.NewNvmetExporter(rdssim.NvmetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	var want []rdssim.Export
+	dir := t.TempDir()
+	for i, nqn := range nqns {
+		f := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(f, size); err != nil {
+			t.Fatal(err)
+		}
+		files[nqn] = f
+		want = append(want, rdssim.Export{NQN: nqn, Port: vmPort, File: f, Size: size, AllowHost: allowHost})
+	}
+	if err := e.Reconcile(want); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Reconcile(nil); err != nil {
+			t.Errorf("removing the exports: %v", err)
+		}
+	})
+	return files
+}
+
+func vmConnector(t *testing.T) *TCPConnector {
+	t.Helper()
+	c, err := NewTCPConnector(Config{
+		NQNPrefix:       testPrefix,
+		EtcNVMeDir:      t.TempDir(),
+		CtrlLossTimeout: 30 * time.Second,
+		ReconnectDelay:  time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func vmCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func multipath(t *testing.T) bool {
+	v, err := readAttr("/sys/module/nvme_core/parameters/multipath")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v == "Y"
+}
+
+// controllersOf lists /sys/class/nvme controllers whose subsysnqn is nqn.
+func controllersOf(t *testing.T, nqn string) []string {
+	t.Helper()
+	names, err := readDirNames("/sys/class/nvme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if got, err := readAttr(filepath.Join("/sys/class/nvme", n, "subsysnqn")); err == nil && got == nqn {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitNoControllers polls until nqn has no controller (deletion is
+// asynchronous in the kernel), bounded by d.
+func waitNoControllers(t *testing.T, nqn string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		got := controllersOf(t, nqn)
+		if len(got) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has controllers %v after %v", nqn, got, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fabricsConnect connects nqn by hand, as an operator or another driver
+// would, outside the connector.
+func fabricsConnect(t *testing.T, nqn, hostnqn string) {
+	t.Helper()
+	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s,hostnqn=%s", vmPort, nqn, hostnqn)
+	if _, err := f.Write([]byte(opts)); err != nil {
+		t.Fatalf("connecting %s by hand: %v", nqn, err)
+	}
+}
+
+func deleteAll(t *testing.T, nqn string) {
+	for _, c := range controllersOf(t, nqn) {
+		_ = os.WriteFile(filepath.Join("/sys/class/nvme", c, "delete_controller"), []byte("1"), 0)
+	}
+	waitNoControllers(t, nqn, time.Minute)
+}
+
+// Connect, find the device through sysfs in either multipath mode, do
+// I/O through it, connect again (idempotent), and disconnect only this
+// driver's subsystem: a foreign one connected in the same kernel stays.
+func TestVMConnectDiscoverDisconnect(t *testing.T) {
+	requireVM(t)
+	nqnA := testPrefix + "vm-a"
+	const foreign = "nqn.2014-08.org.example:foreign-disk"
+	files := vmExport(t, 64<<20, "", nqnA, foreign)
+	c := vmConnector(t)
+	ctx := vmCtx(t, time.Minute)
+
+	fabricsConnect(t, foreign, "nqn.2014-08.org.example:another-initiator")
+	t.Cleanup(func() { deleteAll(t, foreign) })
+
+	dev, err := c.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqnA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteAll(t, nqnA) })
+	name := filepath.Base(dev)
+	st, err := c.sys.lookup(nqnA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("multipath=%v device %s controllers %v namespaces %v", multipath(t), dev, controllerNames(st.controllers), st.namespaces)
+	if multipath(t) {
+		// The head lives in the subsystem directory; the controller only
+		// has the hidden per-path namespace.
+		if _, err := os.Stat(filepath.Join("/sys/class/nvme-subsystem", st.subsystems[0], name)); err != nil {
+			t.Errorf("multipath: %s is not the subsystem's head: %v", name, err)
+		}
+	} else if _, err := os.Stat(filepath.Join("/sys/class/nvme", st.controllers[0].name, name)); err != nil {
+		t.Errorf("no multipath: %s is not the controller's namespace: %v", name, err)
+	}
+	size, err := readAttr(filepath.Join("/sys/class/block", name, "size"))
+	if err != nil || size != fmt.Sprint((64<<20)/512) {
+		t.Errorf("size of %s = %q (%v), want %d sectors", name, size, err, (64<<20)/512)
+	}
+
+	// Data written through the initiator lands in the target's file.
+	msg := []byte("written through nvme-tcp")
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(msg, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	back := make([]byte, len(msg))
+	bf, err := os.Open(files[nqnA])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bf.ReadAt(back, 4096); err != nil || string(back) != string(msg) {
+		t.Errorf("backing file has %q (%v), want %q", back, err, msg)
+	}
+	bf.Close()
+
+	again, err := c.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqnA})
+	if err != nil || again != dev {
+		t.Errorf("second Connect = %q, %v; want %q", again, err, dev)
+	}
+	if got := controllersOf(t, nqnA); len(got) != 1 {
+		t.Errorf("controllers after two connects: %v, want one", got)
+	}
+
+	if err := c.Disconnect(ctx, foreign, notInUse); !errors.Is(err, ErrForeignNQN) {
+		t.Errorf("Disconnect(foreign) = %v, want ErrForeignNQN", err)
+	}
+	if err := c.Disconnect(ctx, nqnA, notInUse); err != nil {
+		t.Fatal(err)
+	}
+	waitNoControllers(t, nqnA, time.Minute)
+	if _, err := c.DevicePath(ctx, nqnA); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("DevicePath after Disconnect = %v, want ErrNotConnected", err)
+	}
+	fc := controllersOf(t, foreign)
+	if len(fc) != 1 {
+		t.Fatalf("the foreign subsystem has controllers %v after our Disconnect", fc)
+	}
+	if state, _ := readAttr(filepath.Join("/sys/class/nvme", fc[0], "state")); state != stateLive {
+		t.Errorf("the foreign controller is %q after our Disconnect", state)
+	}
+}
+
+// A target that accepts TCP but never answers the NVMe/TCP handshake: the
+// caller's deadline ends the wait (DeadlineExceeded), and once the kernel
+// gives up on its own nothing is left connected.
+func TestVMConnectTimeout(t *testing.T) {
+	requireVM(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	nqn := testPrefix + "vm-silent"
+	c := vmConnector(t)
+	_, err = c.Connect(vmCtx(t, 2*time.Second), Target{Address: "127.0.0.1", Port: port, NQN: nqn})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Connect = %v, want DeadlineExceeded", err)
+	}
+	select {
+	case conn := <-accepted:
+		held = append(held, conn)
+	default:
+		t.Error("the kernel never reached the silent target")
+	}
+	// The connector holds the NQN until the kernel's write returns.
+	unlock, err := c.locks.lock(vmCtx(t, 2*time.Minute), nqn)
+	if err != nil {
+		t.Fatalf("the kernel's connect did not end: %v", err)
+	}
+	unlock()
+	if got := controllersOf(t, nqn); len(got) != 0 {
+		t.Errorf("a timed-out connect left controllers %v", got)
+	}
+}
+
+// An NQN the target does not have, and one it has but not for this host:
+// ErrSubsystemNotFound, and nothing left connected (not even the discovery
+// controller used to find out).
+func TestVMConnectUnknownNQN(t *testing.T) {
+	requireVM(t)
+	exported := testPrefix + "vm-exported"
+	fenced := testPrefix + "vm-other-host"
+	vmExport(t, 16<<20, "", exported)
+	vmExport(t, 16<<20, "nqn.2014-08.org.example:some-other-node", fenced)
+	c := vmConnector(t)
+	for _, nqn := range []string{testPrefix + "vm-missing", fenced} {
+		_, err := c.Connect(vmCtx(t, time.Minute), Target{Address: "127.0.0.1", Port: vmPort, NQN: nqn})
+		if !errors.Is(err, ErrSubsystemNotFound) {
+			t.Errorf("Connect(%s) = %v, want ErrSubsystemNotFound", nqn, err)
+		}
+		if got := controllersOf(t, nqn); len(got) != 0 {
+			t.Errorf("%s has controllers %v after a refused connect", nqn, got)
+		}
+	}
+	waitNoControllers(t, discoveryNQN, time.Minute)
+}
+
+// A node whose nvme-tcp module is not loaded gets an error that names the
+// fix. The module is loaded again from the unpacked kernel package.
+func TestVMNoNvmeTCPModule(t *testing.T) {
+	requireVM(t)
+	ko := os.Getenv("RDS_NVME_VM_NVME_TCP_KO")
+	if ko == "" {
+		t.Fatal("RDS_NVME_VM_NVME_TCP_KO (the nvme-tcp.ko to load again) is not set")
+	}
+	if err := unix.DeleteModule("nvme_tcp", 0); err != nil {
+		t.Fatalf("unloading nvme_tcp (is a controller still connected?): %v", err)
+	}
+	defer func() {
+		f, err := os.Open(ko)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil {
+			t.Fatalf("loading %s again: %v", ko, err)
+		}
+	}()
+	c := vmConnector(t)
+	c.cfg.Runner = RunnerFunc(func(context.Context, string, ...string) ([]byte, error) {
+		return nil, errors.New("modprobe must not run: /dev/nvme-fabrics is there")
+	})
+	_, err := c.Connect(vmCtx(t, time.Minute), Target{Address: "127.0.0.1", Port: vmPort, NQN: testPrefix + "vm-any"})
+	if !errors.Is(err, ErrConnectFailed) || !strings.Contains(err.Error(), "modprobe nvme-tcp") {
+		t.Errorf("Connect without nvme_tcp = %v, want ErrConnectFailed naming modprobe nvme-tcp", err)
+	}
+}
