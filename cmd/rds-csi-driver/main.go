@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
@@ -101,6 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return fail("invalid configuration: %v", err)
 			}
+			// Read-only, cached, no credentials: docs/kubectl-rds.md.
+			proc.health.Handle(inventory.Path, inventory.NewHandler(client, opts.VolumePath))
 			procCtx, stopProc := context.WithCancel(ctx)
 			procDone := make(chan struct{})
 			go func() { proc.run(procCtx); close(procDone) }()
