@@ -37,6 +37,8 @@ type options struct {
 	knownHostsOut  string
 	latency        time.Duration
 	crlf           bool
+	terminalWidth  int
+	exitOnFailure  bool
 	nvmeExport     string
 	nvmetRoot      string
 	nvmetAddress   string
@@ -52,6 +54,8 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.knownHostsOut, "write-known-hosts", "", "write a known_hosts file pinning the host key for the listen address")
 	fs.DurationVar(&o.latency, "latency", 0, "delay added before every command")
 	fs.BoolVar(&o.crlf, "crlf", false, "end output lines with CRLF")
+	fs.IntVar(&o.terminalWidth, "terminal-width", rdssim.DefaultTerminalWidth, "wrap print output at this many columns, as RouterOS does over SSH (a login name's width option overrides it; -1: no wrapping)")
+	fs.BoolVar(&o.exitOnFailure, "exit-status-on-failure", false, "exit with status 1 from a refused command (RouterOS is assumed to exit 0)")
 	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export nvme-tcp-export=yes disks through the kernel's NVMe/TCP target: nvmet (required; refuse to start without it), none, or auto (nvmet when its configfs tree is present)")
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
 	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
@@ -124,15 +128,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv, err := rdssim.New(rdssim.Config{
-		DataDir:        o.dataDir,
-		PoolName:       o.poolName,
-		PoolSize:       poolSize,
-		HostKeyPath:    o.hostKey,
-		AuthorizedKeys: keys,
-		Latency:        o.latency,
-		CRLF:           o.crlf,
-		Logger:         klog.Background(),
-		Exporter:       exporter,
+		DataDir:             o.dataDir,
+		PoolName:            o.poolName,
+		PoolSize:            poolSize,
+		HostKeyPath:         o.hostKey,
+		AuthorizedKeys:      keys,
+		Latency:             o.latency,
+		CRLF:                o.crlf,
+		TerminalWidth:       o.terminalWidth,
+		ExitStatusOnFailure: o.exitOnFailure,
+		Logger:              klog.Background(),
+		Exporter:            exporter,
 	})
 	if err != nil {
 		return err

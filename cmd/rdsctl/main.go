@@ -59,6 +59,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address")
 	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port")
 	fs.StringVar(&cfg.User, "user", "admin", "RDS user")
+	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none sends -user unchanged")
 	fs.StringVar(&cfg.KeyFile, "key", "", "SSH private key file")
 	fs.StringVar(&cfg.KnownHostsFile, "known-hosts", "", "known_hosts file pinning the RDS host key")
 	fs.BoolVar(&cfg.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "accept any host key (labs only)")

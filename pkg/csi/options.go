@@ -35,6 +35,7 @@ type Options struct {
 	RDSKeyFile                  string
 	RDSKnownHostsFile           string
 	RDSInsecureSkipHostKeyCheck bool
+	RDSLoginOptions             string // RouterOS console login options; see rds.Config
 	RDSPool                     string // mount point of the pool (capacity)
 	VolumePath                  string // directory of backing files on the RDS
 	// RDSName names the RDS in topology (volumes' accessible_topology and
@@ -72,7 +73,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RDSUser, "rds-user", "admin", "RDS SSH user")
 	fs.StringVar(&o.RDSKeyFile, "rds-key-file", "/etc/rds-csi/ssh/id_ed25519", "SSH private key file, mounted from a Secret")
 	fs.StringVar(&o.RDSKnownHostsFile, "rds-known-hosts-file", "/etc/rds-csi/ssh/known_hosts", "known_hosts file pinning the RDS host key, mounted from a Secret")
-	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key; labs only, logged as a warning")
+	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key; labs only, logged as a warning; refused when --rds-known-hosts-file pins a key for the RDS")
+	fs.StringVar(&o.RDSLoginOptions, "rds-login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name (unwrapped, uncoloured output); none sends --rds-user unchanged")
 	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool (for capacity)")
 	fs.StringVar(&o.VolumePath, "rds-volume-path", "/storage-pool/kubernetes-volumes", "directory on the RDS that holds the volumes' backing files (snapshots go to its snapshots/ subdirectory); changing it orphans existing volumes")
 	fs.StringVar(&o.RDSName, "rds-name", "", "name of the RDS in volume topology, a label value (default: --rds-address)")
@@ -168,5 +170,6 @@ func (o *Options) RDSConfig() rds.Config {
 		KeyFile:                  o.RDSKeyFile,
 		KnownHostsFile:           o.RDSKnownHostsFile,
 		InsecureSkipHostKeyCheck: o.RDSInsecureSkipHostKeyCheck,
+		LoginOptions:             o.RDSLoginOptions,
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,12 @@ type Config struct {
 	Address string // host name or IP of the RDS
 	Port    int    // SSH port, default 22
 	User    string
+	// LoginOptions are RouterOS console login options, sent after a '+'
+	// in the login name (MikroTik's "console login options"). Default
+	// "ct511w4098h": no colours, no terminal detection, 511 columns, so
+	// RouterOS does not wrap the driver's longest lines; "none" sends
+	// User unchanged, as does a User that already has a '+'.
+	LoginOptions string
 
 	// Signer authenticates the client. When nil, KeyFile is read: an
 	// unencrypted OpenSSH or PEM private key, mounted from a Secret.
@@ -59,7 +66,15 @@ type CommandRecord struct {
 	Duration time.Duration
 }
 
+// DefaultLoginOptions ask RouterOS for unwrapped, uncoloured output.
+const DefaultLoginOptions = "ct511w4098h"
+
+var loginOptionsPattern = regexp.MustCompile(`^([0-9]*[a-z])+$`)
+
 func (c *Config) setDefaults() {
+	if c.LoginOptions == "" {
+		c.LoginOptions = DefaultLoginOptions
+	}
 	if c.Port == 0 {
 		c.Port = 22
 	}
@@ -116,6 +131,17 @@ func NewClient(cfg Config) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading SSH key: %w", err)
 		}
+		// Anyone who reads the key is the driver on the RDS. Readable by
+		// others is refused; by the group (a Secret mounted 0440 for a
+		// non-root fsGroup) is allowed with a warning.
+		if fi, err := os.Stat(cfg.KeyFile); err == nil {
+			switch perm := fi.Mode().Perm(); {
+			case perm&0o007 != 0:
+				return nil, fmt.Errorf("%w: SSH key %s is readable by others (mode %v); mount it with defaultMode 0400 or 0440", ErrInvalidArgument, cfg.KeyFile, perm)
+			case perm&0o070 != 0:
+				klog.Warningf("SSH key %s is readable by its group (mode %v); 0400 is enough unless the pod runs as a non-root fsGroup", cfg.KeyFile, perm)
+			}
+		}
 		signer, err = ssh.ParsePrivateKey(pem)
 		if err != nil {
 			var missing *ssh.PassphraseMissingError
@@ -125,13 +151,27 @@ func NewClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: SSH key %s: %v", ErrInvalidArgument, cfg.KeyFile, err)
 		}
 	}
+	login := cfg.User
+	if cfg.LoginOptions != "none" && !strings.Contains(login, "+") {
+		if !loginOptionsPattern.MatchString(cfg.LoginOptions) {
+			return nil, fmt.Errorf("%w: login options %q must be RouterOS console options such as %q", ErrInvalidArgument, cfg.LoginOptions, DefaultLoginOptions)
+		}
+		login += "+" + cfg.LoginOptions
+	}
 	addr := net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port))
 	sshCfg := &ssh.ClientConfig{
-		User:    cfg.User,
+		User:    login,
 		Auth:    []ssh.AuthMethod{ssh.PublicKeys(signer)},
 		Timeout: cfg.DialTimeout,
 	}
 	if cfg.InsecureSkipHostKeyCheck {
+		// A pinned key says which RDS is the right one; skipping the check
+		// would silently accept another.
+		if cfg.KnownHostsFile != "" {
+			if cb, err := knownhosts.New(cfg.KnownHostsFile); err == nil && len(knownKeyAlgorithms(cb, addr)) > 0 {
+				return nil, fmt.Errorf("%w: known_hosts %s pins the host key of %s, and skipping the host key check would accept any key; drop one of the two", ErrInvalidArgument, cfg.KnownHostsFile, knownhosts.Normalize(addr))
+			}
+		}
 		klog.Warningf("INSECURE: RDS host key verification is disabled for %s; anyone on the network path can impersonate the RDS. Use a pinned known_hosts file outside labs.", addr)
 		sshCfg.HostKeyCallback = ssh.InsecureIgnoreHostKey()
 	} else {

@@ -25,19 +25,27 @@ type simEnv struct {
 	poolSize int64
 }
 
-func startSim(t testing.TB, poolSize int64) *simEnv {
+func startSim(t testing.TB, poolSize int64) *simEnv { return startSimWith(t, poolSize, nil) }
+
+// startSimWith starts the simulator with its defaults (wrapping at 80
+// columns) changed by mod.
+func startSimWith(t testing.TB, poolSize int64, mod func(*rdssim.Config)) *simEnv {
 	t.Helper()
 	signer, pub, err := rdssim.NewTestKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	sim, err := rdssim.New(rdssim.Config{
+	cfg := rdssim.Config{
 		DataDir:        filepath.Join(dir, "pool"),
 		PoolSize:       poolSize,
 		HostKeyPath:    filepath.Join(dir, "host_key"),
 		AuthorizedKeys: []ssh.PublicKey{pub},
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	sim, err := rdssim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +76,9 @@ func (e *simEnv) config() Config {
 	return Config{
 		Address: e.host, Port: e.port, User: "admin", Signer: e.signer, KnownHostsFile: e.known,
 		RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
+		// No width option: the simulator wraps at its default 80 columns,
+		// as the hardware did, so every client test parses wrapped output.
+		LoginOptions: "ct",
 	}
 }
 
@@ -313,6 +324,13 @@ func TestHostKeyPinning(t *testing.T) {
 	defer insecure.Close()
 	if _, err := insecure.Probe(ctx); err != nil {
 		t.Fatalf("insecure probe: %v", err)
+	}
+	// ... but never beside a pinned key, which it would silently override.
+	for _, known := range []string{wrong, env.known} {
+		cfg.KnownHostsFile = known
+		if c, err := NewClient(cfg); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("insecure with a pinned key in %s: %v, %v", known, c, err)
+		}
 	}
 
 	// A key the RDS does not authorize is refused, and not retried.

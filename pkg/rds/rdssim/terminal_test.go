@@ -142,7 +142,7 @@ func TestRegexConditions(t *testing.T) {
 		{`/disk print detail where slot~"^pvc-"`, 2},
 		{`/disk print detail where slot~"snap"`, 1},
 		{`/disk print detail where file-path~"k8s/pvc-[0-9]+\.img"`, 0}, // `\.` is not a RouterOS escape
-		{`/disk print detail where type=file and slot~"-1$"`, 0},       // `$` in quotes is a variable
+		{`/disk print detail where type=file and slot~"-1$"`, 0},        // `$` in quotes is a variable
 		{`/disk print detail where type=file and slot~"-1\$"`, 2},
 		{`/disk print detail where slot~"x|pvc-2"`, 1},
 	} {
