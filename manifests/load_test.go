@@ -205,7 +205,7 @@ func (s *set) get(kind, ns, name string) (object, bool) {
 // The directories that kustomize builds without extra input, and the
 // directory of examples that are parsed but never applied as they are.
 var (
-	kustomizeDirs = []string{".", "base", "storageclass", "snapshot", "monitoring"}
+	kustomizeDirs = []string{".", "base", "storageclass", "snapshot", "monitoring", "kubectl-rds"}
 	examplesDir   = "examples"
 )
 
