@@ -120,11 +120,14 @@ func createSize(volume string, r sizeRange, sourceSize int64) (int64, error) {
 		if r.limit > 0 && sourceSize > r.limit {
 			return 0, statusf(codes.OutOfRange, "volume %s: its content source has %d bytes, more than limit_bytes %d; a volume cannot be smaller than its source", volume, sourceSize, r.limit)
 		}
-		switch {
+		// The source's size is what its own request was rounded up to, so
+		// the same request again (3 GiB + 12 KiB for a source of 3 GiB +
+		// 1 MiB) is compared after the same rounding.
+		switch rounded, err := rds.RoundUpSize(want); {
 		case want == 0:
 			want = sourceSize
-		case want < sourceSize:
-			return 0, statusf(codes.OutOfRange, "volume %s: %d bytes requested, but its content source has %d; request at least the source's size", volume, want, sourceSize)
+		case err == nil && rounded < sourceSize:
+			return 0, statusf(codes.OutOfRange, "volume %s: %d bytes requested (%d rounded up to whole MiB), but its content source has %d; request at least the source's size", volume, want, rounded, sourceSize)
 		}
 	}
 	if want == 0 {
@@ -206,9 +209,11 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	export := &rds.Export{Port: s.d.opts.NVMePort, NQN: s.d.nqn(id)}
 	var disk *rds.Disk
 	if source == nil {
-		disk, err = s.d.rds.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export})
+		// The file path is derived from the volume ID, so a file there
+		// without a disk is debris of an earlier attempt: ours to reclaim.
+		disk, err = s.d.rds.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export, OwnsFilePath: true})
 	} else {
-		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export})
+		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export, OwnsFilePath: true})
 	}
 	switch {
 	case errors.Is(err, rds.ErrNoSpace):

@@ -214,6 +214,11 @@ func TestCreateSize(t *testing.T) {
 		{"source size by default", sizeRange{}, 3 * mib, 3 * mib, codes.OK},
 		{"larger than source", sizeRange{required: 9 * mib}, 3 * mib, 9 * mib, codes.OK},
 		{"smaller than source", sizeRange{required: 2 * mib}, 3 * mib, 0, codes.OutOfRange},
+		{"smaller than source after rounding", sizeRange{required: 2*mib + 1}, 3*mib + 1, 0, codes.OutOfRange},
+		// A source made for 3 GiB + 12 KiB has 3 GiB + 1 MiB; a clone or
+		// restore asking for 3 GiB + 12 KiB again gets the same size.
+		{"same request as the source's", sizeRange{required: 3<<30 + 12<<10}, 3<<30 + mib, 3<<30 + mib, codes.OK},
+		{"same request, limit at the rounded size", sizeRange{required: 3<<30 + 12<<10, limit: 3<<30 + mib}, 3<<30 + mib, 3<<30 + mib, codes.OK},
 		{"source above limit", sizeRange{limit: 2 * mib}, 3 * mib, 0, codes.OutOfRange},
 	}
 	for _, tc := range tests {

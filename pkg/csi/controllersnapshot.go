@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -126,8 +127,11 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	defer release()
 	d, _, err := s.getSnapshot(ctx, id)
 	if status.Code(err) == codes.NotFound {
-		// The file name is known only from the disk, so a file left by a
-		// delete interrupted between its two steps stays (see the docs).
+		// A delete interrupted between its two steps (disk removed, file
+		// not) is finished here: the file name starts with the ID.
+		if err := s.removeSnapshotFiles(ctx, id); err != nil {
+			return nil, fmt.Errorf("snapshot %s: its disk is gone; removing its leftover file on the RDS: %w", id, err)
+		}
 		return &csi.DeleteSnapshotResponse{}, nil
 	} else if err != nil {
 		return nil, err
@@ -137,6 +141,33 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	}
 	logger.Info("snapshot deleted", "file", d.FilePath)
 	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// removeSnapshotFiles removes the backing files of snapshot id that no disk
+// uses: <volume-path>/snapshots/<id>.*.img, matched by name.
+func (s *ControllerServer) removeSnapshotFiles(ctx context.Context, id string) error {
+	dir := path.Join(s.d.opts.VolumePath, snapshotDir)
+	files, err := s.d.rds.FilesWithPrefix(ctx, path.Join(dir, id)+srcMarker)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		file := "/" + f.Name
+		if m, err := parseSnapshotFileName(path.Base(file)); err != nil || m.SnapshotID != id || path.Dir(file) != dir {
+			continue
+		}
+		if used, err := s.d.rds.DiskUsingFile(ctx, file); err != nil || used {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.d.rds.RemoveFile(ctx, file); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("removed the file of a snapshot whose disk was already gone", "snapshot", id, "file", file)
+	}
+	return nil
 }
 
 func (s *ControllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {

@@ -17,6 +17,9 @@ type RDS interface {
 	ResizeDisk(ctx context.Context, slot string, size int64) (*rds.Disk, error)
 	DeleteDisk(ctx context.Context, slot, filePath string) error
 	GetFile(ctx context.Context, path string) (*rds.File, error)
+	FilesWithPrefix(ctx context.Context, prefix string) ([]rds.File, error)
+	DiskUsingFile(ctx context.Context, path string) (bool, error)
+	RemoveFile(ctx context.Context, path string) error
 	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
 	Probe(ctx context.Context) (*rds.SystemInfo, error)
 }

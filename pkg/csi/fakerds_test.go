@@ -104,7 +104,7 @@ func (f *fakeRDS) fileExists(path string) bool {
 	return ok
 }
 
-func (f *fakeRDS) add(slot, path string, size int64, e *rds.Export, matches func(rds.Disk) bool) (*rds.Disk, error) {
+func (f *fakeRDS) add(slot, path string, size int64, e *rds.Export, owns bool, matches func(rds.Disk) bool) (*rds.Disk, error) {
 	if d, ok := f.disks[slot]; ok {
 		if d.FilePath == path && matches(d) {
 			return &d, nil
@@ -112,7 +112,10 @@ func (f *fakeRDS) add(slot, path string, size int64, e *rds.Export, matches func
 		return nil, fmt.Errorf("%w: disk %q exists with file %s", rds.ErrAlreadyExists, slot, d.FilePath)
 	}
 	if _, ok := f.files[path]; ok {
-		return nil, fmt.Errorf("%w: file %s", rds.ErrAlreadyExists, path)
+		if !owns || f.usedBy(path) {
+			return nil, fmt.Errorf("%w: file %s", rds.ErrAlreadyExists, path)
+		}
+		delete(f.files, path) // an orphan of an earlier attempt, as rds.Client reclaims it
 	}
 	if size > f.poolSize-f.used() {
 		return nil, fmt.Errorf("%w: failure: not enough space", rds.ErrNoSpace)
@@ -124,6 +127,46 @@ func (f *fakeRDS) add(slot, path string, size int64, e *rds.Export, matches func
 	f.disks[slot] = d
 	f.files[path] = size
 	return &d, nil
+}
+
+func (f *fakeRDS) usedBy(path string) bool {
+	for _, d := range f.disks {
+		if d.FilePath == path {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *fakeRDS) FilesWithPrefix(_ context.Context, prefix string) ([]rds.File, error) {
+	err := f.enter("FilesWithPrefix")
+	defer f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var out []rds.File
+	for p, size := range f.files {
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, rds.File{Name: strings.TrimPrefix(p, "/"), Type: ".img file", Size: size})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (f *fakeRDS) DiskUsingFile(_ context.Context, path string) (bool, error) {
+	err := f.enter("DiskUsingFile")
+	defer f.mu.Unlock()
+	return err == nil && f.usedBy(path), err
+}
+
+func (f *fakeRDS) RemoveFile(_ context.Context, path string) error {
+	err := f.enter("RemoveFile")
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.files, path)
+	}
+	return err
 }
 
 func sameExportFake(d rds.Disk, e *rds.Export) bool {
@@ -146,7 +189,7 @@ func (f *fakeRDS) CreateDisk(_ context.Context, req rds.CreateDiskRequest) (*rds
 	if err != nil {
 		return nil, err
 	}
-	return f.add(req.Slot, req.FilePath, size, req.Export, func(d rds.Disk) bool {
+	return f.add(req.Slot, req.FilePath, size, req.Export, req.OwnsFilePath, func(d rds.Disk) bool {
 		return d.Size >= size && sameExportFake(d, req.Export)
 	})
 }
@@ -170,7 +213,7 @@ func (f *fakeRDS) CopyDisk(_ context.Context, req rds.CopyDiskRequest) (*rds.Dis
 			return nil, fmt.Errorf("%w: copy smaller than source", rds.ErrInvalidArgument)
 		}
 	}
-	return f.add(req.Slot, req.FilePath, want, req.Export, func(d rds.Disk) bool { return sameExportFake(d, req.Export) })
+	return f.add(req.Slot, req.FilePath, want, req.Export, req.OwnsFilePath, func(d rds.Disk) bool { return sameExportFake(d, req.Export) })
 }
 
 func (f *fakeRDS) GetDisk(_ context.Context, slot string) (*rds.Disk, error) {

@@ -51,6 +51,11 @@ type CreateDiskRequest struct {
 	FilePath string  // absolute RouterOS path of the backing file
 	Size     int64   // requested bytes; rounded up to Granularity, never down
 	Export   *Export // nil: not exported
+	// OwnsFilePath: FilePath is derived from Slot, so a file there that no
+	// disk uses is debris of an earlier attempt at this same disk (its
+	// /disk add ran and the cleanup failed): it is removed and the add
+	// retried, instead of refusing with ErrAlreadyExists for ever.
+	OwnsFilePath bool
 }
 
 func (r CreateDiskRequest) validate() (int64, error) {
@@ -70,11 +75,12 @@ func (r CreateDiskRequest) validate() (int64, error) {
 // (snapshot, clone, restore). Size 0 keeps the source's size; a larger size
 // grows the copy; a smaller one is refused.
 type CopyDiskRequest struct {
-	Slot       string
-	FilePath   string
-	SourceSlot string
-	Size       int64
-	Export     *Export
+	Slot         string
+	FilePath     string
+	SourceSlot   string
+	Size         int64
+	Export       *Export
+	OwnsFilePath bool // see CreateDiskRequest
 }
 
 func (r CopyDiskRequest) validate() error {

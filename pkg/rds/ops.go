@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -24,8 +25,12 @@ func (c *Client) CreateDisk(ctx context.Context, req CreateDiskRequest) (*Disk, 
 		return nil, err
 	}
 	exportArgs, exportValues := req.Export.args()
-	if _, err := c.exec(ctx, "/disk add type=file file-path=%s file-size="+FormatSize(size)+" slot=%s "+exportArgs,
-		append([]string{req.FilePath, req.Slot}, exportValues...)...); err != nil {
+	add := func() error {
+		_, err := c.exec(ctx, "/disk add type=file file-path=%s file-size="+FormatSize(size)+" slot=%s "+exportArgs,
+			append([]string{req.FilePath, req.Slot}, exportValues...)...)
+		return err
+	}
+	if err := c.addReclaiming(ctx, add, req.Slot, req.FilePath, req.OwnsFilePath); err != nil {
 		return c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool {
 			return d.Size >= size && sameExport(d, req.Export)
 		})
@@ -58,8 +63,12 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 		}
 	}
 	exportArgs, exportValues := req.Export.args()
-	if _, err := c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
-		append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...); err != nil {
+	add := func() error {
+		_, err := c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
+			append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
+		return err
+	}
+	if err := c.addReclaiming(ctx, add, req.Slot, req.FilePath, req.OwnsFilePath); err != nil {
 		d, err := c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool { return sameExport(d, req.Export) })
 		if err != nil {
 			return nil, err
@@ -83,6 +92,28 @@ func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, erro
 		return nil, fmt.Errorf("growing copy %q to %d bytes: %w", d.Slot, want, err)
 	}
 	return grown, nil
+}
+
+// addReclaiming runs add. When it fails because the file exists, the
+// caller owns the path (derived from the slot), and neither a disk in the
+// slot nor any disk on the file exists, the file is debris of an earlier
+// attempt whose cleanup failed: it is removed and add runs once more.
+func (c *Client) addReclaiming(ctx context.Context, add func() error, slot, path string, owns bool) error {
+	err := add()
+	if err == nil || !owns || !errors.Is(err, ErrAlreadyExists) {
+		return err
+	}
+	if _, gerr := c.GetDisk(ctx, slot); !errors.Is(gerr, ErrNotFound) {
+		return err // a disk is in the slot: afterFailedAdd decides
+	}
+	if users, uerr := c.disksUsingFile(ctx, path); uerr != nil || users > 0 {
+		return err
+	}
+	if rerr := c.RemoveFile(ctx, path); rerr != nil {
+		return fmt.Errorf("%w; removing the orphaned file %s: %v", err, path, rerr)
+	}
+	klog.FromContext(ctx).Info("removed an orphaned backing file left by an earlier attempt", "slot", slot, "path", path)
+	return add()
 }
 
 // afterFailedAdd decides what a failed /disk add means. A disk that already
@@ -246,8 +277,47 @@ func (c *Client) DeleteDisk(ctx context.Context, slot, filePath string) error {
 			return err
 		}
 	}
-	_, err = c.exec(ctx, "/file remove [find name=%s]", fileName(filePath))
+	return c.RemoveFile(ctx, filePath)
+}
+
+// RemoveFile removes the file at an absolute path; a missing file is
+// success. It does not check whether a disk uses the file.
+func (c *Client) RemoveFile(ctx context.Context, path string) error {
+	if err := ValidateFilePath(path); err != nil {
+		return err
+	}
+	_, err := c.exec(ctx, "/file remove [find name=%s]", fileName(path))
 	return err
+}
+
+// FilesWithPrefix lists the files whose absolute path starts with prefix
+// (e.g. every file of one snapshot: ".../snapshots/<id>."), found with a
+// `~` condition and checked exactly here.
+func (c *Client) FilesWithPrefix(ctx context.Context, prefix string) ([]File, error) {
+	if err := ValidateFilePath(strings.TrimSuffix(prefix, ".")); err != nil {
+		return nil, err
+	}
+	entries, err := c.printDetail(ctx, "/file print detail where name~%s", "^"+fileName(prefix))
+	if err != nil {
+		return nil, err
+	}
+	var files []File
+	for _, e := range entries {
+		f, err := fileFromEntry(e)
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix("/"+f.Name, prefix) {
+			files = append(files, *f)
+		}
+	}
+	return files, nil
+}
+
+// DiskUsingFile reports whether any disk has path as its file.
+func (c *Client) DiskUsingFile(ctx context.Context, path string) (bool, error) {
+	n, err := c.disksUsingFile(ctx, path)
+	return n > 0, err
 }
 
 // GetFile returns the /file entry for an absolute path, or ErrNotFound.
@@ -262,9 +332,14 @@ func (c *Client) GetFile(ctx context.Context, path string) (*File, error) {
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("%w: file %s", ErrNotFound, path)
 	}
-	v := entries[0].Values
+	return fileFromEntry(entries[0])
+}
+
+func fileFromEntry(e Entry) (*File, error) {
+	v := e.Values
 	f := &File{Name: v["name"], Type: v["type"]}
 	if s, ok := v["size"]; ok {
+		var err error
 		if f.Size, err = ParseSize(s); err != nil {
 			return nil, err
 		}
