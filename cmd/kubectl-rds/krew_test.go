@@ -24,6 +24,8 @@ func TestKrewManifest(t *testing.T) {
 		Spec struct {
 			Version          string `json:"version"`
 			ShortDescription string `json:"shortDescription"`
+			Description      string `json:"description"`
+			Homepage         string `json:"homepage"`
 			Platforms        []struct {
 				Selector struct {
 					MatchLabels map[string]string `json:"matchLabels"`
