@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if *publish {
 			restCfg, err := copts.restConfig()
 			if err != nil {
-				return fail("invalid configuration: the controller needs the Kubernetes API for its attachment index (run it in a pod, or pass --kubeconfig): %v", err)
+				return fail("invalid configuration: the controller needs the Kubernetes API for its attachment index (run it in a pod, or pass --kubeconfig; without attach, e.g. CSIDriver attachRequired: false or a local test, pass --publish=false): %v", err)
 			}
 			if kube, err = kubernetes.NewForConfig(restCfg); err != nil {
 				return fail("invalid configuration: Kubernetes client: %v", err)
