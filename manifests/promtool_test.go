@@ -153,10 +153,13 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 				InputSeries: []promSeries{
 					series(`rds_csi_leader{pod="a"}`, "0x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
 					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "0x15"),
+					// One replica sees an orphaned claim, the other does not.
+					series(`rds_csi_orphaned_claims{pod="a"}`, "1x15"), series(`rds_csi_orphaned_claims{pod="b"}`, "0x15"),
 				},
 				ExprTests: []promExprTest{
 					{Expr: expr("RDSCSIControllerNoLeader"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
 					{Expr: expr("RDSCSIRDSUnreachable"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
+					{Expr: expr("RDSCSIOrphanedClaim"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 1}}},
 				},
 			},
 			{
@@ -164,10 +167,12 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 				InputSeries: []promSeries{
 					series(`rds_csi_leader{pod="a"}`, "1x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
 					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "1x15"),
+					series(`rds_csi_orphaned_claims{pod="a"}`, "0x15"), series(`rds_csi_orphaned_claims{pod="b"}`, "0x15"),
 				},
 				ExprTests: []promExprTest{
 					{Expr: expr("RDSCSIControllerNoLeader"), EvalTime: "10m", ExpSamples: none},
 					{Expr: expr("RDSCSIRDSUnreachable"), EvalTime: "10m", ExpSamples: none},
+					{Expr: expr("RDSCSIOrphanedClaim"), EvalTime: "10m", ExpSamples: none},
 				},
 			},
 		},

@@ -44,9 +44,14 @@ type controllerOptions struct {
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
 
+	// GracePeriod is accepted for compatibility and ignored (deprecated).
 	GracePeriod       time.Duration
 	NotReadyThreshold time.Duration
 	MigrationTimeout  time.Duration
+
+	OrphanedClaimThreshold time.Duration
+	WatchStallThreshold    time.Duration
+	ReactionTimeout        time.Duration
 }
 
 func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
@@ -58,9 +63,12 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a leader's Lease is valid without renewal")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "how often candidates try to acquire or renew the Lease")
-	fs.DurationVar(&o.GracePeriod, "attach-grace-period", def.GracePeriod, "a volume detaching from a node for less than this may be attached to another (VM restart handoff)")
+	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored: a volume moves to another node once its detach has completed (docs/attachments.md)")
 	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing)")
 	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
+	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
+	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
+	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
 }
 
 func (o *controllerOptions) validate() error {
@@ -68,8 +76,11 @@ func (o *controllerOptions) validate() error {
 	if o.LeaderElection && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
 		problems = append(problems, fmt.Sprintf("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
 	}
-	if o.GracePeriod < 0 || o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 {
-		problems = append(problems, "--attach-grace-period and --not-ready-threshold must not be negative, --migration-timeout must be positive")
+	if o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 || o.OrphanedClaimThreshold < 0 {
+		problems = append(problems, "--not-ready-threshold and --orphaned-claim-threshold must not be negative, --migration-timeout must be positive")
+	}
+	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
+		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
@@ -78,7 +89,7 @@ func (o *controllerOptions) validate() error {
 }
 
 func (o *controllerOptions) policy() fencing.Config {
-	return fencing.Config{GracePeriod: o.GracePeriod, NotReadyThreshold: o.NotReadyThreshold, MigrationTimeout: o.MigrationTimeout}
+	return fencing.Config{NotReadyThreshold: o.NotReadyThreshold, MigrationTimeout: o.MigrationTimeout}
 }
 
 func (o *controllerOptions) restConfig() (*rest.Config, error) {
@@ -129,10 +140,12 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	p.events = record.NewBroadcaster()
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
 	reporter := fencing.NewReporter(p.rec, m)
-	claims := informers.NewClaims(client)
-	fencer := fencing.NewFencer(claims, reporter, p.isLeader)
+	claims := informers.NewClaims(client, driverOpts.DriverName)
+	fencer := fencing.NewFencer(claims, reporter, p.isLeader, opts.policy(), nil)
 	ctrl, err := informers.NewController(client, p.index, informers.Config{
 		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer,
+		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
+		OrphanedClaims: reporter.OrphanedClaimsNow,
 	})
 	if err != nil {
 		return nil, err
@@ -143,7 +156,10 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		if !ctrl.Synced() {
 			return errors.New("the attachment index has not synced with the API server yet")
 		}
-		return nil
+		// A watch that stays disconnected leaves the index behind by an
+		// unknown amount: decisions still confirm with the API server,
+		// but a replica in that state should not be chosen to serve.
+		return ctrl.WatchesHealthy(opts.WatchStallThreshold)
 	}
 	d.AddReadinessCheck(informersSynced)
 	p.health, err = health.New(health.Check{Name: "informers-synced", Func: informersSynced}, health.Check{Name: "rds", Func: rdsProbe})
@@ -165,6 +181,9 @@ func (p *controllerProcess) setLeader(v bool) {
 // for the gRPC server: a replica without leadership still serves publishes.
 func (p *controllerProcess) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	if p.opts.GracePeriod != 0 {
+		logger.Info("WARNING: --attach-grace-period is deprecated and ignored: a volume moves to another node once its detach has completed or its node is fenced", "value", p.opts.GracePeriod)
+	}
 	p.events.StartStructuredLogging(4)
 	p.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.client.CoreV1().Events("")})
 	defer p.events.Shutdown()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -30,9 +32,9 @@ const (
 type AttachmentIndex interface {
 	Volume(handle string) *informers.Volume
 	Node(name string) fencing.NodeState
-	// WaitForChange waits until the index has seen a write to the
-	// volume's PV after resourceVersion, or ctx is done.
-	WaitForChange(ctx context.Context, handle, resourceVersion string) *informers.Volume
+	// WaitForChange waits until the index has seen a write to one of the
+	// volume's PVs after version (Volume.Version), or ctx is done.
+	WaitForChange(ctx context.Context, handle, version string) *informers.Volume
 }
 
 // A publish whose conditional write conflicts waits for the index to see
@@ -41,18 +43,22 @@ type AttachmentIndex interface {
 // succeeds instead of answering ABORTED.
 const (
 	publishAttempts     = 3
-	publishCatchUpLimit = 5 * time.Second
+	publishCatchUpLimit = 2 * time.Second
 )
 
-// ClaimStore commits and releases the claims that make a publish decision
-// stick across controller replicas (pkg/informers.Claims).
+// ClaimStore is where publish decisions are confirmed with the API server
+// (pkg/informers.Claims): the conditional writes that commit them and the
+// live reads that back a fence or a release.
 type ClaimStore interface {
-	// Commit adds node's claim (dropping the fenced nodes' claims),
-	// conditional on the claims the decision saw; informers.ErrConflict
-	// when they changed.
-	Commit(ctx context.Context, v *informers.Volume, node string, fenced []string, now time.Time) error
-	// Release drops the nodes' claims and leaves all others alone.
-	Release(ctx context.Context, pvName string, nodes ...string) error
+	// Commit sets node's claim (dropping the fenced nodes' claims) on every
+	// PV of v, conditional on the resourceVersions the decision saw;
+	// informers.ErrConflict when one changed.
+	Commit(ctx context.Context, v *informers.Volume, node string, claim informers.Claim, fenced []string) error
+	// ReleaseUnpublished drops node's claim on a PV unless a live,
+	// non-deleting VolumeAttachment of the handle on node stands on it.
+	ReleaseUnpublished(ctx context.Context, pvName, handle, node string) (bool, error)
+	// LiveNode reads a node from the API server, not from a cache.
+	LiveNode(ctx context.Context, name string) (fencing.NodeState, error)
 }
 
 // Publisher holds what ControllerPublish/Unpublish need.
@@ -86,6 +92,16 @@ func accessMode(c *csi.VolumeCapability) fencing.AccessMode {
 	return fencing.SingleNode
 }
 
+// claimCapability is how a claim records the capability a volume was
+// published with: access type and mode.
+func claimCapability(c *csi.VolumeCapability) string {
+	access := "mount"
+	if c.GetBlock() != nil {
+		access = "block"
+	}
+	return access + "/" + c.GetAccessMode().GetMode().String()
+}
+
 func (s *ControllerServer) publishContext(id string) map[string]string {
 	return map[string]string{
 		PublishContextNVMeAddress: s.d.opts.NVMeAddress,
@@ -102,9 +118,23 @@ func (s *ControllerServer) requireSynced(id string) error {
 	return nil
 }
 
+// liveNode reads a node from the API server for a decision; failing to
+// read it fails the call (closed: no answer that lets a node write rests
+// on a read that did not happen).
+func (s *ControllerServer) liveNode(ctx context.Context, id, node string) (fencing.NodeState, error) {
+	n, err := s.pub.Claims.LiveNode(ctx, node)
+	if err != nil {
+		return n, statusf(codes.Unavailable, "volume %s: cannot confirm the state of node %s with the API server (%v); retry", id, node, err)
+	}
+	return n, nil
+}
+
 // ControllerPublishVolume decides from the attachment index whether node
-// may have the volume (pkg/fencing.Decide), commits the decision as a
-// conditional update of the PV's claims, and only then answers success.
+// may have the volume (pkg/fencing.Decide) and backs every answer that
+// lets the node write with the API server in the same call: each fence of
+// another node by a live read of that node, the success itself by a
+// conditional write of the node's claim on the volume's PVs. A replica
+// whose informers lag therefore never answers success from its cache.
 func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	id, node := req.GetVolumeId(), req.GetNodeId()
 	switch {
@@ -133,16 +163,22 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	// without is looked up on the RDS, so the usual publish makes no SSH
 	// round trip.
 	v := s.pub.Index.Volume(id)
-	indexed := v != nil && v.PVName != ""
-	if !indexed {
+	if !v.Indexed() {
 		if _, err := s.getVolume(ctx, id); err != nil {
 			return nil, err
 		}
 	}
-	if !s.pub.Index.Node(node).Exists {
+	// The requester is read live: its UID goes into the claim (a claim of
+	// another incarnation of the node is stale), and a node the cache has
+	// not seen yet is not refused as missing.
+	self, err := s.liveNode(ctx, id, node)
+	if err != nil {
+		return nil, err
+	}
+	if !self.Exists {
 		return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
 	}
-	if !indexed {
+	if !v.Indexed() {
 		// Kubernetes creates the PV before any VolumeAttachment; this
 		// replica's informer has not seen it yet.
 		return nil, statusf(codes.Aborted, "volume %s: its PersistentVolume is not in the attachment index yet; the request is retried", id)
@@ -151,8 +187,9 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := modeAllowed(v, mode); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s on node %s: %v", id, node, err)
 	}
+	p := &publishing{s: s, req: req, mode: mode, self: self, live: map[string]fencing.NodeState{node: self}}
 	for attempt := 1; ; attempt++ {
-		resp, err := s.decideAndCommit(ctx, req, v, mode)
+		resp, err := p.decideAndCommit(ctx, v)
 		if !errors.Is(err, informers.ErrConflict) {
 			return resp, err
 		}
@@ -161,45 +198,106 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 			return nil, statusf(codes.Aborted, "volume %s: its attachment state kept changing while deciding (another controller replica or a concurrent detach); the request is retried against the new state", id)
 		}
 		catchUp, cancel := context.WithTimeout(ctx, publishCatchUpLimit)
-		v = s.pub.Index.WaitForChange(catchUp, id, v.ResourceVersion)
+		seen := v.Version()
+		v = s.pub.Index.WaitForChange(catchUp, id, seen)
 		cancel()
-		if v == nil || v.PVName == "" {
+		switch {
+		case !v.Indexed():
 			return nil, statusf(codes.Aborted, "volume %s: its PersistentVolume left the attachment index while publishing; the request is retried", id)
+		case v.Version() == seen:
+			// This replica's PV watch is behind; deciding again on the
+			// same state would conflict again.
+			s.pub.Reporter.PublishFailed("conflict")
+			return nil, statusf(codes.Aborted, "volume %s: this controller replica's view of the volume is behind the API server (its PV changed); the request is retried", id)
+		}
+	}
+}
+
+// publishing is one ControllerPublishVolume call's state across attempts.
+type publishing struct {
+	s    *ControllerServer
+	req  *csi.ControllerPublishVolumeRequest
+	mode fencing.AccessMode
+	self fencing.NodeState
+	// live: nodes read from the API server during this call. The decision
+	// uses them over the index, so a fence stands on a live read.
+	live map[string]fencing.NodeState
+}
+
+func (p *publishing) node(name string) fencing.NodeState {
+	if n, ok := p.live[name]; ok {
+		return n
+	}
+	return p.s.pub.Index.Node(name)
+}
+
+// decide makes the decision on v with every fence it contains confirmed
+// by a live read of the fenced node: a node that the cache shows stale but
+// the API server does not (a Node not seen yet, a taint since removed, a
+// node re-created) is decided on as it really is.
+func (p *publishing) decide(ctx context.Context, v *informers.Volume, now time.Time) (fencing.Decision, error) {
+	id := p.req.GetVolumeId()
+	for {
+		d := fencing.Decide(fencing.Request{VolumeID: id, Node: p.req.GetNodeId(), Mode: p.mode, ReadOnly: p.req.GetReadonly()},
+			v.Holders(), p.node, now, p.s.pub.Policy)
+		confirmed := true
+		for _, f := range d.Fence {
+			if _, ok := p.live[f.Node]; ok {
+				continue
+			}
+			n, err := p.s.liveNode(ctx, id, f.Node)
+			if err != nil {
+				return d, err
+			}
+			p.live[f.Node] = n
+			confirmed = false
+		}
+		if confirmed {
+			return d, nil
 		}
 	}
 }
 
 // decideAndCommit makes the publish decision on v and commits it. It
-// returns informers.ErrConflict (not yet a status) when the PV changed
+// returns informers.ErrConflict (not yet a status) when a PV changed
 // after v was read.
-func (s *ControllerServer) decideAndCommit(ctx context.Context, req *csi.ControllerPublishVolumeRequest, v *informers.Volume, mode fencing.AccessMode) (*csi.ControllerPublishVolumeResponse, error) {
+func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (*csi.ControllerPublishVolumeResponse, error) {
+	s, req := p.s, p.req
 	id, node := req.GetVolumeId(), req.GetNodeId()
 	now := s.pub.Clock.Now()
-	decision := fencing.Decide(fencing.Request{
-		VolumeID: id, Node: node, Mode: mode, ReadOnly: req.GetReadonly(),
-	}, v.Holders(), s.pub.Index.Node, now, s.pub.Policy)
+	decision, err := p.decide(ctx, v, now)
 	s.pub.Reporter.Decided(s.pub.Clock.Since(now))
+	if err != nil {
+		s.pub.Reporter.PublishFailed("unconfirmed")
+		return nil, err
+	}
 	logger := klog.FromContext(ctx).WithValues("volume", id, "node", node, "pv", v.PVName)
 
-	switch decision.Verdict {
-	case fencing.Refuse:
+	if decision.Verdict == fencing.Refuse {
 		s.pub.Reporter.Refused(v.Ref(), node, decision)
 		logger.Info("publish refused", "blocking", decision.Blocking, "reason", decision.Reason)
 		return nil, statusf(codes.FailedPrecondition, "%s", decision.Reason)
-	case fencing.AlreadyPublished:
-		if v.HasClaim(node) {
-			s.pub.Reporter.Published(v.Ref(), node, decision)
-			return &csi.ControllerPublishVolumeResponse{PublishContext: s.publishContext(id)}, nil
-		}
-		// Attached (a VolumeAttachment exists) but never claimed, e.g.
-		// attached before this driver kept claims: claim it now, so the
-		// decision is on record for every replica.
 	}
+	capability := claimCapability(req.GetVolumeCapability())
+	claim, claimed := v.Claims[node]
+	if claimed && claim.NodeUID == p.self.UID && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != req.GetReadonly()) {
+		return nil, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
+			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
+	}
+	if !claimed || claim.NodeUID != p.self.UID {
+		// A first claim, or one of an earlier incarnation of this node.
+		claim = informers.Claim{At: now.UTC().Truncate(time.Second)}
+	}
+	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
+	// Every success is a write, a repeated publish too: a concurrent
+	// release (a late unpublish on another replica) then conflicts with it
+	// instead of dropping a claim this call is about to answer on.
+	claim.Gen++
 	var fenced []string
 	for _, f := range decision.Fence {
 		fenced = append(fenced, f.Node)
 	}
-	if err := s.pub.Claims.Commit(ctx, v, node, fenced, now); err != nil {
+	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
 		if errors.Is(err, informers.ErrConflict) {
 			return nil, err
 		}
@@ -207,13 +305,15 @@ func (s *ControllerServer) decideAndCommit(ctx context.Context, req *csi.Control
 		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
 	}
 	s.pub.Reporter.Published(v.Ref(), node, decision)
-	logger.Info("published", "reason", decision.Reason, "fenced", fenced, "handoffs", decision.Handoffs, "migration", decision.MigrationStart)
+	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: s.publishContext(id)}, nil
 }
 
 // ControllerUnpublishVolume releases node's claim on the volume and no
-// other: a late detach from a former holder never disturbs the current
-// one. Detaching what is not attached succeeds.
+// other, and not while a live VolumeAttachment of that node that is not
+// being deleted still stands on it: a late detach from a former
+// attachment never disturbs the current one. Detaching what is not
+// attached succeeds.
 func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	id, node := req.GetVolumeId(), req.GetNodeId()
 	switch {
@@ -235,8 +335,18 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	defer release()
 
 	v := s.pub.Index.Volume(id)
-	if v == nil || v.PVName == "" {
-		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	if !v.Indexed() {
+		// Either the volume is gone (nothing to release), or this
+		// replica's PV cache is behind: answering OK then would skip the
+		// release and leave the claim for good.
+		switch _, err := s.getVolume(ctx, id); status.Code(err) {
+		case codes.NotFound:
+			return &csi.ControllerUnpublishVolumeResponse{}, nil
+		case codes.OK:
+			return nil, statusf(codes.Aborted, "volume %s exists, but its PersistentVolume is not in this replica's attachment index yet; the request is retried", id)
+		default:
+			return nil, err
+		}
 	}
 	nodes := []string{node}
 	if node == "" {
@@ -245,21 +355,30 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		for n := range v.Claims {
 			nodes = append(nodes, n)
 		}
+		sort.Strings(nodes)
 	}
 	holders := v.Holders()
 	for _, n := range nodes {
-		// Release re-reads the PV, so a claim committed a moment ago that
-		// this index has not seen yet is released too.
-		if err := s.pub.Claims.Release(ctx, v.PVName, n); err != nil {
-			s.pub.Reporter.UnpublishFailed("error")
-			return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, v.PVName, err)
+		// The release reads the PV live, so a claim committed a moment ago
+		// that this index has not seen yet is released too.
+		released := false
+		for _, pv := range v.PVs {
+			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n)
+			if err != nil {
+				s.pub.Reporter.UnpublishFailed("error")
+				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pv.Name, err)
+			}
+			released = released || ok
+		}
+		if !released {
+			klog.FromContext(ctx).V(2).Info("unpublish released nothing: no claim, or a live VolumeAttachment of the node still stands on it", "volume", id, "node", n)
 		}
 		if !holds(holders, n) {
 			continue
 		}
 		migrationEnded := v.Block && len(holders) == 2 && v.Grants(corev1.ReadWriteMany)
 		s.pub.Reporter.Unpublished(v.Ref(), n, migrationEnded)
-		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName)
+		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName, "released", released)
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }

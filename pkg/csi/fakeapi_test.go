@@ -102,9 +102,9 @@ func newPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, polic
 	index := informers.NewAttachmentIndex()
 	events := record.NewFakeRecorder(100000)
 	reporter := fencing.NewReporter(events, nil)
-	claims := informers.NewClaims(client)
+	claims := informers.NewClaims(client, DefaultDriverName)
 	ctrl, err := informers.NewController(client, index, informers.Config{
-		DriverName: DefaultDriverName, Policy: policy, Reactor: fencing.NewFencer(claims, reporter, nil),
+		DriverName: DefaultDriverName, Policy: policy, Reactor: fencing.NewFencer(claims, reporter, nil, policy, nil),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -162,10 +162,11 @@ func testNode(name string) *corev1.Node {
 	}
 }
 
-// testVA is an attached VolumeAttachment of pv to node.
+// testVA is an attached VolumeAttachment of pv to node, named as
+// Kubernetes names it (the tests' volume handles are their PV names).
 func testVA(pv, node string, created time.Time) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: "va-" + pv + "-" + node, CreationTimestamp: metav1.NewTime(created)},
+		ObjectMeta: metav1.ObjectMeta{Name: informers.VolumeAttachmentName(pv, DefaultDriverName, node), CreationTimestamp: metav1.NewTime(created)},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: DefaultDriverName, NodeName: node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
 		Status: storagev1.VolumeAttachmentStatus{Attached: true},
@@ -173,18 +174,14 @@ func testVA(pv, node string, created time.Time) *storagev1.VolumeAttachment {
 }
 
 // claimsOf reads a PV's committed claims from the API.
-func claimsOf(t *testing.T, client *fake.Clientset, pv string) map[string]time.Time {
+func claimsOf(t testing.TB, client *fake.Clientset, pv string) map[string]informers.Claim {
 	t.Helper()
 	p, err := client.CoreV1().PersistentVolumes().Get(context.Background(), pv, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := p.Annotations[informers.ClaimsAnnotation]
-	if raw == "" {
-		return nil
-	}
-	var m map[string]time.Time
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+	m, err := informers.DecodeClaims(p)
+	if err != nil {
 		t.Fatalf("claims of %s: %v", pv, err)
 	}
 	return m

@@ -251,7 +251,7 @@ func TestRestartGivesIdenticalDecisions(t *testing.T) {
 			}
 			for _, n := range []string{"n0", "n1", "n2", "n3"} {
 				d := fencing.Decide(fencing.Request{VolumeID: id, Node: n, Mode: mode}, v.Holders(), e.index.Node, publishNow, fencing.DefaultConfig())
-				out = append(out, fmt.Sprintf("%s@%s: %s %s fence=%v handoff=%v", id, n, d.Verdict, d.Blocking, d.Fence, d.Handoffs))
+				out = append(out, fmt.Sprintf("%s@%s: %s %s fence=%v", id, n, d.Verdict, d.Blocking, d.Fence))
 			}
 		}
 		return out

@@ -77,7 +77,7 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 		}
 	}
 	index := informers.NewAttachmentIndex()
-	claims := informers.NewClaims(client)
+	claims := informers.NewClaims(client, DefaultDriverName)
 	ctrl, err := informers.NewController(client, index, informers.Config{DriverName: DefaultDriverName, Policy: fencing.DefaultConfig()})
 	if err != nil {
 		t.Fatal(err)

@@ -33,22 +33,30 @@ func (m AccessMode) String() string {
 	return fmt.Sprintf("AccessMode(%d)", int(m))
 }
 
-// Holder is a node that holds the volume: a VolumeAttachment for it exists,
-// or this driver committed a claim for it, or both.
+// Holder is a node that holds the volume: this driver committed a claim
+// for it, or a VolumeAttachment for it is attached, or both.
 type Holder struct {
 	Node string
+	// UID is the node's UID recorded in its claim: the incarnation of the
+	// node the volume was published to. Empty when unknown (a claim written
+	// before UIDs were recorded, or a VolumeAttachment without a claim).
+	UID string
 	// Since is when the holding began: the VolumeAttachment's creation time
 	// or the claim's time, whichever is earlier. It comes from API objects,
 	// so it survives a controller restart.
 	Since time.Time
-	// DetachingSince is set when the holder is being detached: its
-	// VolumeAttachment has a deletion timestamp. Zero otherwise.
+	// DetachingSince is set when the holder's VolumeAttachment has a
+	// deletion timestamp. It is informative only: the holder holds until
+	// its claim is released and its VolumeAttachment is no longer attached.
 	DetachingSince time.Time
 }
 
 // NodeState is what the API server says about a node.
 type NodeState struct {
 	Exists bool
+	// UID of the Node object: a node deleted and re-created under the same
+	// name is another incarnation.
+	UID string
 	// Ready is the node's Ready condition; NotReadySince is when it last
 	// stopped being Ready (zero when Ready or unknown).
 	Ready         bool
@@ -60,9 +68,6 @@ type NodeState struct {
 
 // Config of the policy.
 type Config struct {
-	// GracePeriod: a holder that started detaching less than this long ago
-	// does not block a publish to another node (VM restart handoff).
-	GracePeriod time.Duration
 	// NotReadyThreshold: a holder whose node has been NotReady for longer is
 	// fenced. Zero disables the rule (the default): NotReady alone may be a
 	// partition with the node still writing.
@@ -73,7 +78,7 @@ type Config struct {
 
 // DefaultConfig is the policy's default configuration.
 func DefaultConfig() Config {
-	return Config{GracePeriod: 30 * time.Second, MigrationTimeout: 5 * time.Minute}
+	return Config{MigrationTimeout: 5 * time.Minute}
 }
 
 // Request is a publish of a volume to a node.
@@ -108,6 +113,10 @@ const (
 	FenceNodeDeleted  FenceReason = "NodeDeleted"
 	FenceOutOfService FenceReason = "OutOfService"
 	FenceNotReady     FenceReason = "NotReady"
+	// FenceNodeRecreated: the Node object of that name has another UID
+	// than the one the claim recorded: the incarnation that held the
+	// volume is gone.
+	FenceNodeRecreated FenceReason = "NodeRecreated"
 )
 
 // Fence is a stale holder the caller must fence before publishing.
@@ -124,11 +133,9 @@ type Decision struct {
 	// Blocking is the node that caused a refusal.
 	Blocking string
 	// Fence lists stale holders to fence (release their claims, record a
-	// metric and an event) before the publish proceeds.
+	// metric and an event) before the publish proceeds. The caller must
+	// confirm each with a live read of the node before acting on it.
 	Fence []Fence
-	// Handoffs lists detaching holders inside the grace period that were
-	// let through.
-	Handoffs []string
 	// MigrationStart: this publish makes a second node hold a multi-writer
 	// volume.
 	MigrationStart bool
@@ -180,7 +187,7 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 			h := live[0]
 			why := "attached"
 			if !h.DetachingSince.IsZero() {
-				why = fmt.Sprintf("still detaching after %s (grace period %s)", now.Sub(h.DetachingSince).Round(time.Second), cfg.GracePeriod)
+				why = fmt.Sprintf("still attached (its VolumeAttachment has been deleting for %s, but the detach has not completed)", now.Sub(h.DetachingSince).Round(time.Second))
 			}
 			return refuse(d, h.Node, fmt.Sprintf(
 				"volume %s is %s on node %s, which is healthy; it can move once that node detaches it, is deleted, or is tainted node.kubernetes.io/out-of-service",
@@ -191,8 +198,10 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 }
 
 // classify sorts the holders other than node by age into stale ones (to
-// fence), detaching ones inside the grace period (handoffs) and live ones
-// that still count; self is node's own holding, if any.
+// fence) and live ones that still count; self is node's own holding, if
+// any. A holder that is detaching still counts: only the completed detach
+// (the claim released and the VolumeAttachment no longer attached) ends a
+// holding, because until then the node may still be writing.
 func classify(node string, holders []Holder, nodes func(string) NodeState, now time.Time, cfg Config) (d Decision, live []Holder, self *Holder) {
 	sorted := append([]Holder(nil), holders...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Since.Before(sorted[j].Since) })
@@ -202,12 +211,8 @@ func classify(node string, holders []Holder, nodes func(string) NodeState, now t
 			self = &sorted[i]
 			continue
 		}
-		if reason, stale := Stale(nodes(h.Node), now, cfg); stale {
+		if reason, stale := HolderStale(h, nodes(h.Node), now, cfg); stale {
 			d.Fence = append(d.Fence, Fence{Node: h.Node, Reason: reason})
-			continue
-		}
-		if !h.DetachingSince.IsZero() && now.Sub(h.DetachingSince) <= cfg.GracePeriod {
-			d.Handoffs = append(d.Handoffs, h.Node)
 			continue
 		}
 		live = append(live, h)
@@ -233,7 +238,7 @@ func MigrationOf(holders []Holder, nodes func(string) NodeState, now time.Time, 
 }
 
 func allowOrRepeat(d Decision, self *Holder, reason string) Decision {
-	if self != nil && self.DetachingSince.IsZero() {
+	if self != nil {
 		d.Verdict = AlreadyPublished
 		d.Reason = "already published to this node"
 		return d
@@ -260,4 +265,14 @@ func Stale(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
 		return FenceNotReady, true
 	}
 	return "", false
+}
+
+// HolderStale is Stale for one holding: besides the node's own state, a
+// holding recorded for another incarnation of the node (a UID other than
+// the Node object's) is stale, since that incarnation is gone.
+func HolderStale(h Holder, n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
+	if h.UID != "" && n.Exists && n.UID != "" && n.UID != h.UID {
+		return FenceNodeRecreated, true
+	}
+	return Stale(n, now, cfg)
 }

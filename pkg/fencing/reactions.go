@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -17,26 +18,35 @@ type StaleHolder struct {
 	Volumes []VolumeRef
 }
 
-// ClaimReleaser drops nodes' claims on a PersistentVolume, leaving other
-// nodes' claims alone.
-type ClaimReleaser interface {
-	Release(ctx context.Context, pvName string, nodes ...string) error
+// StaleClaimReleaser drops a node's claim on a PersistentVolume only if a
+// live read of the Node, made after the PV was read, shows the claimed
+// incarnation stale under the policy; other nodes' claims are left alone.
+type StaleClaimReleaser interface {
+	ReleaseIfStale(ctx context.Context, pvName, node string, policy Config, now func() time.Time) (bool, FenceReason, error)
 }
 
 // Fencer reacts to node failures without waiting for a publish: it releases
 // the stale node's claims so the index and every replica see the volume
 // free, and reports each fence. Only the leader acts; the others' indexes
-// learn the result from the API server.
+// learn the result from the API server. The index only triggers a fence:
+// each release is backed by a live read of the node, so a replica whose
+// Node cache lags (a node not seen yet, a taint since removed, a node
+// re-created) never fences a live holder.
 type Fencer struct {
-	claims   ClaimReleaser
+	claims   StaleClaimReleaser
 	reporter *Reporter
 	isLeader func() bool
+	policy   Config
+	now      func() time.Time
 }
 
 // NewFencer returns a Fencer. isLeader nil means always act (a single
-// replica without leader election).
-func NewFencer(claims ClaimReleaser, reporter *Reporter, isLeader func() bool) *Fencer {
-	return &Fencer{claims: claims, reporter: reporter, isLeader: isLeader}
+// replica without leader election); now nil means time.Now.
+func NewFencer(claims StaleClaimReleaser, reporter *Reporter, isLeader func() bool, policy Config, now func() time.Time) *Fencer {
+	if now == nil {
+		now = time.Now
+	}
+	return &Fencer{claims: claims, reporter: reporter, isLeader: isLeader, policy: policy, now: now}
 }
 
 // NodeStale fences every volume s's node holds. It returns the first
@@ -48,14 +58,40 @@ func (f *Fencer) NodeStale(ctx context.Context, s StaleHolder) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	for _, v := range s.Volumes {
-		if err := f.claims.Release(ctx, v.PV, s.Node); err != nil {
-			errs = append(errs, fmt.Errorf("releasing the claim of node %s on PV %s: %w", s.Node, v.PV, err))
+		pvs := v.PVs
+		if len(pvs) == 0 {
+			pvs = []string{v.PV}
+		}
+		fenced := false
+		var reason FenceReason
+		for _, pv := range pvs {
+			released, why, err := f.claims.ReleaseIfStale(ctx, pv, s.Node, f.policy, f.now)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("releasing the claim of node %s on PV %s: %w", s.Node, pv, err))
+				continue
+			}
+			if released {
+				fenced, reason = true, why
+			}
+		}
+		if !fenced {
 			continue
 		}
-		f.reporter.Fenced(v, s.Node, s.Reason)
-		logger.Info("fenced stale attachment", "volume", v.Handle, "pv", v.PV, "node", s.Node, "reason", s.Reason)
+		f.reporter.Fenced(v, s.Node, reason)
+		logger.Info("fenced stale attachment", "volume", v.Handle, "pv", v.PV, "node", s.Node, "reason", reason)
 	}
 	return errors.Join(errs...)
+}
+
+// OrphanedClaim reports a claim without a VolumeAttachment (leader only,
+// so each is reported once).
+func (f *Fencer) OrphanedClaim(ctx context.Context, v VolumeRef, node string, age time.Duration) error {
+	if f.isLeader != nil && !f.isLeader() {
+		return nil
+	}
+	f.reporter.OrphanedClaim(v, node, age)
+	klog.FromContext(ctx).Info("claim without a VolumeAttachment", "volume", v.Handle, "pv", v.PV, "node", node, "age", age)
+	return nil
 }
 
 // MigrationTimedOut reports a live migration past its timeout (leader

@@ -15,7 +15,7 @@ const (
 	ReasonDetached          = "Detached"
 	ReasonAttachConflict    = "AttachConflict"
 	ReasonFenced            = "StaleAttachmentFenced"
-	ReasonHandoff           = "GracePeriodHandoff"
+	ReasonOrphanedClaim     = "OrphanedClaim"
 	ReasonMigrationStarted  = "LiveMigrationStarted"
 	ReasonMigrationFinished = "LiveMigrationFinished"
 	ReasonMigrationTimedOut = "LiveMigrationTimedOut"
@@ -28,6 +28,9 @@ type VolumeRef struct {
 	PV     string
 	Handle string
 	Claim  *corev1.ObjectReference
+	// PVs: every PersistentVolume of the handle (claims are kept on each);
+	// usually just PV.
+	PVs []string
 }
 
 // Metrics is what the policy's outcomes are counted with. The metrics
@@ -38,7 +41,7 @@ type Metrics interface {
 	PublishDecision(d time.Duration)
 	Conflict()
 	Fenced(reason FenceReason)
-	Handoff()
+	OrphanedClaims(n int)
 	MigrationStarted()
 	MigrationFinished()
 	MigrationTimedOut()
@@ -92,7 +95,7 @@ func (r *Reporter) PublishFailed(result string) {
 }
 
 // Published reports a successful publish and what it did on the way:
-// fenced stale holders, grace-period handoffs, a migration start.
+// fenced stale holders, a migration start.
 func (r *Reporter) Published(v VolumeRef, node string, d Decision) {
 	if d.Verdict == AlreadyPublished {
 		r.count(func(m Metrics) { m.PublishResult("already-published") })
@@ -101,10 +104,6 @@ func (r *Reporter) Published(v VolumeRef, node string, d Decision) {
 	r.count(func(m Metrics) { m.PublishResult("attached") })
 	for _, f := range d.Fence {
 		r.Fenced(v, f.Node, f.Reason)
-	}
-	for _, h := range d.Handoffs {
-		r.count(func(m Metrics) { m.Handoff() })
-		r.event(v, corev1.EventTypeNormal, ReasonHandoff, "volume %s handed off from %s (detaching within the grace period) to %s", v.Handle, h, node)
 	}
 	if d.MigrationStart {
 		r.count(func(m Metrics) { m.MigrationStarted() })
@@ -139,6 +138,20 @@ func (r *Reporter) Unpublished(v VolumeRef, node string, migrationEnded bool) {
 	r.event(v, corev1.EventTypeNormal, ReasonDetached, "volume %s detached from node %s", v.Handle, node)
 }
 
+// OrphanedClaim reports a claim that no VolumeAttachment has stood on for
+// longer than the threshold: its VolumeAttachment was force-deleted (its
+// finalizer stripped), so no unpublish ran. The driver does not release
+// it, since the node may still be writing.
+func (r *Reporter) OrphanedClaim(v VolumeRef, node string, age time.Duration) {
+	r.event(v, corev1.EventTypeWarning, ReasonOrphanedClaim,
+		"volume %s is still claimed by node %s, but no VolumeAttachment to that node has existed for %s (force-deleted?); "+
+			"if %s no longer uses it, release the claim with `kubectl rds release %s --node %s`",
+		v.Handle, node, age.Round(time.Second), node, v.PV, node)
+}
+
+// OrphanedClaimsNow sets how many claims are orphaned right now.
+func (r *Reporter) OrphanedClaimsNow(n int) { r.count(func(m Metrics) { m.OrphanedClaims(n) }) }
+
 // UnpublishFailed counts a failed detach.
 func (r *Reporter) UnpublishFailed(result string) {
 	r.count(func(m Metrics) { m.UnpublishResult(result) })
@@ -152,6 +165,8 @@ func describe(reason FenceReason) string {
 		return "the node is tainted node.kubernetes.io/out-of-service"
 	case FenceNotReady:
 		return "the node has been NotReady longer than the configured threshold"
+	case FenceNodeRecreated:
+		return "the node object was deleted and re-created (another UID) since the volume was published to it"
 	}
 	return string(reason)
 }

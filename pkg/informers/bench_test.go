@@ -30,7 +30,7 @@ func fillIndex(volumes, nodes int) *AttachmentIndex {
 			e.Handle = pvName
 			e.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 			e.ResourceVersion = "12345"
-			e.Claims = map[string]time.Time{node: t0}
+			e.Claims = map[string]Claim{node: {At: t0}}
 		})
 		x.setAttachment("va-"+pvName, pvName, Attachment{Node: node, VAName: "va-" + pvName, Attached: true, Since: t0})
 	}
@@ -93,6 +93,10 @@ func BenchmarkIndexMemory(b *testing.B) {
 type signalReactor chan fencing.StaleHolder
 
 func (r signalReactor) MigrationTimedOut(context.Context, fencing.VolumeRef, fencing.Migration) error {
+	return nil
+}
+
+func (r signalReactor) OrphanedClaim(context.Context, fencing.VolumeRef, string, time.Duration) error {
 	return nil
 }
 

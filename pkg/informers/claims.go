@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,64 +14,187 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
 // ClaimsAnnotation on a PersistentVolume records the nodes this driver has
-// published the volume to: {"node-a":"2026-11-22T10:00:00Z"}. Every change
-// is a merge patch carrying the resourceVersion the change was computed
-// from, which the API server enforces like a conditional update: two
-// controller replicas deciding at once cannot both commit.
+// published the volume to, as a JSON map of node name to Claim:
+//
+//	{"node-a":{"at":"2026-11-22T10:00:00Z","uid":"5f0c…","cap":"mount/SINGLE_NODE_WRITER","gen":2}}
+//
+// Every change is a merge patch carrying the resourceVersion the change was
+// computed from, which the API server enforces like a conditional update:
+// two controller replicas deciding at once cannot both commit. A value that
+// is a plain time (written by earlier versions) reads as a claim without
+// UID.
 const ClaimsAnnotation = "rds.csi.srvlab.io/claims"
 
 // ErrConflict: the PV changed since the decision was made; the caller
-// answers ABORTED and the CO retries against the fresh state.
+// decides again on the fresh state, or answers ABORTED.
 var ErrConflict = errors.New("the volume's claims changed concurrently")
+
+// Claim is one node's committed hold on a volume.
+type Claim struct {
+	// At is when the node first claimed the volume (one-second resolution).
+	At time.Time `json:"at"`
+	// NodeUID is the UID of the Node object the volume was published to,
+	// read live from the API server when the claim was made. A Node of the
+	// same name with another UID is another incarnation: this claim is
+	// stale. Empty for claims written before UIDs were recorded.
+	NodeUID string `json:"uid,omitempty"`
+	// Capability and ReadOnly are what the volume was published with; a
+	// repeated publish asking for something else is ALREADY_EXISTS.
+	Capability string `json:"cap,omitempty"`
+	ReadOnly   bool   `json:"ro,omitempty"`
+	// Gen counts the publishes answered on this claim. Every publish
+	// success writes the claim (bumping Gen), so that no success is ever
+	// answered on a claim that a concurrent release may be dropping.
+	Gen int64 `json:"gen,omitempty"`
+}
+
+// UnmarshalJSON accepts a claim object or, as earlier versions wrote, a
+// bare RFC 3339 time.
+func (c *Claim) UnmarshalJSON(b []byte) error {
+	var at time.Time
+	if err := json.Unmarshal(b, &at); err == nil {
+		*c = Claim{At: at}
+		return nil
+	}
+	type plain Claim
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*c = Claim(p)
+	return nil
+}
 
 // decodeClaims reads the annotation. An unreadable annotation is an error:
 // the caller must not treat a corrupted claim as no claim.
-func decodeClaims(annotations map[string]string) (map[string]time.Time, error) {
+func decodeClaims(annotations map[string]string) (map[string]Claim, error) {
 	raw, ok := annotations[ClaimsAnnotation]
 	if !ok || raw == "" {
 		return nil, nil
 	}
-	var m map[string]time.Time
+	var m map[string]Claim
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", ClaimsAnnotation, err)
 	}
 	return m, nil
 }
 
-// Claims commits and releases claims on PersistentVolumes.
-type Claims struct {
-	client kubernetes.Interface
+// DecodeClaims reads the claims annotation of a PersistentVolume (for tools
+// and tests that inspect what the driver committed).
+func DecodeClaims(pv *corev1.PersistentVolume) (map[string]Claim, error) {
+	return decodeClaims(pv.Annotations)
 }
 
-// NewClaims returns a Claims writing through client.
-func NewClaims(client kubernetes.Interface) *Claims { return &Claims{client: client} }
+// VolumeAttachmentName is the name Kubernetes gives the VolumeAttachment of
+// a CSI volume handle on a node (the attach/detach controller and the
+// kubelet derive it the same way), so whether one exists is one GET.
+func VolumeAttachmentName(handle, driver, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
 
-// Commit writes the claims of v (as the decision saw them) plus node's
-// claim, minus the fenced nodes' claims, conditional on v's resourceVersion.
-// One API call; a concurrent change is ErrConflict.
-func (c *Claims) Commit(ctx context.Context, v *Volume, node string, fenced []string, now time.Time) error {
-	next := map[string]time.Time{}
-	for n, t := range v.Claims {
-		next[n] = t
+// Claims commits and releases claims on PersistentVolumes, and makes the
+// live reads that back the decisions to release one.
+type Claims struct {
+	client kubernetes.Interface
+	driver string
+}
+
+// NewClaims returns a Claims writing through client for the CSI driver
+// named driver.
+func NewClaims(client kubernetes.Interface, driver string) *Claims {
+	return &Claims{client: client, driver: driver}
+}
+
+// Commit writes the claims of v (as the decision saw them) with node's
+// claim set to claim, minus the fenced nodes' claims, to every
+// PersistentVolume of v's handle, each conditional on the resourceVersion
+// the decision read (one API call per PV, usually one). A concurrent change
+// of any of them is ErrConflict; the claims are the same on every PV, so
+// replicas that know different subsets of a handle's PVs still meet on a
+// PV they share and cannot both commit.
+func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim, fenced []string) error {
+	if len(v.PVs) == 0 {
+		return fmt.Errorf("volume %s has no PersistentVolume to record the claim on", v.Handle)
+	}
+	next := map[string]Claim{}
+	for n, cl := range v.Claims {
+		next[n] = cl
 	}
 	for _, n := range fenced {
 		delete(next, n)
 	}
-	if _, ok := next[node]; !ok {
-		next[node] = now.UTC().Truncate(time.Second)
+	next[node] = claim
+	for _, pv := range v.PVs {
+		if err := c.patch(ctx, pv.Name, pv.ResourceVersion, next); err != nil {
+			return err
+		}
 	}
-	return c.patch(ctx, v.PVName, v.ResourceVersion, next)
+	return nil
 }
 
-// Release removes the given nodes' claims and leaves every other claim
-// alone (a late unpublish from a former holder must not disturb the current
-// one). It re-reads and retries on conflict: dropping a claim is always
-// safe.
-func (c *Claims) Release(ctx context.Context, pvName string, nodes ...string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+// ReleaseUnpublished drops node's claim on pvName for an unpublish, unless
+// a live VolumeAttachment of handle on node that is not being deleted
+// still stands on it: then the unpublish is a late one from an earlier
+// attachment, and the claim belongs to the current one. Reads the PV, then
+// the VolumeAttachment, then writes conditional on the PV read, so a
+// publish that lands in between makes the write conflict and the check
+// run again. Reports whether a claim was dropped.
+func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string) (released bool, err error) {
+	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ Claim) (bool, error) {
+		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("reading the VolumeAttachment of node %s: %w", node, err)
+		}
+		return va.DeletionTimestamp != nil, nil
+	})
+}
+
+// ReleaseIfStale drops node's claim on pvName if a live read of the Node,
+// made after the PV was read, shows the claimed incarnation stale under
+// policy (deleted, re-created, out of service, NotReady past the
+// threshold). A node that recovered, or re-published meanwhile, keeps its
+// claim. Reports whether a claim was dropped and why.
+func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy fencing.Config, now func() time.Time) (bool, fencing.FenceReason, error) {
+	var reason fencing.FenceReason
+	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, cl Claim) (bool, error) {
+		n, err := c.LiveNode(ctx, node)
+		if err != nil {
+			return false, err
+		}
+		r, stale := fencing.HolderStale(fencing.Holder{Node: node, UID: cl.NodeUID}, n, now(), policy)
+		reason = r
+		return stale, nil
+	})
+	return released, reason, err
+}
+
+// LiveNode reads a node's state from the API server (not a cache); a node
+// that does not exist is NodeState{}.
+func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, error) {
+	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fencing.NodeState{}, nil
+	}
+	if err != nil {
+		return fencing.NodeState{}, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return nodeState(n), nil
+}
+
+// releaseIf drops node's claim on pvName when drop, called after every
+// read of the PV, says so; the write is conditional on that read.
+func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(context.Context, Claim) (bool, error)) (bool, error) {
+	released := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		released = false
 		pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -82,25 +206,25 @@ func (c *Claims) Release(ctx context.Context, pvName string, nodes ...string) er
 		if err != nil {
 			return fmt.Errorf("PV %s: %w", pvName, err)
 		}
-		changed := false
-		for _, n := range nodes {
-			if _, ok := claims[n]; ok {
-				delete(claims, n)
-				changed = true
-			}
-		}
-		if !changed {
+		cl, ok := claims[node]
+		if !ok {
 			return nil
 		}
+		if ok, err := drop(ctx, cl); err != nil || !ok {
+			return err
+		}
+		delete(claims, node)
 		err = c.patch(ctx, pvName, pv.ResourceVersion, claims)
 		if errors.Is(err, ErrConflict) {
 			return apierrors.NewConflict(corev1.Resource("persistentvolumes"), pvName, err)
 		}
+		released = err == nil
 		return err
 	})
+	return released, err
 }
 
-func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, claims map[string]time.Time) error {
+func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, claims map[string]Claim) error {
 	var value any // JSON null deletes the annotation
 	if len(claims) > 0 {
 		b, err := json.Marshal(claims)

@@ -2,7 +2,10 @@ package informers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -35,17 +40,24 @@ const (
 	kindVA kind = iota
 	kindPV
 	kindNode
-	// kindFence: a node became stale; tell the Reactor. A separate key so
-	// that a failed reaction is retried with backoff on its own.
+	// kindSynced marks the end of the initial list in the queue: when the
+	// single worker reaches it, every object listed at start-up is in the
+	// index.
+	kindSynced
+
+	// Reactions, on their own queue (see Controller.reactions).
+
+	// kindFence: a node became stale (or was re-created); tell the
+	// Reactor. A separate key so that a failed reaction is retried with
+	// backoff on its own.
 	kindFence
 	// kindMigration: check a multi-writer PV for a live migration past its
 	// timeout (queued on every change of the PV or its attachments, and
 	// for the moment the timeout passes).
 	kindMigration
-	// kindSynced marks the end of the initial list in the queue: when the
-	// single worker reaches it, every object listed at start-up is in the
-	// index.
-	kindSynced
+	// kindOrphan: check a volume handle's claims for ones no
+	// VolumeAttachment stands on.
+	kindOrphan
 )
 
 // key is a workqueue item: handlers enqueue keys, the worker reads the
@@ -57,78 +69,134 @@ type key struct {
 
 func (k key) String() string { return fmt.Sprintf("%d/%s", k.kind, k.name) }
 
-// Reactor acts on node failures; the controller calls it from its worker,
-// once per node state change, without waiting for a publish. An error
-// requeues the node with backoff.
+// Reactor acts on what the index shows, without waiting for a publish:
+// node failures, overdue migrations, orphaned claims. The controller calls
+// it from its reactions goroutine, never from the index's worker, each call
+// bounded by Config.ReactionTimeout; an error retries the item with
+// backoff.
 type Reactor interface {
 	NodeStale(ctx context.Context, s fencing.StaleHolder) error
 	// MigrationTimedOut: a raw-block RWX volume is still on two nodes
 	// after the migration timeout.
 	MigrationTimedOut(ctx context.Context, v fencing.VolumeRef, m fencing.Migration) error
+	// OrphanedClaim: node's claim on v has had no VolumeAttachment for
+	// age, longer than Config.OrphanedClaimThreshold.
+	OrphanedClaim(ctx context.Context, v fencing.VolumeRef, node string, age time.Duration) error
 }
 
 // Config of the controller.
 type Config struct {
 	DriverName string
 	Policy     fencing.Config
-	// Reactor, when set, is told about stale holders (event-driven fencing).
+	// Reactor, when set, is told about stale holders (event-driven fencing),
+	// overdue migrations and orphaned claims.
 	Reactor Reactor
 	// Clock for NotReady timing; default the real clock.
 	Clock clock.WithTicker
+	// ReactionTimeout bounds each Reactor call; default 15s.
+	ReactionTimeout time.Duration
+	// OrphanedClaimThreshold: a claim that no VolumeAttachment of its node
+	// has stood on for this long is reported (0: never).
+	OrphanedClaimThreshold time.Duration
+	// OrphanedClaims, when set, is told the number of claims orphaned past
+	// the threshold whenever it may have changed.
+	OrphanedClaims func(n int)
 }
 
 // Controller keeps an AttachmentIndex in step with the API server.
 type Controller struct {
-	cfg     Config
-	index   *AttachmentIndex
-	queue   workqueue.TypedRateLimitingInterface[key]
-	vas     storagelisters.VolumeAttachmentLister
-	pvs     corelisters.PersistentVolumeLister
-	nodes   corelisters.NodeLister
-	synced  []cache.InformerSynced
-	factory informers.SharedInformerFactory
-	clock   clock.WithTicker
+	cfg   Config
+	index *AttachmentIndex
+	// queue feeds the index's single worker, which does no network I/O.
+	queue workqueue.TypedRateLimitingInterface[key]
+	// reactions feeds the goroutine that calls the Reactor: API calls that
+	// may hang never hold up the index.
+	reactions workqueue.TypedRateLimitingInterface[key]
+	vas       storagelisters.VolumeAttachmentLister
+	pvs       corelisters.PersistentVolumeLister
+	nodes     corelisters.NodeLister
+	synced    []cache.InformerSynced
+	informers []cache.SharedIndexInformer
+	streams   *StreamHealth
+	clock     clock.WithTicker
 	// reacted: the stale state each node was last reported in. Only the
 	// worker touches it.
 	reacted map[string]fencing.FenceReason
 	// overdue: the migration (target node and deadline) each PV was last
-	// reported overdue for. Only the worker touches it.
-	overdue map[string]fencing.Migration
+	// reported overdue for; orphanSince: since when each handle/node claim
+	// has had no VolumeAttachment, and orphanPast those past the threshold.
+	// Only the reactions goroutine touches them.
+	overdue     map[string]fencing.Migration
+	orphanSince map[string]time.Time
+	orphanPast  map[string]bool
 	// indexed is set (and indexedCh closed) when the initial list is in
 	// the index.
 	indexed   atomic.Bool
 	indexedCh chan struct{}
 }
 
-// NewController wires informers on VolumeAttachments, PersistentVolumes and
-// Nodes into a workqueue that maintains index. It does not start anything.
-func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Config) (*Controller, error) {
+func newController(index *AttachmentIndex, cfg Config) *Controller {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trim))
-	vaInf := factory.Storage().V1().VolumeAttachments()
-	pvInf := factory.Core().V1().PersistentVolumes()
-	nodeInf := factory.Core().V1().Nodes()
-
-	limiter := workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, 5*time.Minute),
-		&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(100), 1000)},
-	)
-	c := &Controller{
-		cfg:       cfg,
-		index:     index,
-		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
-		vas:       vaInf.Lister(),
-		pvs:       pvInf.Lister(),
-		nodes:     nodeInf.Lister(),
-		factory:   factory,
-		clock:     cfg.Clock,
-		reacted:   map[string]fencing.FenceReason{},
-		overdue:   map[string]fencing.Migration{},
-		indexedCh: make(chan struct{}),
+	if cfg.ReactionTimeout <= 0 {
+		cfg.ReactionTimeout = 15 * time.Second
 	}
-	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf.Informer(): kindVA, pvInf.Informer(): kindPV, nodeInf.Informer(): kindNode} {
+	limiter := func() workqueue.TypedRateLimiter[key] {
+		return workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[key](5*time.Millisecond, 5*time.Minute),
+			&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(100), 1000)},
+		)
+	}
+	return &Controller{
+		cfg:         cfg,
+		index:       index,
+		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
+		reactions:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-reactions", Clock: cfg.Clock}),
+		clock:       cfg.Clock,
+		reacted:     map[string]fencing.FenceReason{},
+		overdue:     map[string]fencing.Migration{},
+		orphanSince: map[string]time.Time{},
+		orphanPast:  map[string]bool{},
+		indexedCh:   make(chan struct{}),
+	}
+}
+
+// NewController wires informers on VolumeAttachments, PersistentVolumes and
+// Nodes into a workqueue that maintains index. It does not start anything.
+func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Config) (*Controller, error) {
+	c := newController(index, cfg)
+	c.streams = NewStreamHealth(c.clock)
+	newInformer := func(stream string, example runtime.Object, lw cache.ListerWatcher) cache.SharedIndexInformer {
+		inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
+		_ = inf.SetTransform(trim) // only fails once started
+		return inf
+	}
+	vaInf := newInformer("volumeattachments", &storagev1.VolumeAttachment{}, c.streams.listWatch("volumeattachments", client,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.StorageV1().VolumeAttachments().List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.StorageV1().VolumeAttachments().Watch(ctx, o)
+		}))
+	pvInf := newInformer("persistentvolumes", &corev1.PersistentVolume{}, c.streams.listWatch("persistentvolumes", client,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().PersistentVolumes().List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().PersistentVolumes().Watch(ctx, o)
+		}))
+	nodeInf := newInformer("nodes", &corev1.Node{}, c.streams.listWatch("nodes", client,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Nodes().List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Nodes().Watch(ctx, o)
+		}))
+	c.vas = storagelisters.NewVolumeAttachmentLister(vaInf.GetIndexer())
+	c.pvs = corelisters.NewPersistentVolumeLister(pvInf.GetIndexer())
+	c.nodes = corelisters.NewNodeLister(nodeInf.GetIndexer())
+	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf: kindVA, pvInf: kindPV, nodeInf: kindNode} {
 		enqueue := func(obj any) {
 			// Cluster-scoped objects: the key is the name; tombstones of
 			// missed deletions are unwrapped.
@@ -147,17 +215,24 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		// The registration has synced once this handler has been given
 		// every object of the initial list, i.e. every key is queued.
 		c.synced = append(c.synced, reg.HasSynced)
+		c.informers = append(c.informers, inf)
 	}
 	return c, nil
 }
 
-// Run starts the informers and the worker, and blocks until ctx is done.
+// Run starts the informers, the index's worker and the reactions, and
+// blocks until ctx is done.
 func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	defer c.reactions.ShutDown()
 	logger := klog.FromContext(ctx)
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, inf := range c.informers {
+		wg.Add(1)
+		go func() { defer wg.Done(); inf.Run(ctx.Done()) }()
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
@@ -165,7 +240,18 @@ func (c *Controller) Run(ctx context.Context) {
 	c.queue.Add(key{kind: kindSynced})
 	// One worker: the index has one writer.
 	go wait.UntilWithContext(ctx, c.runWorker, time.Second)
+	go wait.UntilWithContext(ctx, c.runReactions, time.Second)
 	<-ctx.Done()
+}
+
+// WatchesHealthy returns an error while an informer's watch has been
+// disconnected from the API server for longer than threshold: the index
+// may be behind by an unknown amount. Readiness reports it.
+func (c *Controller) WatchesHealthy(threshold time.Duration) error {
+	if c.streams == nil {
+		return nil
+	}
+	return c.streams.Check(threshold)
 }
 
 // RefenceStale queues a fence reaction for every stale node that still
@@ -174,9 +260,13 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) RefenceStale() {
 	now := c.clock.Now()
 	for _, n := range c.index.HolderNodes() {
-		if _, stale := fencing.Stale(c.index.Node(n), now, c.cfg.Policy); stale {
-			c.queue.Add(key{kind: kindFence, name: n})
+		if _, stale := c.staleOn(n, now); stale {
+			c.reactions.Add(key{kind: kindFence, name: n})
 		}
+	}
+	// Orphaned claims are reported by the leader only: report again.
+	for _, v := range c.index.Volumes() {
+		c.reactions.Add(key{kind: kindOrphan, name: v.Handle})
 	}
 }
 
@@ -218,6 +308,40 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+func (c *Controller) runReactions(ctx context.Context) {
+	for c.processReaction(ctx) {
+	}
+}
+
+// processReaction runs one reaction, bounded by the reaction timeout.
+func (c *Controller) processReaction(ctx context.Context) bool {
+	k, quit := c.reactions.Get()
+	if quit {
+		return false
+	}
+	defer c.reactions.Done(k)
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReactionTimeout)
+	defer cancel()
+	var err error
+	switch k.kind {
+	case kindFence:
+		err = c.syncFence(rctx, k.name)
+	case kindMigration:
+		err = c.syncMigration(rctx, k.name)
+	case kindOrphan:
+		err = c.syncOrphans(rctx, k.name)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "reacting to the attachment index", "key", k.String())
+		c.reactions.AddRateLimited(k)
+		return true
+	}
+	c.reactions.Forget(k)
+	return true
+}
+
+// sync indexes one object. It reads the informer caches only: no network
+// I/O, so a hung API call can never freeze the index.
 func (c *Controller) sync(ctx context.Context, k key) error {
 	switch k.kind {
 	case kindVA:
@@ -226,10 +350,6 @@ func (c *Controller) sync(ctx context.Context, k key) error {
 		return c.syncPV(k.name)
 	case kindNode:
 		return c.syncNode(k.name)
-	case kindFence:
-		return c.syncFence(ctx, k.name)
-	case kindMigration:
-		return c.syncMigration(ctx, k.name)
 	case kindSynced:
 		if c.indexed.CompareAndSwap(false, true) {
 			close(c.indexedCh)
@@ -258,15 +378,19 @@ func (c *Controller) syncVA(name string) error {
 		a.DetachingSince = va.DeletionTimestamp.Time
 	}
 	c.index.setAttachment(name, *pvName, a)
-	c.recheckMigration(*pvName)
+	c.recheck(*pvName, "")
 	return nil
 }
 
 func (c *Controller) syncPV(name string) error {
+	var handle string
+	if old := c.index.volumeByPV(name); old != nil {
+		handle = old.Handle
+	}
 	pv, err := c.pvs.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.index.deletePV(name)
-		delete(c.overdue, name)
+		c.recheck(name, handle)
 		return nil
 	}
 	if err != nil {
@@ -274,6 +398,7 @@ func (c *Controller) syncPV(name string) error {
 	}
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
 		c.index.deletePV(name)
+		c.recheck(name, handle)
 		return nil
 	}
 	claims, err := decodeClaims(pv.Annotations)
@@ -289,13 +414,34 @@ func (c *Controller) syncPV(name string) error {
 		v.ClaimRef = pv.Spec.ClaimRef
 		v.ResourceVersion = pv.ResourceVersion
 		v.Claims = claims
+		v.created = pv.CreationTimestamp.Time
+		v.bound = pv.Spec.ClaimRef != nil && pv.Status.Phase == corev1.VolumeBound
 	})
-	c.recheckMigration(name)
+	c.recheck(name, handle)
 	return nil
+}
+
+// staleOn reports whether any holding of node is stale in the index's
+// view: the node deleted, out of service, NotReady past the threshold, or
+// re-created since a claim of it was made.
+func (c *Controller) staleOn(node string, now time.Time) (fencing.FenceReason, bool) {
+	n := c.index.Node(node)
+	if reason, stale := fencing.Stale(n, now, c.cfg.Policy); stale {
+		return reason, true
+	}
+	for _, v := range c.index.VolumesOnNode(node) {
+		if cl, ok := v.Claims[node]; ok {
+			if reason, stale := fencing.HolderStale(fencing.Holder{Node: node, UID: cl.NodeUID}, n, now, c.cfg.Policy); stale {
+				return reason, true
+			}
+		}
+	}
+	return "", false
 }
 
 func (c *Controller) syncNode(name string) error {
 	node, err := c.nodes.Get(name)
+	prev := c.index.Node(name)
 	var cur NodeState
 	switch {
 	case apierrors.IsNotFound(err):
@@ -314,9 +460,11 @@ func (c *Controller) syncNode(name string) error {
 		c.queue.AddAfter(key{kind: kindNode, name: name}, cur.NotReadySince.Add(c.cfg.Policy.NotReadyThreshold).Sub(now)+time.Millisecond)
 	}
 	// React once per stale state: a resync or an unrelated update of an
-	// already-fenced node is not a new failure.
-	if stale && c.reacted[name] != reason {
-		c.queue.Add(key{kind: kindFence, name: name})
+	// already-fenced node is not a new failure. A new incarnation of the
+	// node (another UID) may make claims of the old one stale.
+	recreated := cur.Exists && prev.UID != "" && cur.UID != prev.UID
+	if (stale && c.reacted[name] != reason) || recreated {
+		c.reactions.Add(key{kind: kindFence, name: name})
 	}
 	// Nothing of a deleted node is kept; a repeated delete event only
 	// repeats an idempotent reaction.
@@ -329,9 +477,10 @@ func (c *Controller) syncNode(name string) error {
 }
 
 // syncFence tells the Reactor about the volumes a stale node holds. The
-// node is looked up again: if it recovered meanwhile, nothing is fenced.
+// node is looked up in the index again: if it recovered meanwhile, nothing
+// is fenced. The Reactor confirms with a live read before releasing.
 func (c *Controller) syncFence(ctx context.Context, name string) error {
-	reason, stale := fencing.Stale(c.index.Node(name), c.clock.Now(), c.cfg.Policy)
+	reason, stale := c.staleOn(name, c.clock.Now())
 	if !stale || c.cfg.Reactor == nil {
 		return nil
 	}
@@ -349,10 +498,10 @@ func (c *Controller) syncFence(ctx context.Context, name string) error {
 }
 
 // forgetAttachment drops a VolumeAttachment from the index and rechecks
-// its volume's migration state.
+// its volume.
 func (c *Controller) forgetAttachment(vaName string) {
 	if pv := c.index.deleteAttachment(vaName); pv != "" {
-		c.recheckMigration(pv)
+		c.recheck(pv, "")
 	}
 }
 
@@ -361,11 +510,23 @@ func multiWriter(v *Volume) bool {
 	return v != nil && v.Block && v.Grants(corev1.ReadWriteMany)
 }
 
-// recheckMigration queues a migration check after a change of a
-// multi-writer volume or its attachments.
-func (c *Controller) recheckMigration(pvName string) {
-	if multiWriter(c.index.volumeByPV(pvName)) {
-		c.queue.Add(key{kind: kindMigration, name: pvName})
+// recheck queues the reactions that depend on a volume after a change of
+// one of its PVs or attachments: the migration check for multi-writer
+// volumes, the orphaned-claims check. handle is the PV's handle before
+// the change, when it may be gone from the index now.
+func (c *Controller) recheck(pvName, handle string) {
+	v := c.index.volumeByPV(pvName)
+	if multiWriter(v) {
+		c.reactions.Add(key{kind: kindMigration, name: pvName})
+	}
+	if c.cfg.OrphanedClaimThreshold <= 0 {
+		return
+	}
+	if v != nil && v.Handle != "" {
+		c.reactions.Add(key{kind: kindOrphan, name: v.Handle})
+	}
+	if handle != "" && (v == nil || v.Handle != handle) {
+		c.reactions.Add(key{kind: kindOrphan, name: handle})
 	}
 }
 
@@ -384,7 +545,7 @@ func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
 	case !migrating:
 		delete(c.overdue, pvName)
 	case now.Before(m.Deadline):
-		c.queue.AddAfter(key{kind: kindMigration, name: pvName}, m.Deadline.Sub(now)+time.Millisecond)
+		c.reactions.AddAfter(key{kind: kindMigration, name: pvName}, m.Deadline.Sub(now)+time.Millisecond)
 	case !sameMigration(c.overdue[pvName], m) && c.cfg.Reactor != nil:
 		if err := c.cfg.Reactor.MigrationTimedOut(ctx, v.Ref(), m); err != nil {
 			return fmt.Errorf("reporting the overdue migration of PV %s: %w", pvName, err)
@@ -398,9 +559,58 @@ func sameMigration(a, b fencing.Migration) bool {
 	return a.Source == b.Source && a.Target == b.Target && a.Deadline.Equal(b.Deadline)
 }
 
+// syncOrphans follows the claims of a volume handle that no
+// VolumeAttachment of their node stands on (its VolumeAttachment was
+// force-deleted, so no unpublish ran), and reports each once it has been
+// so for longer than the threshold. It never releases one: the node may
+// still be writing.
+func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
+	v := c.index.Volume(handle)
+	now := c.clock.Now()
+	prefix := handle + "\x00"
+	current := map[string]bool{}
+	var errs []error
+	if v != nil {
+		for node := range v.Claims {
+			if _, attached := v.Attachments[node]; attached {
+				continue
+			}
+			k := prefix + node
+			current[k] = true
+			since, seen := c.orphanSince[k]
+			if !seen {
+				since = now
+				c.orphanSince[k] = now
+			}
+			age := now.Sub(since)
+			if age < c.cfg.OrphanedClaimThreshold {
+				c.reactions.AddAfter(key{kind: kindOrphan, name: handle}, c.cfg.OrphanedClaimThreshold-age+time.Millisecond)
+				continue
+			}
+			if !c.orphanPast[k] && c.cfg.Reactor != nil {
+				if err := c.cfg.Reactor.OrphanedClaim(ctx, v.Ref(), node, age); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+			c.orphanPast[k] = true
+		}
+	}
+	for k := range c.orphanSince {
+		if strings.HasPrefix(k, prefix) && !current[k] {
+			delete(c.orphanSince, k)
+			delete(c.orphanPast, k)
+		}
+	}
+	if c.cfg.OrphanedClaims != nil {
+		c.cfg.OrphanedClaims(len(c.orphanPast))
+	}
+	return errors.Join(errs...)
+}
+
 // nodeState extracts what the policy needs from a Node.
 func nodeState(n *corev1.Node) NodeState {
-	s := NodeState{Exists: true}
+	s := NodeState{Exists: true, UID: string(n.UID)}
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			s.Ready = cond.Status == corev1.ConditionTrue

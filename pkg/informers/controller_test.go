@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -60,8 +61,9 @@ func node(name string, ready bool, since time.Time, taints ...corev1.Taint) *cor
 }
 
 type recorder struct {
-	stale   []fencing.StaleHolder
-	overdue []fencing.Migration
+	stale    []fencing.StaleHolder
+	overdue  []fencing.Migration
+	orphaned []string // handle/node
 }
 
 func (r *recorder) MigrationTimedOut(_ context.Context, _ fencing.VolumeRef, m fencing.Migration) error {
@@ -74,82 +76,61 @@ func (r *recorder) NodeStale(_ context.Context, s fencing.StaleHolder) error {
 	return nil
 }
 
-// harness seeds the informer stores directly and calls sync by hand, like
-// sample-controller's tests: deterministic, no goroutines.
+func (r *recorder) OrphanedClaim(_ context.Context, v fencing.VolumeRef, node string, _ time.Duration) error {
+	r.orphaned = append(r.orphaned, v.Handle+"/"+node)
+	return nil
+}
+
+// harness feeds the controller's stores directly and drains its queues in
+// the test's goroutine, like sample-controller's tests: deterministic, no
+// goroutines of the controller's own.
 type harness struct {
 	t     *testing.T
 	c     *Controller
+	feed  *Feed
 	index *AttachmentIndex
 	react *recorder
 	clock *clocktesting.FakeClock
 }
 
 func newHarness(t *testing.T, policy fencing.Config) *harness {
-	client := fake.NewClientset()
+	return newHarnessWith(t, Config{Policy: policy})
+}
+
+func newHarnessWith(t *testing.T, cfg Config) *harness {
 	h := &harness{t: t, index: NewAttachmentIndex(), react: &recorder{}, clock: clocktesting.NewFakeClock(t0.Add(time.Hour))}
-	c, err := NewController(client, h.index, Config{DriverName: driver, Policy: policy, Reactor: h.react, Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.c = c
+	cfg.DriverName, cfg.Reactor, cfg.Clock = driver, h.react, h.clock
+	h.c, h.feed = NewFedController(h.index, cfg)
 	return h
 }
 
 func (h *harness) put(objs ...runtime.Object) {
 	h.t.Helper()
 	for _, o := range objs {
-		trimmed, err := trim(o)
-		if err != nil {
+		if err := h.feed.Apply(o); err != nil {
 			h.t.Fatal(err)
 		}
-		o = trimmed.(runtime.Object)
-		switch x := o.(type) {
-		case *storagev1.VolumeAttachment:
-			err = h.c.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer().Update(x)
-			h.sync(key{kindVA, x.Name})
-		case *corev1.PersistentVolume:
-			err = h.c.factory.Core().V1().PersistentVolumes().Informer().GetIndexer().Update(x)
-			h.sync(key{kindPV, x.Name})
-		case *corev1.Node:
-			err = h.c.factory.Core().V1().Nodes().Informer().GetIndexer().Update(x)
-			h.sync(key{kindNode, x.Name})
-		}
-		if err != nil {
-			h.t.Fatal(err)
-		}
+		h.c.Drain(context.Background())
 	}
 }
 
 func (h *harness) remove(o runtime.Object) {
 	h.t.Helper()
-	switch x := o.(type) {
-	case *storagev1.VolumeAttachment:
-		h.c.factory.Storage().V1().VolumeAttachments().Informer().GetIndexer().Delete(x)
-		h.sync(key{kindVA, x.Name})
-	case *corev1.PersistentVolume:
-		h.c.factory.Core().V1().PersistentVolumes().Informer().GetIndexer().Delete(x)
-		h.sync(key{kindPV, x.Name})
-	case *corev1.Node:
-		h.c.factory.Core().V1().Nodes().Informer().GetIndexer().Delete(x)
-		h.sync(key{kindNode, x.Name})
+	if err := h.feed.Remove(o); err != nil {
+		h.t.Fatal(err)
 	}
+	h.c.Drain(context.Background())
 }
 
-// sync runs one key, then whatever it queued for immediate processing
-// (fence reactions), the way the worker would.
-func (h *harness) sync(k key) {
+// next waits for the item a queue receives when the fake clock passes its
+// time, and processes it with whatever it queues.
+func (h *harness) next(q workqueue.TypedRateLimitingInterface[key]) key {
 	h.t.Helper()
-	if err := h.c.sync(context.Background(), k); err != nil {
-		h.t.Fatalf("sync %v: %v", k, err)
-	}
-	for h.c.queueLen() > 0 {
-		next, _ := h.c.queue.Get()
-		if err := h.c.sync(context.Background(), next); err != nil {
-			h.t.Fatalf("sync %v: %v", next, err)
-		}
-		h.c.queue.Done(next)
-		h.c.queue.Forget(next)
-	}
+	k, _ := q.Get()
+	q.Done(k)
+	q.Add(k)
+	h.c.Drain(context.Background())
+	return k
 }
 
 func TestIndexFollowsObjects(t *testing.T) {
@@ -164,7 +145,7 @@ func TestIndexFollowsObjects(t *testing.T) {
 	if v == nil || v.PVName != "pv-1" || len(v.Attachments) != 1 || !v.Attachments["node-a"].Attached {
 		t.Fatalf("entry %+v", v)
 	}
-	if got := v.Claims["node-a"]; !got.Equal(t0.Add(-time.Hour)) {
+	if got := v.Claims["node-a"].At; !got.Equal(t0.Add(-time.Hour)) {
 		t.Errorf("claim time %v", got)
 	}
 	holders := v.Holders()
@@ -197,9 +178,15 @@ func TestIndexFollowsObjects(t *testing.T) {
 	if s := h.index.Stats(); s.Volumes != 1 || s.Attachments != 1 {
 		t.Errorf("stats %+v", s)
 	}
+	// The PV goes; the VolumeAttachment that still stands keeps counting
+	// for the handle (another PV of it may come or exist), without PV data.
 	h.remove(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
-	if h.index.Volume("vol-1") != nil {
-		t.Fatal("deleted PV still indexed by handle")
+	if v := h.index.Volume("vol-1"); v.Indexed() || len(v.Attachments) != 1 {
+		t.Fatalf("after the PV's deletion: %+v", v)
+	}
+	h.remove(va("va-2", "pv-1", "node-b", false, t0.Add(time.Minute)))
+	if v := h.index.Volume("vol-1"); v != nil {
+		t.Fatalf("nothing of vol-1 is left, yet: %+v", v)
 	}
 }
 
@@ -213,11 +200,19 @@ func TestDetachingVA(t *testing.T) {
 	if len(hs) != 1 || !hs[0].DetachingSince.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("holders %+v", hs)
 	}
-	// While its claim stands, the holder is not detaching: the unpublish
-	// that releases the claim has not happened.
+	// Being deleted does not end the hold: a claimed or still-attached
+	// node holds until its detach completes (fencing.Decide refuses
+	// others meanwhile); only attached=false without a claim ends it.
 	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
-	if hs := h.index.Volume("vol-1").Holders(); !hs[0].DetachingSince.IsZero() {
-		t.Fatalf("claimed holder reported detaching: %+v", hs)
+	if hs := h.index.Volume("vol-1").Holders(); len(hs) != 1 {
+		t.Fatalf("claimed, detaching holder: %+v", hs)
+	}
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
+	detached := deleting.DeepCopy()
+	detached.Status.Attached = false
+	h.put(detached)
+	if hs := h.index.Volume("vol-1").Holders(); len(hs) != 0 {
+		t.Fatalf("a completed detach still holds: %+v", hs)
 	}
 }
 
@@ -226,7 +221,9 @@ func TestCorruptClaimsKeepPreviousState(t *testing.T) {
 	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
 	bad := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{not json`)
 	bad.ResourceVersion = "2"
-	h.c.factory.Core().V1().PersistentVolumes().Informer().GetIndexer().Update(bad)
+	if err := h.feed.pvs.Update(bad); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.c.sync(context.Background(), key{kindPV, "pv-1"}); err == nil {
 		t.Fatal("corrupt claims accepted")
 	}
@@ -277,12 +274,9 @@ func TestNodeFailureReactions(t *testing.T) {
 		t.Fatal("follow-up enqueued immediately instead of after the threshold")
 	}
 	h.clock.Step(time.Minute + 2*time.Millisecond)
-	k, _ := h.c.queue.Get()
-	if k != (key{kindNode, "node-c"}) {
+	if k := h.next(h.c.queue); k != (key{kindNode, "node-c"}) {
 		t.Fatalf("queued %v", k)
 	}
-	h.c.queue.Done(k)
-	h.sync(k)
 	if len(h.react.stale) != 3 || h.react.stale[2].Reason != fencing.FenceNotReady {
 		t.Fatalf("NotReady reaction: %+v", h.react.stale)
 	}
@@ -338,11 +332,7 @@ func TestRefenceStaleAfterFailover(t *testing.T) {
 		t.Fatalf("reacted without a node event: %+v", h.react.stale)
 	}
 	h.c.RefenceStale()
-	for h.c.queueLen() > 0 {
-		k, _ := h.c.queue.Get()
-		h.c.queue.Done(k)
-		h.sync(k)
-	}
+	h.c.Drain(context.Background())
 	if len(h.react.stale) != 1 || h.react.stale[0].Node != "node-gone" || h.react.stale[0].Volumes[0].Handle != "vol-1" {
 		t.Fatalf("reactions after RefenceStale: %+v", h.react.stale)
 	}
@@ -381,12 +371,9 @@ func TestOverdueMigrationReported(t *testing.T) {
 	}
 	// The controller queued itself for the deadline: 4 minutes from now.
 	h.clock.Step(4*time.Minute + 2*time.Millisecond)
-	k, _ := h.c.queue.Get()
-	if k != (key{kindMigration, "pv-1"}) {
+	if k := h.next(h.c.reactions); k != (key{kindMigration, "pv-1"}) {
 		t.Fatalf("queued %v, want the migration check", k)
 	}
-	h.c.queue.Done(k)
-	h.sync(k)
 	if len(h.react.overdue) != 1 || h.react.overdue[0].Source != "node-a" || h.react.overdue[0].Target != "node-b" {
 		t.Fatalf("overdue reports: %+v", h.react.overdue)
 	}
@@ -409,14 +396,15 @@ func TestWaitForChange(t *testing.T) {
 	h := newHarness(t, fencing.DefaultConfig())
 	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
 	got := make(chan *Volume)
-	go func() { got <- h.index.WaitForChange(context.Background(), "vol-1", "1") }()
+	first := h.index.Volume("vol-1").Version()
+	go func() { got <- h.index.WaitForChange(context.Background(), "vol-1", first) }()
 	next := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)
 	next.ResourceVersion = "2"
 	h.put(next)
 	if v := <-got; v.ResourceVersion != "2" || !v.HasClaim("node-a") {
 		t.Fatalf("woke with %+v", v)
 	}
-	if v := h.index.WaitForChange(context.Background(), "vol-1", "1"); v.ResourceVersion != "2" {
+	if v := h.index.WaitForChange(context.Background(), "vol-1", first); v.ResourceVersion != "2" {
 		t.Fatalf("did not return at once: %+v", v)
 	}
 }

@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,37 +22,70 @@ type Attachment struct {
 	DetachingSince time.Time
 }
 
-// Volume is the index entry of one PersistentVolume of this driver. Values
-// handed out by the index are never modified afterwards.
+// PVRef names one PersistentVolume of a volume handle and the
+// resourceVersion the index read it at.
+type PVRef struct {
+	Name            string
+	ResourceVersion string
+}
+
+// Volume is the index entry of a volume handle. A handle usually has one
+// PersistentVolume; a Retained volume whose PV was re-created under a new
+// name has two for a while, and the entry then merges them: the claims of
+// all (a claim is written to every PV of the handle), the attachments of
+// all, and the PV data of the primary one. Values handed out by the index
+// are never modified afterwards.
 type Volume struct {
-	PVName      string
-	Handle      string // spec.csi.volumeHandle; empty until the PV is seen
+	PVName      string  // the primary PV: bound to a claim, else the newest
+	PVs         []PVRef // every PV of the handle, by name
+	Handle      string  // spec.csi.volumeHandle; empty until the PV is seen
 	AccessModes []corev1.PersistentVolumeAccessMode
 	Block       bool
 	ClaimRef    *corev1.ObjectReference // the bound PVC, for events
-	// ResourceVersion of the PV the claims were read from: publish
-	// commits its claim conditionally on it.
+	// ResourceVersion of the primary PV.
 	ResourceVersion string
-	Claims          map[string]time.Time // node -> claimed at
+	Claims          map[string]Claim
 	Attachments     map[string]Attachment
+
+	// Of one PV's entry only.
+	created time.Time
+	bound   bool
+}
+
+// Indexed reports whether the entry has a PersistentVolume: only then can
+// claims be committed, and only then is the volume's PV data known.
+func (v *Volume) Indexed() bool { return v != nil && len(v.PVs) > 0 }
+
+// Version identifies the API state the entry was built from: it changes
+// whenever any PV of the handle changes.
+func (v *Volume) Version() string {
+	if v == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(v.PVs))
+	for _, p := range v.PVs {
+		parts = append(parts, p.Name+"@"+p.ResourceVersion)
+	}
+	return strings.Join(parts, ",")
 }
 
 // Holders merges attachments and claims into the policy's view: a node
 // holds the volume while a claim for it is committed or a VolumeAttachment
-// for it is attached (or detaching after being attached).
+// for it is attached (also while that VolumeAttachment is being deleted:
+// only a completed detach, attached=false, ends a hold).
 func (v *Volume) Holders() []fencing.Holder {
 	if v == nil {
 		return nil
 	}
 	byNode := map[string]fencing.Holder{}
-	for node, at := range v.Claims {
-		byNode[node] = fencing.Holder{Node: node, Since: at}
+	for node, c := range v.Claims {
+		byNode[node] = fencing.Holder{Node: node, UID: c.NodeUID, Since: c.At}
 	}
 	for _, a := range v.Attachments {
 		if _, claimed := v.Claims[a.Node]; !claimed && !a.Attached {
-			// A VolumeAttachment that never attached is a request, not a
-			// hold: a refused second node's VA must not block the holder
-			// (or anyone after it).
+			// A VolumeAttachment that is not attached is a request, or a
+			// completed detach: a refused second node's VA must not block
+			// the holder (or anyone after it).
 			continue
 		}
 		h, ok := byNode[a.Node]
@@ -59,11 +93,7 @@ func (v *Volume) Holders() []fencing.Holder {
 			h.Since = a.Since
 		}
 		h.Node = a.Node
-		// A claimed node is not detaching until its unpublish releases the
-		// claim; the VA's deletion alone does not end the claim.
-		if _, claimed := v.Claims[a.Node]; !claimed {
-			h.DetachingSince = a.DetachingSince
-		}
+		h.DetachingSince = a.DetachingSince
 		byNode[a.Node] = h
 	}
 	out := make([]fencing.Holder, 0, len(byNode))
@@ -90,9 +120,13 @@ func (v *Volume) HasClaim(node string) bool {
 	return ok
 }
 
-// Ref names the volume for events.
+// Ref names the volume for events and fencing.
 func (v *Volume) Ref() fencing.VolumeRef {
-	return fencing.VolumeRef{PV: v.PVName, Handle: v.Handle, Claim: v.ClaimRef}
+	ref := fencing.VolumeRef{PV: v.PVName, Handle: v.Handle, Claim: v.ClaimRef}
+	for _, p := range v.PVs {
+		ref.PVs = append(ref.PVs, p.Name)
+	}
+	return ref
 }
 
 // NodeState is the index's view of a node.
@@ -103,9 +137,9 @@ type NodeState = fencing.NodeState
 // immutable values.
 type AttachmentIndex struct {
 	mu       sync.RWMutex
-	volumes  map[string]*Volume // by PV name
-	byHandle map[string]string  // handle -> PV name
-	vaToPV   map[string]string  // VA name -> PV name
+	volumes  map[string]*Volume  // by PV name: one PV's entry
+	byHandle map[string][]string // handle -> PV names, sorted
+	vaToPV   map[string]string   // VA name -> PV name
 	nodes    map[string]NodeState
 	// changed is closed (and replaced) on every change of a volume entry,
 	// so a reader can wait for the index to catch up with the API.
@@ -116,36 +150,97 @@ type AttachmentIndex struct {
 func NewAttachmentIndex() *AttachmentIndex {
 	return &AttachmentIndex{
 		volumes:  map[string]*Volume{},
-		byHandle: map[string]string{},
+		byHandle: map[string][]string{},
 		vaToPV:   map[string]string{},
 		nodes:    map[string]NodeState{},
 		changed:  make(chan struct{}),
 	}
 }
 
-// Volume returns the entry of a volume handle, or nil. O(1), no API call.
+// Volume returns the entry of a volume handle, or nil. No API call; O(1)
+// for a handle with one PV.
 func (x *AttachmentIndex) Volume(handle string) *Volume {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if pv, ok := x.byHandle[handle]; ok {
-		return x.volumes[pv]
+	return x.volumeLocked(handle)
+}
+
+func (x *AttachmentIndex) volumeLocked(handle string) *Volume {
+	names := x.byHandle[handle]
+	switch len(names) {
+	case 0:
+		return nil
+	case 1:
+		return x.volumes[names[0]]
 	}
-	return nil
+	entries := make([]*Volume, 0, len(names))
+	for _, n := range names {
+		entries = append(entries, x.volumes[n])
+	}
+	return merge(handle, entries)
+}
+
+// merge builds the entry of a handle with several PVs (or a PV and the
+// attachments of a deleted one).
+func merge(handle string, entries []*Volume) *Volume {
+	m := &Volume{Handle: handle, Claims: map[string]Claim{}, Attachments: map[string]Attachment{}}
+	var primary *Volume
+	for _, e := range entries {
+		if e.ResourceVersion != "" {
+			m.PVs = append(m.PVs, PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion})
+			if primary == nil || better(e, primary) {
+				primary = e
+			}
+		}
+		for n, c := range e.Claims {
+			if prev, ok := m.Claims[n]; ok {
+				// The same claim mirrored, or a claim one PV has not been
+				// given yet: keep the latest write and the earliest start.
+				if prev.Gen > c.Gen {
+					c = prev
+				}
+				if prev.At.Before(c.At) {
+					c.At = prev.At
+				}
+			}
+			m.Claims[n] = c
+		}
+		for n, a := range e.Attachments {
+			m.Attachments[n] = a
+		}
+	}
+	if primary != nil {
+		m.PVName, m.ResourceVersion = primary.PVName, primary.ResourceVersion
+		m.AccessModes, m.Block, m.ClaimRef = primary.AccessModes, primary.Block, primary.ClaimRef
+	}
+	if len(m.Claims) == 0 {
+		m.Claims = nil
+	}
+	return m
+}
+
+// better: the PV bound to a claim, else the newer, else the first by name.
+func better(a, b *Volume) bool {
+	if a.bound != b.bound {
+		return a.bound
+	}
+	if !a.created.Equal(b.created) {
+		return a.created.After(b.created)
+	}
+	return a.PVName < b.PVName
 }
 
 // WaitForChange waits until the entry of handle is no longer the one read
-// at resourceVersion (the index has seen a later write to the PV, or the
-// PV is gone), or ctx is done, and returns the entry as it then is.
-func (x *AttachmentIndex) WaitForChange(ctx context.Context, handle, resourceVersion string) *Volume {
+// at version (Volume.Version: the index has seen a later write to one of
+// its PVs, or they are gone), or ctx is done, and returns the entry as it
+// then is.
+func (x *AttachmentIndex) WaitForChange(ctx context.Context, handle, version string) *Volume {
 	for {
 		x.mu.RLock()
-		var v *Volume
-		if pv, ok := x.byHandle[handle]; ok {
-			v = x.volumes[pv]
-		}
+		v := x.volumeLocked(handle)
 		changed := x.changed
 		x.mu.RUnlock()
-		if v == nil || v.ResourceVersion != resourceVersion {
+		if v == nil || v.Version() != version {
 			return v
 		}
 		select {
@@ -156,11 +251,19 @@ func (x *AttachmentIndex) WaitForChange(ctx context.Context, handle, resourceVer
 	}
 }
 
-// volumeByPV returns the entry of a PersistentVolume by name, or nil.
+// volumeByPV returns the entry of the handle of a PersistentVolume, or
+// nil.
 func (x *AttachmentIndex) volumeByPV(name string) *Volume {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.volumes[name]
+	e := x.volumes[name]
+	if e == nil {
+		return nil
+	}
+	if e.Handle == "" {
+		return e
+	}
+	return x.volumeLocked(e.Handle)
 }
 
 // Node returns a node's state; a node the index has not seen does not
@@ -176,14 +279,30 @@ func (x *AttachmentIndex) Node(name string) NodeState {
 func (x *AttachmentIndex) VolumesOnNode(node string) []*Volume {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	var out []*Volume
+	handles := map[string]bool{}
 	for _, v := range x.volumes {
 		if v.Handle == "" {
 			continue
 		}
 		if _, attached := v.Attachments[node]; attached || v.HasClaim(node) {
-			out = append(out, v)
+			handles[v.Handle] = true
 		}
+	}
+	out := make([]*Volume, 0, len(handles))
+	for h := range handles {
+		out = append(out, x.volumeLocked(h))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
+	return out
+}
+
+// Volumes returns every volume handle's entry, ordered by handle.
+func (x *AttachmentIndex) Volumes() []*Volume {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]*Volume, 0, len(x.byHandle))
+	for h := range x.byHandle {
+		out = append(out, x.volumeLocked(h))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
 	return out
@@ -231,14 +350,44 @@ func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
 	old := x.volumes[pvName]
 	v := old.clone(pvName)
 	update(v)
-	if old != nil && old.Handle != "" && old.Handle != v.Handle {
-		delete(x.byHandle, old.Handle)
+	v.PVs = nil
+	if v.ResourceVersion != "" {
+		v.PVs = []PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion}}
 	}
-	if v.Handle != "" {
-		x.byHandle[v.Handle] = pvName
+	if old != nil && old.Handle != v.Handle {
+		x.unlinkHandle(old.Handle, pvName)
 	}
+	x.linkHandle(v.Handle, pvName)
 	x.volumes[pvName] = v
 	x.notify()
+}
+
+// linkHandle and unlinkHandle keep byHandle sorted; x.mu must be held.
+func (x *AttachmentIndex) linkHandle(handle, pvName string) {
+	if handle == "" {
+		return
+	}
+	names := x.byHandle[handle]
+	i := sort.SearchStrings(names, pvName)
+	if i < len(names) && names[i] == pvName {
+		return
+	}
+	names = append(names[:i:i], append([]string{pvName}, names[i:]...)...)
+	x.byHandle[handle] = names
+}
+
+func (x *AttachmentIndex) unlinkHandle(handle, pvName string) {
+	names := x.byHandle[handle]
+	i := sort.SearchStrings(names, pvName)
+	if i == len(names) || names[i] != pvName {
+		return
+	}
+	rest := append(names[:i:i], names[i+1:]...)
+	if len(rest) == 0 {
+		delete(x.byHandle, handle)
+		return
+	}
+	x.byHandle[handle] = rest
 }
 
 // notify wakes WaitForChange; x.mu must be held for writing.
@@ -254,18 +403,16 @@ func (x *AttachmentIndex) deletePV(pvName string) {
 	if old == nil {
 		return
 	}
-	if old.Handle != "" {
-		delete(x.byHandle, old.Handle)
-	}
 	x.notify()
 	if len(old.Attachments) == 0 {
+		x.unlinkHandle(old.Handle, pvName)
 		delete(x.volumes, pvName)
 		return
 	}
-	// VolumeAttachments outlive their PV only briefly; keep them, without
-	// PV data, until they go.
-	v := &Volume{PVName: pvName, Attachments: old.Attachments}
-	x.volumes[pvName] = v
+	// VolumeAttachments outlive their PV only briefly; keep them, under
+	// the handle (another PV of it may still exist) but without PV data,
+	// until they go.
+	x.volumes[pvName] = &Volume{PVName: pvName, Handle: old.Handle, Attachments: old.Attachments}
 }
 
 func (x *AttachmentIndex) setAttachment(vaName, pvName string, a Attachment) {
@@ -309,11 +456,14 @@ func (x *AttachmentIndex) deleteAttachment(vaName string) (pv string) {
 			v.Attachments[n] = a
 		}
 	}
-	if v.Handle == "" && len(v.Attachments) == 0 {
+	if v.ResourceVersion == "" && len(v.Attachments) == 0 {
+		// Neither a PV nor an attachment is left.
+		x.unlinkHandle(v.Handle, pvName)
 		delete(x.volumes, pvName)
 	} else {
 		x.volumes[pvName] = v
 	}
+	x.notify()
 	return pvName
 }
 

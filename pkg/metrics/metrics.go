@@ -104,7 +104,7 @@ type Metrics struct {
 	publishDecision   prometheus.Histogram
 	conflicts         prometheus.Counter
 	fences            *prometheus.CounterVec
-	handoffs          prometheus.Counter
+	orphanedClaims    prometheus.Gauge
 	migrationsStarted prometheus.Counter
 	migrationsEnded   *prometheus.CounterVec
 	rdsCommand        *prometheus.HistogramVec
@@ -132,9 +132,9 @@ func New() *Metrics {
 		conflicts: counter("attach_conflicts_total",
 			"Publishes refused because another healthy node holds the single-node volume."),
 		fences: counterVec("fences_total",
-			"Stale attachments fenced, by reason (NodeDeleted, OutOfService, NotReady).", "reason"),
-		handoffs: counter("grace_period_handoffs_total",
-			"Publishes allowed because the previous node detached within the grace period."),
+			"Stale attachments fenced, by reason (NodeDeleted, NodeRecreated, OutOfService, NotReady).", "reason"),
+		orphanedClaims: gauge("orphaned_claims",
+			"Claims that no VolumeAttachment has stood on for longer than --orphaned-claim-threshold (a force-deleted VolumeAttachment); reported, never released by the driver."),
 		migrationsStarted: counter("migrations_started_total",
 			"Live migrations started: a multi-writer raw block volume published to a second node."),
 		migrationsEnded: counterVec("migrations_ended_total",
@@ -153,7 +153,7 @@ func New() *Metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.publish, m.unpublish, m.publishDecision, m.conflicts, m.fences, m.handoffs,
+		m.publish, m.unpublish, m.publishDecision, m.conflicts, m.fences, m.orphanedClaims,
 		m.migrationsStarted, m.migrationsEnded, m.rdsCommand, m.rdsConnected,
 		m.indexVolumes, m.indexAttachments, m.indexNodes, m.leader,
 	)
@@ -163,7 +163,7 @@ func New() *Metrics {
 		m.publish.WithLabelValues(r)
 	}
 	m.unpublish.WithLabelValues(ResultDetached)
-	for _, r := range []fencing.FenceReason{fencing.FenceNodeDeleted, fencing.FenceOutOfService, fencing.FenceNotReady} {
+	for _, r := range []fencing.FenceReason{fencing.FenceNodeDeleted, fencing.FenceNodeRecreated, fencing.FenceOutOfService, fencing.FenceNotReady} {
 		m.fences.WithLabelValues(string(r))
 	}
 	for _, r := range []string{MigrationCompleted, MigrationTimedOut} {
@@ -217,8 +217,8 @@ func (m *Metrics) Fenced(reason fencing.FenceReason) {
 	m.fences.WithLabelValues(r).Inc()
 }
 
-// Handoff counts a grace-period handoff.
-func (m *Metrics) Handoff() { m.handoffs.Inc() }
+// OrphanedClaims sets the number of claims orphaned right now.
+func (m *Metrics) OrphanedClaims(n int) { m.orphanedClaims.Set(float64(n)) }
 
 // MigrationStarted counts a live migration's start.
 func (m *Metrics) MigrationStarted() { m.migrationsStarted.Inc() }

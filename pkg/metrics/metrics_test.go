@@ -120,7 +120,8 @@ func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 		{series{"rds_csi_fences_total", map[string]string{"reason": "NodeDeleted"}}, 0, false, func() { m.Fenced(fencing.FenceNodeDeleted) }, 1},
 		{series{"rds_csi_fences_total", map[string]string{"reason": "OutOfService"}}, 0, false, func() { m.Fenced(fencing.FenceOutOfService) }, 1},
 		{series{"rds_csi_fences_total", map[string]string{"reason": "NotReady"}}, 0, false, func() { m.Fenced(fencing.FenceNotReady) }, 1},
-		{series{"rds_csi_grace_period_handoffs_total", map[string]string{}}, 0, false, m.Handoff, 1},
+		{series{"rds_csi_fences_total", map[string]string{"reason": "NodeRecreated"}}, 0, false, func() { m.Fenced(fencing.FenceNodeRecreated) }, 1},
+		{series{"rds_csi_orphaned_claims", map[string]string{}}, 0, false, func() { m.OrphanedClaims(2) }, 2},
 		{series{"rds_csi_migrations_started_total", map[string]string{}}, 0, false, m.MigrationStarted, 1},
 		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "completed"}}, 0, false, m.MigrationFinished, 1},
 		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "timed_out"}}, 0, false, m.MigrationTimedOut, 1},
@@ -267,8 +268,8 @@ func TestLabelValuesStayBounded(t *testing.T) {
 	if got, err := value(byName, "rds_csi_fences_total", map[string]string{"reason": Other}); err != nil || got != 1 {
 		t.Errorf("fences{reason=other} = %v (%v), want 1", got, err)
 	}
-	if n := len(byName["rds_csi_fences_total"].GetMetric()); n != 4 {
-		t.Errorf("fences_total has %d series, want 4 (three reasons and other)", n)
+	if n := len(byName["rds_csi_fences_total"].GetMetric()); n != 5 {
+		t.Errorf("fences_total has %d series, want 5 (four reasons and other)", n)
 	}
 }
 
