@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,7 +37,7 @@ commands:
   create SLOT SIZE              new exported disk (SIZE like 10G, 1536M, 1073741824)
   resize SLOT SIZE              grow a disk
   copy SLOT SOURCE [SIZE]       copy a disk (snapshot/clone/restore); not exported
-  delete SLOT                   remove a disk and its backing file
+  delete SLOT                   remove a disk and its backing file (a volume or snapshot of the driver)
   allow-host SLOT [HOSTNQN]     restrict the export to a host NQN (empty clears)
   gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
 
@@ -50,7 +49,7 @@ func run(args []string) error {
 	var (
 		cfg       rds.Config
 		pool      = fs.String("pool", "storage-pool", "mount point of the storage pool on the RDS")
-		basePath  = fs.String("base-path", "/storage-pool/k8s", "directory of the disks' backing files on the RDS")
+		basePath  = fs.String("base-path", rds.DefaultVolumePath, "directory of the disks' backing files on the RDS (the driver's --rds-volume-path)")
 		nqnPrefix = fs.String("nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of exported disks")
 		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks")
 		show      = fs.Bool("show-commands", false, "print each RouterOS command and what RouterOS returned")
@@ -105,7 +104,7 @@ func run(args []string) error {
 		}
 		return nil
 	}
-	file := func(slot string) string { return path.Join(*basePath, slot+".img") }
+	file := func(slot string) string { return rds.VolumeFilePath(*basePath, slot) }
 	switch cmd {
 	case "probe":
 		info, err := client.Probe(ctx)
@@ -180,10 +179,19 @@ func run(args []string) error {
 		if err := need(1); err != nil {
 			return err
 		}
-		if err := client.DeleteDisk(ctx, rest[0], file(rest[0])); err != nil {
+		// The disk's own file, if it is one of the driver's: a volume
+		// (<base>/<slot>.img) or a snapshot (<base>/snapshots/<slot>.*.img).
+		d, err := client.GetDisk(ctx, rest[0])
+		if err != nil {
 			return err
 		}
-		fmt.Printf("deleted %s and %s\n", rest[0], file(rest[0]))
+		if rds.FileKind(*basePath, *d) == "" {
+			return fmt.Errorf("disk %s uses %s, not a volume or snapshot file under --base-path %s; refusing to delete", d.Slot, d.FilePath, *basePath)
+		}
+		if err := client.DeleteDisk(ctx, d.Slot, d.FilePath); err != nil {
+			return err
+		}
+		fmt.Printf("deleted %s and %s\n", d.Slot, d.FilePath)
 	case "allow-host":
 		if err := need(1); err != nil {
 			return err

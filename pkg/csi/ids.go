@@ -27,7 +27,7 @@ const (
 
 	// snapshotDir is where snapshot backing files live, under the volume
 	// path. Volumes live directly in the volume path, so the two never mix.
-	snapshotDir = "snapshots"
+	snapshotDir = rds.SnapshotDir
 	// Markers in a snapshot's file name; see snapshotFileName.
 	srcMarker  = ".src-"
 	timeMarker = ".t-"
@@ -76,7 +76,7 @@ func isSnapshotID(id string) bool {
 
 // volumeFilePath is the backing file of a volume.
 func (d *Driver) volumeFilePath(volumeID string) string {
-	return path.Join(d.opts.VolumePath, volumeID+imgSuffix)
+	return rds.VolumeFilePath(d.opts.VolumePath, volumeID)
 }
 
 // nqn is the NVMe qualified name a volume is exported under.

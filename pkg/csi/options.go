@@ -76,7 +76,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key; labs only, logged as a warning; refused when --rds-known-hosts-file pins a key for the RDS")
 	fs.StringVar(&o.RDSLoginOptions, "rds-login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name (unwrapped, uncoloured output); none sends --rds-user unchanged")
 	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool (for capacity)")
-	fs.StringVar(&o.VolumePath, "rds-volume-path", "/storage-pool/kubernetes-volumes", "directory on the RDS that holds the volumes' backing files (snapshots go to its snapshots/ subdirectory); changing it orphans existing volumes")
+	fs.StringVar(&o.VolumePath, "rds-volume-path", rds.DefaultVolumePath, "directory on the RDS that holds the volumes' backing files (snapshots go to its snapshots/ subdirectory); changing it orphans existing volumes")
 	fs.StringVar(&o.RDSName, "rds-name", "", "name of the RDS in volume topology, a label value (default: --rds-address)")
 	fs.StringVar(&o.NVMeAddress, "nvme-address", "", "NVMe/TCP target address nodes connect to (default: --rds-address)")
 	fs.IntVar(&o.NVMePort, "nvme-port", 4420, "NVMe/TCP port of exported volumes")

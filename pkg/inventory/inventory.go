@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"sort"
 	"strings"
 	"time"
@@ -17,10 +16,10 @@ import (
 // Path is where the controller serves the inventory on its HTTP endpoint.
 const Path = "/inventory"
 
-// Kinds of disk in the inventory.
+// Kinds of disk in the inventory (rds.FileKind).
 const (
-	KindVolume   = "volume"   // <volume-path>/<slot>.img
-	KindSnapshot = "snapshot" // <volume-path>/snapshots/<slot>.*.img
+	KindVolume   = rds.FileVolume   // <volume-path>/<slot>.img
+	KindSnapshot = rds.FileSnapshot // <volume-path>/snapshots/<slot>.*.img
 )
 
 // Inventory is the JSON document served at Path.
@@ -48,15 +47,9 @@ type Disk struct {
 // Build keeps the disks under volumePath and classifies them. Pure.
 func Build(disks []rds.Disk, volumePath string, now time.Time) Inventory {
 	inv := Inventory{GeneratedAt: now.UTC(), VolumePath: volumePath, Disks: []Disk{}}
-	snapshots := path.Join(volumePath, "snapshots") + "/"
 	for _, d := range disks {
-		var kind string
-		switch {
-		case d.FilePath == path.Join(volumePath, d.Slot+".img"):
-			kind = KindVolume
-		case strings.HasPrefix(d.FilePath, snapshots) && strings.HasPrefix(path.Base(d.FilePath), d.Slot+"."):
-			kind = KindSnapshot
-		default:
+		kind := rds.FileKind(volumePath, d)
+		if kind == "" {
 			inv.OtherDisks++
 			continue
 		}
