@@ -25,14 +25,25 @@ const (
 	HealthDeviceReplaced = "DeviceReplaced"
 	// HealthPathInaccessible: a mounted path fails with an I/O error.
 	HealthPathInaccessible = "PathInaccessible"
+	// HealthPathDown: the volume's device is there but none of its
+	// NVMe/TCP controllers is live: the kernel is reconnecting, and I/O
+	// waits until the RDS answers again or ctrl_loss_tmo runs out.
+	HealthPathDown = "PathDown"
 	// HealthFilesystemReadOnly: the kernel turned a read-write
 	// filesystem read-only after an error.
 	HealthFilesystemReadOnly = "FilesystemReadOnly"
 )
 
+// pathReporter is implemented by connectors that know a volume's
+// transport paths (nvme.TCPConnector); a loop device has none.
+type pathReporter interface {
+	Paths(ctx context.Context, nqn string) (live, total int, err error)
+}
+
 // NodeGetVolumeHealth reports, from this node's view: INACCESSIBLE when
 // the volume's device vanished under its mounts or was replaced by a new
-// device, or a mounted path fails with an I/O error; DEGRADED when the
+// device, no NVMe/TCP path to it is live (reconnecting), or a mounted path
+// fails with an I/O error; DEGRADED when the
 // kernel made its filesystem read-only after an error (reads still work).
 // Only the volume ID is required; given paths are checked as well.
 func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
@@ -96,6 +107,17 @@ func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		return nil, fmt.Errorf("volume %s: finding its device: %w", id, err)
 	}
 
+	if pr, ok := s.connector.(pathReporter); ok {
+		live, total, err := pr.Paths(ctx, s.d.nqn(id))
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: reading its NVMe/TCP paths: %w", id, err)
+		}
+		if total > 0 && live == 0 {
+			add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthPathDown,
+				"volume %s: its NVMe/TCP connection to the RDS is down (%d controller(s) reconnecting); I/O waits and resumes if the RDS is reachable again within ctrl_loss_tmo, and fails after it",
+				id, total)
+		}
+	}
 	for _, m := range mounted {
 		if _, err := os.Stat(m.MountPoint); err != nil && mount.IsCorruptedMnt(err) {
 			add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthPathInaccessible,

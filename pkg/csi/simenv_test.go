@@ -65,7 +65,11 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := rdssim.New(rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency})
+	var exporter rdssim.Exporter
+	if cfg.LoopNode && vmTransport != nil {
+		exporter = vmTransport.exporter(t)
+	}
+	sim, err := rdssim.New(rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency, Exporter: exporter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +107,11 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	}
 	var ns *NodeServer
 	if cfg.LoopNode {
-		ns = NewNodeServer(d, newSimLoopConnector(t, sim, d), nil)
+		var c Connector = newSimLoopConnector(t, sim, d)
+		if vmTransport != nil {
+			c = vmTransport.connector(t, d)
+		}
+		ns = NewNodeServer(d, c, nil)
 		cfg.Node = ns
 	}
 	var controller csi.ControllerServer = cs
@@ -140,6 +148,15 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	}
 	t.Cleanup(env.stop)
 	return env
+}
+
+// vmTransport, when set (by node_vm_test.go in the NVMe/TCP VM tier, build
+// tag nvmevm), replaces the loop devices of LoopNode environments with the
+// real thing: the simulator exports through the kernel's nvmet and the node
+// connects with the TCP connector, so every node test runs over NVMe/TCP.
+var vmTransport interface {
+	exporter(t testing.TB) rdssim.Exporter
+	connector(t testing.TB, d *Driver) Connector
 }
 
 // newSimLoopConnector "connects" a volume by attaching the simulator's

@@ -257,6 +257,26 @@ func (c *TCPConnector) IsConnected(_ context.Context, nqn string) (bool, error) 
 	return len(activeControllers(st.controllers)) > 0, nil
 }
 
+// Paths reports how many controllers (paths) nqn has that are not being
+// deleted, and how many of them are live. Fewer live than total means the
+// kernel is reconnecting: I/O on the device waits (up to ctrl_loss_tmo).
+func (c *TCPConnector) Paths(_ context.Context, nqn string) (live, total int, err error) {
+	if err := validateNQN(nqn); err != nil {
+		return 0, 0, err
+	}
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, ctrl := range activeControllers(st.controllers) {
+		total++
+		if ctrl.state == stateLive {
+			live++
+		}
+	}
+	return live, total, nil
+}
+
 // Disconnect deletes every controller of subsystem nqn, after inUse has
 // confirmed no staged volume uses it. Not connected is success. Controllers
 // of other subsystems are never written to.

@@ -691,3 +691,17 @@ func TestConnectRefusedDiagnosis(t *testing.T) {
 		})
 	}
 }
+
+func TestPaths(t *testing.T) {
+	h := disconnectHost(t) // A: nvme1 live, nvme2 connecting, nvme5 deleting
+	c := h.connector()
+	for _, tt := range []struct {
+		nqn         string
+		live, total int
+	}{{nqnA, 1, 2}, {nqnB, 1, 1}, {testPrefix + "absent", 0, 0}} {
+		live, total, err := c.Paths(testCtx(t), tt.nqn)
+		if err != nil || live != tt.live || total != tt.total {
+			t.Errorf("Paths(%s) = %d, %d, %v; want %d live of %d", tt.nqn, live, total, err, tt.live, tt.total)
+		}
+	}
+}
