@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/health"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/nvme"
@@ -73,6 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// volumes over NVMe/TCP and needs no RDS credentials.
 	var cs *csi.ControllerServer
 	var d *csi.Driver
+	diag := newDiagnostics() // --http-endpoint in every mode
 	if opts.Mode == csi.ModeNode {
 		d = csi.NewDriver(opts, nil)
 	} else {
@@ -96,12 +98,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer client.Close()
 		d = csi.NewDriver(opts, client)
 		cs = csi.NewControllerServer(d)
+		probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }
+		diag.registry, diag.checks = m.Registry(), []health.Check{{Name: "rds", Func: probe}}
 		if kube != nil {
-			probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }
 			proc, err := newControllerProcess(copts, opts, kube, m, d, cs, probe)
 			if err != nil {
 				return fail("invalid configuration: %v", err)
 			}
+			diag.servedByController = true
 			// Read-only, cached, no credentials: docs/kubectl-rds.md.
 			proc.health.Handle(inventory.Path, inventory.NewHandler(client, opts.VolumePath))
 			procCtx, stopProc := context.WithCancel(ctx)
@@ -110,15 +114,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			defer func() { stopProc(); <-procDone }()
 		}
 	}
-	var ns *csi.NodeServer
+	var node csispec.NodeServer // nil: not registered
 	if opts.Mode != csi.ModeController {
 		connector, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix})
 		if err != nil {
 			return fail("invalid configuration: NVMe/TCP connector: %v", err)
 		}
-		ns = csi.NewNodeServer(d, connector, nil)
+		node = timedNode{NodeServer: csi.NewNodeServer(d, connector, nil),
+			m: metrics.NewNodeMetrics(diag.registry, connectedSubsystems("/sys", opts.NQNPrefix))}
 	}
-	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), nodeService(ns))
+	httpCtx, stopHTTP := context.WithCancel(ctx)
+	waitHTTP, err := diag.start(httpCtx, copts.HTTPEndpoint)
+	if err != nil {
+		stopHTTP()
+		return fail("invalid configuration: %v", err)
+	}
+	defer func() { stopHTTP(); waitHTTP() }()
+	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), node)
 	lis, err := csi.Listen(opts.Endpoint)
 	if err != nil {
 		return fail("listening on %s: %v", opts.Endpoint, err)
@@ -134,18 +146,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// controllerService and nodeService keep a nil server a nil interface, so
-// that NewGRPCServer leaves the service unregistered.
+// controllerService keeps a nil server a nil interface, so that
+// NewGRPCServer leaves the service unregistered.
 func controllerService(cs *csi.ControllerServer) csispec.ControllerServer {
 	if cs == nil {
 		return nil
 	}
 	return cs
-}
-
-func nodeService(ns *csi.NodeServer) csispec.NodeServer {
-	if ns == nil {
-		return nil
-	}
-	return ns
 }
