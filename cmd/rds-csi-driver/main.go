@@ -22,7 +22,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/health"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/metrics"
-	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -45,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts.AddFlags(fs)
 	var copts controllerOptions
 	copts.addFlags(fs)
+	var nopts connectorOptions
+	nopts.addFlags(fs)
 	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -68,6 +69,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	if err := copts.validate(); err != nil {
+		return fail("%v", err)
+	}
+	if err := nopts.validate(opts.Mode); err != nil {
 		return fail("%v", err)
 	}
 	// The controller talks to the RDS over SSH; the node only connects
@@ -116,9 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var node csispec.NodeServer // nil: not registered
 	if opts.Mode != csi.ModeController {
-		connector, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix})
+		connector, err := nopts.connector(ctx, opts)
 		if err != nil {
-			return fail("invalid configuration: NVMe/TCP connector: %v", err)
+			return fail("invalid configuration: %v", err)
 		}
 		node = timedNode{NodeServer: csi.NewNodeServer(d, connector, nil),
 			m: metrics.NewNodeMetrics(diag.registry, connectedSubsystems("/sys", opts.NQNPrefix))}

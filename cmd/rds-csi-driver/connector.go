@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/nvme"
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// Node connectors (--node-connector).
+const (
+	connectorTCP  = "tcp"
+	connectorLoop = "loop"
+)
+
+// connectorOptions choose how the node service reaches a volume's blocks.
+type connectorOptions struct {
+	Kind        string
+	LoopDataDir string
+}
+
+func (o *connectorOptions) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node service connects volumes: tcp (NVMe/TCP, the only choice for real clusters) or loop (labs and demos: a loop device over the RDS simulator's backing file on this machine; needs --node-loop-data-dir)")
+	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir on this machine")
+}
+
+// validate refuses the loop connector unless it is chosen explicitly with
+// what it needs; it is never a fallback for a missing NVMe/TCP.
+func (o *connectorOptions) validate(mode string) error {
+	switch o.Kind {
+	case connectorTCP:
+		if o.LoopDataDir != "" {
+			return errors.New("invalid configuration: --node-loop-data-dir needs --node-connector=loop")
+		}
+	case connectorLoop:
+		if mode == csi.ModeController {
+			return errors.New("invalid configuration: --node-connector=loop is for the node service (--mode=node or all)")
+		}
+		if o.LoopDataDir == "" {
+			return errors.New("invalid configuration: --node-connector=loop needs --node-loop-data-dir, the RDS simulator's --data-dir on this machine")
+		}
+		if fi, err := os.Stat(o.LoopDataDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("invalid configuration: --node-loop-data-dir %s is not a directory (start the RDS simulator with --data-dir first)", o.LoopDataDir)
+		}
+	default:
+		return fmt.Errorf("invalid configuration: --node-connector must be %s or %s, not %q", connectorTCP, connectorLoop, o.Kind)
+	}
+	return nil
+}
+
+// connector builds the node's connector.
+func (o *connectorOptions) connector(ctx context.Context, opts csi.Options) (csi.Connector, error) {
+	if o.Kind != connectorLoop {
+		c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix})
+		if err != nil {
+			return nil, fmt.Errorf("NVMe/TCP connector: %w", err)
+		}
+		return c, nil
+	}
+	klog.FromContext(ctx).Info("WARNING: --node-connector=loop: volumes are loop devices over the RDS simulator's files in this machine's --node-loop-data-dir; for labs and demos only, never for a real RDS",
+		"dataDir", o.LoopDataDir)
+	return nvme.NewLoopConnector(nvme.LoopConfig{NQNPrefix: opts.NQNPrefix, Resolve: simulatorFile(o.LoopDataDir, opts)})
+}
+
+// simulatorFile maps a volume's NQN to its backing file in the simulator's
+// data directory: the disk's RouterOS path /<pool>/<rest> is
+// <data-dir>/<rest> there.
+func simulatorFile(dataDir string, opts csi.Options) nvme.BackingFileResolver {
+	return func(_ context.Context, nqn string) (string, error) {
+		id, ok := strings.CutPrefix(nqn, opts.NQNPrefix)
+		if !ok || rds.ValidateSlot(id) != nil {
+			return "", fmt.Errorf("NQN %s is not one of this driver's volumes", nqn)
+		}
+		rel, ok := strings.CutPrefix(rds.VolumeFilePath(opts.VolumePath, id), "/"+opts.RDSPool+"/")
+		if !ok {
+			return "", fmt.Errorf("--rds-volume-path %s is not inside the pool /%s, so the simulator has no file for it", opts.VolumePath, opts.RDSPool)
+		}
+		return filepath.Join(dataDir, filepath.FromSlash(rel)), nil
+	}
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/nvme"
+)
+
+func TestNodeConnectorChoice(t *testing.T) {
+	dir := t.TempDir()
+	node := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--endpoint=unix://" + dir + "/csi.sock"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown connector", []string{"--node-connector=iscsi"}, "--node-connector must be tcp or loop"},
+		{"loop without its data dir", []string{"--node-connector=loop"}, "needs --node-loop-data-dir"},
+		{"loop with a missing data dir", []string{"--node-connector=loop", "--node-loop-data-dir=" + dir + "/nope"}, "is not a directory"},
+		{"a data dir without loop", []string{"--node-loop-data-dir=" + dir}, "needs --node-connector=loop"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append(node, tc.args...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d, %q, want %q", tc.name, code, stderr.String(), tc.want)
+		}
+	}
+	var o connectorOptions
+	if err := (&connectorOptions{Kind: connectorLoop, LoopDataDir: dir}).validate(csi.ModeController); err == nil {
+		t.Error("loop accepted in controller mode")
+	}
+	// The default is NVMe/TCP.
+	fsOpts := newFlagSet(&o)
+	if err := fsOpts.Parse(nil); err != nil || o.Kind != connectorTCP {
+		t.Errorf("default connector %q", o.Kind)
+	}
+	c, err := o.connector(context.Background(), csi.Options{NQNPrefix: "nqn.2000-02.com.mikrotik:"})
+	if _, ok := c.(*nvme.TCPConnector); err != nil || !ok {
+		t.Errorf("default connector = %T, %v", c, err)
+	}
+}
+
+func TestSimulatorFile(t *testing.T) {
+	opts := csi.Options{NQNPrefix: "nqn.2000-02.com.mikrotik:", RDSPool: "storage-pool", VolumePath: "/storage-pool/kubernetes-volumes"}
+	resolve := simulatorFile("/tmp/rds", opts)
+	got, err := resolve(context.Background(), "nqn.2000-02.com.mikrotik:pvc-1")
+	if err != nil || got != filepath.FromSlash("/tmp/rds/kubernetes-volumes/pvc-1.img") {
+		t.Errorf("resolve = %s, %v", got, err)
+	}
+	for _, nqn := range []string{"nqn.other:pvc-1", "nqn.2000-02.com.mikrotik:../x"} {
+		if _, err := resolve(context.Background(), nqn); err == nil {
+			t.Errorf("resolve(%s) accepted", nqn)
+		}
+	}
+}
+
+func newFlagSet(o *connectorOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.addFlags(fs)
+	return fs
+}
