@@ -165,6 +165,13 @@ func Run(ctx context.Context, cfg Config, command string, env ...string) (Result
 	if strings.HasPrefix(cfg.ResultsDir+"/", "/tmp/") || strings.ContainsAny(cfg.ResultsDir, " ,") {
 		return Result{}, fmt.Errorf("vm: results directory %q must not be under /tmp nor contain spaces or commas", cfg.ResultsDir)
 	}
+	// The guest mounts the share at this path under the host's root,
+	// outside the chroot, where an absolute symlink would point elsewhere.
+	dir, err := filepath.EvalSymlinks(cfg.ResultsDir)
+	if err != nil {
+		return Result{}, fmt.Errorf("vm: results directory: %w", err)
+	}
+	cfg.ResultsDir = dir
 	statusFile := filepath.Join(cfg.ResultsDir, "exit-status")
 	if err := os.Remove(statusFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Result{}, err
@@ -191,7 +198,7 @@ func Run(ctx context.Context, cfg Config, command string, env ...string) (Result
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	res := Result{Output: out.Bytes(), Elapsed: time.Since(start), KVM: kvm}
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("vm: killed after %v: %w", res.Elapsed.Round(time.Second), ctx.Err())

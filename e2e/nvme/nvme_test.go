@@ -1,0 +1,176 @@
+//go:build nvmevm
+
+// The NVMe/TCP tier of the test suite (make e2e-nvme): it
+// boots the VM of e2e/vm twice, with nvme_core.multipath=Y and =N, and runs
+// the guest tests of pkg/nvme and pkg/csi (build tag nvmevm) inside against
+// the real kernel target (nvmet, driven by rds-sim's exporter) and
+// initiator (nvme-tcp). The guest binaries are built here with `go test
+// -c`; the guest runs them from the host's root, shared read-only.
+package nvme
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/srvlab/rds-csi/e2e/vm"
+)
+
+// guestRun is one test binary run inside a boot.
+type guestRun struct {
+	pkg  string // package to build with -tags nvmevm
+	run  string // -test.run
+	name string // binary name
+}
+
+// boots: multipath Y runs everything; N runs what depends on the device
+// naming (connect and discovery, stage and publish, a path that bounces).
+var boots = []struct {
+	multipath string
+	runs      []guestRun
+}{
+	{"Y", []guestRun{
+		{"./pkg/nvme", "^TestVM", "nvme.test"},
+		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
+	}},
+	{"N", []guestRun{
+		{"./pkg/nvme", "^TestVM", "nvme.test"},
+		{"./pkg/csi", "^(TestNodeFilesystemLifecycle|TestNodeBlockVolume|TestNodeExpandVolume|TestVMNodePathDownAndBack)$", "csi.test"},
+	}},
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// unavailable skips outside CI and fails in CI, where the tier must run.
+func unavailable(t *testing.T, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and the NVMe/TCP VM tier cannot run: %v", err)
+	}
+	t.Skipf("skipping the NVMe/TCP VM tier: %v", err)
+}
+
+func TestNVMeTCPInVM(t *testing.T) {
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
+	defer cancel()
+	start := time.Now()
+	kernel, initrd, err := vm.Prepare(ctx, root)
+	if err != nil {
+		unavailable(t, err)
+	}
+	cache := filepath.Join(root, ".cache", "nvme-vm")
+	base := vm.Config{Kernel: kernel, Initrd: initrd}
+	if err := vm.Check(base); err != nil {
+		unavailable(t, err)
+	}
+	ko, err := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(kernel)), "lib", "modules", "*", "kernel", "drivers", "nvme", "host", "nvme-tcp.ko"))
+	if err != nil || len(ko) != 1 {
+		t.Fatalf("nvme-tcp.ko in the unpacked kernel: %v %v", ko, err)
+	}
+
+	// Build each guest binary once.
+	bin := filepath.Join(cache, "bin")
+	built := map[string]bool{}
+	for _, b := range boots {
+		for _, r := range b.runs {
+			if built[r.name] {
+				continue
+			}
+			cmd := exec.CommandContext(ctx, "go", "test", "-c", "-tags", "nvmevm", "-o", filepath.Join(bin, r.name), r.pkg)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("building %s: %v\n%s", r.pkg, err, out)
+			}
+			built[r.name] = true
+		}
+	}
+	t.Logf("kernel, initramfs and guest binaries ready after %v", time.Since(start).Round(time.Second))
+
+	for _, b := range boots {
+		t.Run("multipath="+b.multipath, func(t *testing.T) {
+			results := filepath.Join(cache, "runs", "multipath-"+b.multipath)
+			if err := os.RemoveAll(results); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(results, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var script strings.Builder
+			script.WriteString("status=0\n")
+			for _, r := range b.runs {
+				fmt.Fprintf(&script, "echo '### %s'\n", r.name)
+				fmt.Fprintf(&script, "%s -test.run '%s' -test.v -test.count=1 -test.timeout 20m 2>&1 || status=1\n", filepath.Join(bin, r.name), r.run)
+			}
+			script.WriteString("exit $status\n")
+			cfg := base
+			cfg.ResultsDir = results
+			cfg.KernelArgs = []string{"nvme_core.multipath=" + b.multipath}
+			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+ko[0])
+			logFile := filepath.Join(results, "console.log")
+			_ = os.WriteFile(logFile, res.Output, 0o644)
+			summary := summarize(res.Output)
+			t.Logf("boot with multipath=%s: %v (kvm=%v), console log %s\n%s", b.multipath, res.Elapsed.Round(time.Second), res.KVM, logFile, summary)
+			if err != nil {
+				if errors.Is(err, vm.ErrUnavailable) {
+					unavailable(t, err)
+				}
+				t.Fatalf("%v\n%s", err, tail(res.Output, 60))
+			}
+			if res.ExitStatus != 0 {
+				t.Errorf("guest tests failed (exit status %d); the failures:\n%s", res.ExitStatus, failures(res.Output))
+			}
+		})
+	}
+}
+
+// summarize keeps the top-level results of the guest's go test -v output.
+func summarize(out []byte) string {
+	var b strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "### ") || strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "PASS") || strings.HasPrefix(l, "FAIL") || strings.Contains(l, "csi-sanity:") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// failures keeps the lines of failed tests and their messages.
+func failures(out []byte) string {
+	var b strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.Contains(l, "--- FAIL") || strings.Contains(l, "_test.go:") || strings.Contains(l, "[FAIL]") || strings.HasPrefix(l, "panic") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func tail(out []byte, n int) string {
+	lines := strings.Split(string(out), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
