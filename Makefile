@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit fuzz lint bench demo demo-rds clean e2e
+.PHONY: all build test unit fuzz lint bench demo demo-rds clean e2e e2e-nvme
 
 all: build
 
@@ -21,8 +21,9 @@ build:
 
 # Every test the repo has: unit and integration tests with the race detector
 # (the RDS simulator over real SSH, loop devices where root), then each fuzz
-# target briefly, then the e2e suite on a real control plane.
-test: lint unit fuzz e2e
+# target briefly, then the e2e suite on a real control plane, then the
+# NVMe/TCP tier in a VM.
+test: lint unit fuzz e2e e2e-nvme
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -53,6 +54,16 @@ e2e:
 	./hack/build-controlplane.sh
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) test -tags e2e -count=1 -timeout 40m ./e2e/...
+
+# The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
+# QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
+# booted twice (nvme_core.multipath Y and N), runs the node tests and
+# csi-sanity against the kernel's nvmet target and nvme-tcp initiator.
+# ~5 min warm, ~7 min cold under TCG on 2 cores (README). Needs root; skips
+# with the reason outside CI when it cannot run, fails in CI.
+e2e-nvme: deps
+	$(GO) vet -tags nvmevm ./pkg/nvme ./pkg/csi ./e2e/nvme ./e2e/vm
+	$(GO) test -tags nvmevm -count=1 -timeout 40m -v -run TestNVMeTCPInVM ./e2e/nvme
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
