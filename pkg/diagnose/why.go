@@ -246,16 +246,20 @@ func (c *Cluster) judgeHolders(s *Story, pv *corev1.PersistentVolume) {
 	v := func(code, next, format string, a ...any) {
 		s.Verdict = Verdict{Code: code, Summary: fmt.Sprintf(format, a...), Next: next}
 	}
+	holders := s.holders()
 	want := s.WantNode
-	if want == "" { // a PVC or PV: the node of a pod using it, else of a waiting attachment
+	if want == "" { // a PVC or PV: the node of a pod using it that does not have it
+		attached := map[string]bool{}
+		for _, h := range holders {
+			attached[h.node.Name] = h.va != nil
+		}
 		for _, u := range s.Users {
-			if _, n, _ := strings.Cut(u, "@"); n != "" {
+			if _, n, _ := strings.Cut(u, "@"); n != "" && !attached[n] {
 				want = n
 				break
 			}
 		}
 	}
-	holders := s.holders()
 	var others []holder
 	for _, h := range holders {
 		if h.node.Name == want {

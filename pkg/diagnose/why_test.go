@@ -36,6 +36,19 @@ func TestWhy(t *testing.T) {
 			next:    "if node-a is really down: kubectl taint node node-a node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
 		},
 		{
+			name:  "a PVC whose holder died while another pod waits: the verdict is about the waiting node",
+			world: held("Unknown", 7*time.Minute).pod("pod-b", "node-b", "data"),
+			kind:  KindPVC, target: "e2e/data",
+			code:    VerdictHolderNotReady,
+			summary: []string{"node-a holds PV pv-1 and has been NotReady for 7m", "node-b waits for it"},
+		},
+		{
+			name:  "a PVC attached where its only pod runs",
+			world: held("True", time.Hour),
+			kind:  KindPVC, target: "e2e/data",
+			code: VerdictAttached,
+		},
+		{
 			name:  "the holder is out of service: Kubernetes is detaching",
 			world: held("Unknown", 7*time.Minute, OutOfServiceTaint).pod("pod-b", "node-b", "data"),
 			kind:  KindPod, target: "e2e/pod-b",
