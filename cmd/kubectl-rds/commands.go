@@ -84,8 +84,8 @@ func release(ctx context.Context, cl clients, g globalOptions, pvName, node stri
 	if err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(stdout, "PV %s: node %s has claimed it since %s and has no VolumeAttachment for it; it is not Ready.\n",
-		pvName, node, plan.Claim.At.UTC().Format(time.RFC3339))
+	fmt.Fprintf(stdout, "PV %s: node %s has claimed it since %s and has no VolumeAttachment for it; %s.\n",
+		pvName, node, plan.Claim.At.UTC().Format(time.RFC3339), plan.NodeState)
 	fmt.Fprintf(stdout, "Releasing the claim lets another node attach the volume. If %s still writes to it, data is lost.\n", node)
 	if !yes {
 		fmt.Fprintf(stdout, "Release the claim of %s on %s? [y/N] ", node, pvName)
@@ -130,8 +130,8 @@ func recordRelease(ctx context.Context, cl clients, pv *corev1.PersistentVolume,
 		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID,
 			ResourceVersion: pv.ResourceVersion},
 		Reason: "ClaimReleased",
-		Message: fmt.Sprintf("claim of node %s (since %s) released by hand with kubectl rds release by %s; %s had no VolumeAttachment and was not Ready",
-			node, plan.Claim.At.UTC().Format(time.RFC3339), who, node),
+		Message: fmt.Sprintf("claim of node %s (since %s) released by hand with kubectl rds release by %s; the node had no VolumeAttachment and %s",
+			node, plan.Claim.At.UTC().Format(time.RFC3339), who, plan.NodeState),
 		Type:                corev1.EventTypeWarning,
 		Source:              corev1.EventSource{Component: "kubectl-rds"},
 		ReportingController: "kubectl-rds",

@@ -133,6 +133,9 @@ func TestPlanRelease(t *testing.T) {
 			if plan.ResourceVersion != "42" || !strings.Contains(string(plan.Patch), `"resourceVersion":"42"`) {
 				t.Errorf("patch %s is not conditioned on resourceVersion 42", plan.Patch)
 			}
+			if plan.NodeState == "" {
+				t.Error("the plan does not say why the node cannot be using the volume")
+			}
 			if strings.Contains(string(plan.Patch), `\"`+tt.node+`\"`) {
 				t.Errorf("patch %s still names %s", plan.Patch, tt.node)
 			}

@@ -24,6 +24,7 @@ type ReleasePlan struct {
 	ResourceVersion string
 	Patch           []byte
 	Remaining       []string // the nodes whose claims stay
+	NodeState       string   // why the node cannot be using the volume, in words
 }
 
 // PlanRelease checks that node's claim on the PV may be dropped by hand and
@@ -67,6 +68,14 @@ func PlanRelease(c *Cluster, pvName, node string) (ReleasePlan, error) {
 	if sameNode && n.Ready == "True" {
 		return ReleasePlan{}, fmt.Errorf("%w: node %s is Ready and may be using PV %s; stop what uses it there, or if the node is really down mark it: kubectl taint node %s %s=nodeshutdown:NoExecute",
 			ErrRefused, node, pvName, node, OutOfServiceTaint)
+	}
+	switch {
+	case !n.Exists:
+		plan.NodeState = "its Node no longer exists"
+	case !sameNode:
+		plan.NodeState = "its Node was re-created since the claim (another UID)"
+	default:
+		plan.NodeState = fmt.Sprintf("it has been NotReady (%s) since %s", n.Ready, n.ReadySince.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	var entries map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(pv.Annotations[informers.ClaimsAnnotation]), &entries); err != nil {
