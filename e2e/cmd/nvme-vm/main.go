@@ -28,7 +28,7 @@ func main() {
 		timeout   = flag.Duration("timeout", 10*time.Minute, "kill the VM after this long")
 		results   = flag.String("results", ".cache/nvme-vm/runs/manual", "writable results directory shared with the guest")
 		memory    = flag.Int("memory", 2048, "guest memory in MiB")
-		cpus      = flag.Int("cpus", 2, "guest CPUs")
+		cpus      = flag.Int("cpus", 1, "guest CPUs")
 		kvm       = flag.String("kvm", "auto", "auto, on or off")
 	)
 	flag.Parse()
