@@ -2,7 +2,8 @@
 
 // The NVMe/TCP tier of the test suite (make e2e-nvme): it
 // boots the VM of e2e/vm twice, with nvme_core.multipath=Y and =N, and runs
-// the guest tests of pkg/nvme and pkg/csi (build tag nvmevm) inside against
+// the guest tests of pkg/nvme, pkg/csi and csi-sanity against the shipped
+// binaries (sanity_vm_test.go; all build tag nvmevm) inside against
 // the real kernel target (nvmet, driven by rds-sim's exporter) and
 // initiator (nvme-tcp). The guest binaries are built here with `go test
 // -c`; the guest runs them from the host's root, shared read-only.
@@ -40,6 +41,7 @@ var boots = []struct {
 	{"Y", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
+		{"./e2e/nvme", "^TestVMSanityBinaries$", "e2e-nvme.test"},
 	}},
 	{"N", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
@@ -66,6 +68,9 @@ func unavailable(t *testing.T, err error) {
 }
 
 func TestNVMeTCPInVM(t *testing.T) {
+	if os.Getenv("RDS_NVME_VM") == "1" {
+		t.Skip("inside the VM already")
+	}
 	root := repoRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
@@ -100,6 +105,12 @@ func TestNVMeTCPInVM(t *testing.T) {
 			built[r.name] = true
 		}
 	}
+	// The shipped binaries, for csi-sanity against them (sanity_vm_test.go).
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./cmd/rds-sim", "./cmd/rds-csi-driver")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the binaries: %v\n%s", err, out)
+	}
 	t.Logf("kernel, initramfs and guest binaries ready after %v", time.Since(start).Round(time.Second))
 
 	for _, b := range boots {
@@ -121,7 +132,7 @@ func TestNVMeTCPInVM(t *testing.T) {
 			cfg := base
 			cfg.ResultsDir = results
 			cfg.KernelArgs = []string{"nvme_core.multipath=" + b.multipath}
-			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+ko[0])
+			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+ko[0], "RDS_NVME_VM_BIN="+bin)
 			logFile := filepath.Join(results, "console.log")
 			_ = os.WriteFile(logFile, res.Output, 0o644)
 			summary := summarize(res.Output)
@@ -141,27 +152,25 @@ func TestNVMeTCPInVM(t *testing.T) {
 
 // summarize keeps the top-level results of the guest's go test -v output.
 func summarize(out []byte) string {
-	var b strings.Builder
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(l, "### ") || strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "PASS") || strings.HasPrefix(l, "FAIL") || strings.Contains(l, "csi-sanity:") {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
+	return keepLines(out, func(l string) bool {
+		return strings.HasPrefix(l, "### ") || strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "PASS") || strings.HasPrefix(l, "FAIL") || strings.Contains(l, "csi-sanity:")
+	})
 }
 
 // failures keeps the lines of failed tests and their messages.
 func failures(out []byte) string {
+	return keepLines(out, func(l string) bool {
+		return strings.Contains(l, "--- FAIL") || strings.Contains(l, "_test.go:") || strings.Contains(l, "[FAIL]") || strings.HasPrefix(l, "panic")
+	})
+}
+
+func keepLines(out []byte, keep func(string) bool) string {
 	var b strings.Builder
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		l := sc.Text()
-		if strings.Contains(l, "--- FAIL") || strings.Contains(l, "_test.go:") || strings.Contains(l, "[FAIL]") || strings.HasPrefix(l, "panic") {
-			b.WriteString(l + "\n")
+		if keep(sc.Text()) {
+			b.WriteString(sc.Text() + "\n")
 		}
 	}
 	return b.String()

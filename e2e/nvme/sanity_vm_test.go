@@ -1,0 +1,155 @@
+//go:build nvmevm
+
+package nvme
+
+// Inside the VM (RDS_NVME_VM=1): csi-sanity's Node specs against the
+// shipped binaries, as an operator would run them: bin/rds-sim exporting
+// through the kernel's nvmet (--nvme-export=nvmet) and bin/rds-csi-driver
+// --mode=all with its default, real NVMe/TCP connector.
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	"github.com/onsi/gomega"
+	"golang.org/x/crypto/ssh"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+// startProcess runs a binary until the test ends and returns the first
+// line of its standard output that starts with waitFor (with a deadline).
+func startProcess(t *testing.T, waitFor string, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("%s stderr (tail):\n%s", filepath.Base(name), tailString(string(b), 40))
+		}
+	})
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if waitFor != "" && strings.HasPrefix(sc.Text(), waitFor) {
+				found <- strings.TrimPrefix(sc.Text(), waitFor)
+				waitFor = ""
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	if waitFor == "" {
+		return ""
+	}
+	select {
+	case v := <-found:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not print %q within a minute", name, waitFor)
+		return ""
+	}
+}
+
+func tailString(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestVMSanityBinaries(t *testing.T) {
+	if os.Getenv("RDS_NVME_VM") != "1" {
+		t.Skip("runs inside the NVMe/TCP VM only (make e2e-nvme)")
+	}
+	bin := os.Getenv("RDS_NVME_VM_BIN")
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	pub, err := rdssim.WriteClientKey(key, "rds-csi@vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authKeys := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(authKeys, ssh.MarshalAuthorizedKey(pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	knownHosts := filepath.Join(dir, "known_hosts")
+	addr := startProcess(t, "rds-sim listening on ", filepath.Join(bin, "rds-sim"),
+		"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "pool"), "--pool-size", "4T",
+		"--authorized-keys", authKeys, "--write-known-hosts", knownHosts, "--nvme-export=nvmet")
+	host, port, _ := strings.Cut(addr, ":")
+	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
+	startProcess(t, "", filepath.Join(bin, "rds-csi-driver"),
+		"--mode=all", "--publish=false", "--endpoint="+endpoint, "--node-id=vm-node", "--rds-address="+host, "--rds-port="+port,
+		"--rds-key-file="+key, "--rds-known-hosts-file="+knownHosts, "--shutdown-grace=5s")
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("the driver did not come up: %v", err)
+	}
+
+	cfg := sanity.NewTestConfig()
+	cfg.Address = endpoint
+	cfg.TargetPath = filepath.Join(dir, "target")
+	cfg.StagingPath = filepath.Join(dir, "staging")
+	cfg.TestVolumeSize = 1<<30 + 24<<20
+	cfg.TestVolumeParameters = map[string]string{"csi.storage.k8s.io/pvc/name": "sanity", "csi.storage.k8s.io/pvc/namespace": "default"}
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	sc := sanity.GinkgoTest(&cfg)
+	suite, reporter := ginkgo.GinkgoConfiguration()
+	suite.FocusStrings = []string{"Node Service"}
+	reporter.Succinct = true
+	reporter.NoColor = true
+	counts := map[types.SpecState]int{}
+	ginkgo.ReportAfterSuite("counts", func(r ginkgo.Report) {
+		for _, sr := range r.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt {
+				counts[sr.State]++
+			}
+		}
+	})
+	passed := ginkgo.RunSpecs(t, "rds-csi sanity: Node specs against the binaries over NVMe/TCP", suite, reporter)
+	sc.Finalize()
+	t.Logf("csi-sanity Node specs against the binaries: %d passed, %d failed, %d skipped",
+		counts[types.SpecStatePassed], counts[types.SpecStateFailed]+counts[types.SpecStatePanicked], counts[types.SpecStateSkipped])
+	if !passed {
+		t.Error("csi-sanity Node specs failed")
+	}
+}
