@@ -39,6 +39,7 @@ type options struct {
 	crlf           bool
 	terminalWidth  int
 	exitOnFailure  bool
+	copyRate       string
 	nvmeExport     string
 	nvmetRoot      string
 	nvmetAddress   string
@@ -55,6 +56,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.latency, "latency", 0, "delay added before every command")
 	fs.BoolVar(&o.crlf, "crlf", false, "end output lines with CRLF")
 	fs.IntVar(&o.terminalWidth, "terminal-width", rdssim.DefaultTerminalWidth, "wrap print output at this many columns, as RouterOS does over SSH (a login name's width option overrides it; -1: no wrapping)")
+	fs.StringVar(&o.copyRate, "copy-rate", "0", "bytes per second /disk add copy-from copies (k/K/M/G/T suffix), so a copy takes time in proportion to its size; 0: at once")
 	fs.BoolVar(&o.exitOnFailure, "exit-status-on-failure", false, "exit with status 1 from a refused command (RouterOS is assumed to exit 0)")
 	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export nvme-tcp-export=yes disks through the kernel's NVMe/TCP target: nvmet (required; refuse to start without it), none, or auto (nvmet when its configfs tree is present)")
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
@@ -116,6 +118,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil || poolSize <= 0 {
 		return fmt.Errorf("--pool-size %q: want a positive size like 100G", o.poolSize)
 	}
+	copyRate, err := rdssim.ParseSize(o.copyRate)
+	if o.copyRate != "0" && (err != nil || copyRate <= 0) {
+		return fmt.Errorf("--copy-rate %q: want 0 or a positive size per second like 500M", o.copyRate)
+	}
 	if o.hostKey == "" {
 		o.hostKey = filepath.Join(o.dataDir, ".rdssim-host-key")
 	}
@@ -137,6 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CRLF:                o.crlf,
 		TerminalWidth:       o.terminalWidth,
 		ExitStatusOnFailure: o.exitOnFailure,
+		CopyRate:            copyRate,
 		Logger:              klog.Background(),
 		Exporter:            exporter,
 	})

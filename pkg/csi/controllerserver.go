@@ -213,7 +213,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		// without a disk is debris of an earlier attempt: ours to reclaim.
 		disk, err = s.d.rds.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export, OwnsFilePath: true})
 	} else {
-		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export, OwnsFilePath: true})
+		// A file without a disk here may be a copy still running: never
+		// reclaimed.
+		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export})
 	}
 	switch {
 	case errors.Is(err, rds.ErrNoSpace):

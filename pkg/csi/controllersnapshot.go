@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -19,7 +20,14 @@ import (
 // Snapshots are full copies of a volume's disk (/disk add copy-from=),
 // not exported, with their source volume and creation time in the backing
 // file name (see snapshotFilePath and docs/volumes-and-snapshots.md). A
-// copy is complete when /disk add returns, so a snapshot is ready at once.
+// copy is complete when its /disk add returns, and its disk appears only
+// then; a copy whose reply was lost is reported not ready until its disk
+// appears, and is never started twice while it may still run.
+
+// pendingCopyTimeout is how long a snapshot file without a disk counts as
+// a copy still running (rds.Config.CopyTimeout's default); older, it is
+// the debris of a copy that died, removed before copying again.
+const pendingCopyTimeout = time.Hour
 
 func snapshotOf(d *rds.Disk, m snapshotMeta) *csi.Snapshot {
 	return &csi.Snapshot{
@@ -29,6 +37,46 @@ func snapshotOf(d *rds.Disk, m snapshotMeta) *csi.Snapshot {
 		CreationTime:   timestamppb.New(m.CreatedAt),
 		ReadyToUse:     true,
 	}
+}
+
+// pendingSnapshot is a snapshot whose copy is not confirmed complete.
+func pendingSnapshot(size int64, m snapshotMeta) *csi.CreateSnapshotResponse {
+	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{
+		SnapshotId:     m.SnapshotID,
+		SourceVolumeId: m.SourceVolumeID,
+		SizeBytes:      size,
+		CreationTime:   timestamppb.New(m.CreatedAt),
+		ReadyToUse:     false,
+	}}
+}
+
+// runningCopy finds a copy of snapshot id that may still be running: its
+// file without a disk, younger than pendingCopyTimeout. Older ones are
+// removed.
+func (s *ControllerServer) runningCopy(ctx context.Context, id string) (*snapshotMeta, error) {
+	dir := path.Join(s.d.opts.VolumePath, snapshotDir)
+	files, err := s.d.rds.FilesWithPrefix(ctx, path.Join(dir, id)+srcMarker)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		file := "/" + f.Name
+		m, err := parseSnapshotFileName(path.Base(file))
+		if err != nil || m.SnapshotID != id || path.Dir(file) != dir {
+			continue
+		}
+		if s.now().Sub(m.CreatedAt) < pendingCopyTimeout {
+			return &m, nil
+		}
+		if used, err := s.d.rds.DiskUsingFile(ctx, file); err != nil || used {
+			return nil, err
+		}
+		if err := s.d.rds.RemoveFile(ctx, file); err != nil {
+			return nil, err
+		}
+		klog.FromContext(ctx).Info("removed the file of a snapshot copy that never completed", "snapshot", id, "file", file)
+	}
+	return nil, nil
 }
 
 // getSnapshot returns a snapshot's disk and metadata, or NOT_FOUND.
@@ -77,12 +125,27 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	case !errors.Is(err, rds.ErrNotFound):
 		return nil, fmt.Errorf("snapshot %s (name %q): looking it up on the RDS: %w", id, name, err)
 	}
-	if _, err := s.getVolume(ctx, source); err != nil {
+	src, err := s.getVolume(ctx, source)
+	if err != nil {
 		return nil, err
+	}
+	// A copy sent earlier whose reply was lost may still be running.
+	switch running, err := s.runningCopy(ctx, id); {
+	case err != nil:
+		return nil, fmt.Errorf("snapshot %s (name %q): looking for a copy in progress on the RDS: %w", id, name, err)
+	case running != nil && running.SourceVolumeID != source:
+		return nil, statusf(codes.AlreadyExists, "snapshot %s (name %q) is being made of volume %s, not %s; use another name", id, name, running.SourceVolumeID, source)
+	case running != nil:
+		logger.Info("snapshot copy still in progress", "file", s.d.snapshotFilePath(*running))
+		return pendingSnapshot(src.Size, *running), nil
 	}
 	meta := snapshotMeta{SnapshotID: id, SourceVolumeID: source, CreatedAt: s.now().UTC()}
 	d, err := s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: s.d.snapshotFilePath(meta), SourceSlot: source})
 	switch {
+	case errors.Is(err, rds.ErrCopyPending):
+		// Sent, not confirmed: ready once its disk appears.
+		logger.Info("snapshot copy sent, completion not confirmed yet", "err", err)
+		return pendingSnapshot(src.Size, meta), nil
 	case errors.Is(err, rds.ErrAlreadyExists):
 		// Made meanwhile by another controller replica, with its own
 		// creation time in the file name: that one is the snapshot.

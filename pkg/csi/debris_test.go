@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -97,5 +99,55 @@ func TestSimCreateVolumeReclaimsOrphanedFile(t *testing.T) {
 	}
 	if d, ok := env.disk(testPVC); !ok || d.FilePath != file || vol.Volume.CapacityBytes != 8*rds.MiB || d.Size != 8*rds.MiB {
 		t.Fatalf("disk %+v, volume %v", d, vol)
+	}
+}
+
+// TestSimSnapshotReadyOnlyWhenCopied: a snapshot whose copy outlives the
+// CreateSnapshot call is reported not ready, is not copied a second time
+// by the repeated call, and is ready once the copy completed.
+func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
+	env := startSimEnv(t, simEnvConfig{CopyRate: 64 * rds.MiB}) // 1 s for 64 MiB
+	ctx := context.Background()
+	vol, err := env.ctrl.CreateVolume(ctx, createReq(testPVC, 64*rds.MiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &csi.CreateSnapshotRequest{Name: testSnapName, SourceVolumeId: vol.Volume.VolumeId}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	// The CO's deadline passes during the copy (the driver's answer, not
+	// ready, arrives after it).
+	if resp, err := env.ctrl.CreateSnapshot(short, req); code(err) != codes.DeadlineExceeded && (err != nil || resp.Snapshot.ReadyToUse) {
+		t.Fatalf("CreateSnapshot past its deadline: %v, %v", resp, err)
+	}
+	// Until the first call has let go of the snapshot, a repeat is ABORTED
+	// (the CO retries); then it answers without copying again.
+	first, err := env.ctrl.CreateSnapshot(ctx, req)
+	for code(err) == codes.Aborted {
+		time.Sleep(5 * time.Millisecond)
+		first, err = env.ctrl.CreateSnapshot(ctx, req)
+	}
+	if err != nil || first.Snapshot.ReadyToUse || first.Snapshot.SizeBytes != 64*rds.MiB {
+		t.Fatalf("repeated while copying: %v, %v", first, err)
+	}
+	copies := 0
+	for _, c := range env.sim.Commands() {
+		if strings.Contains(c.Text, "copy-from") {
+			copies++
+		}
+	}
+	if copies != 1 {
+		t.Fatalf("the snapshot was copied %d times", copies)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, ok := env.disk(first.Snapshot.SnapshotId); ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done, err := env.ctrl.CreateSnapshot(ctx, req)
+	if err != nil || !done.Snapshot.ReadyToUse || !done.Snapshot.CreationTime.AsTime().Equal(first.Snapshot.CreationTime.AsTime()) {
+		t.Fatalf("after the copy: %v, %v", done, err)
 	}
 }

@@ -36,7 +36,7 @@ func toStatus(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, rds.ErrInvalidArgument):
 		code = codes.InvalidArgument
-	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey):
+	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey), errors.Is(err, rds.ErrCopyPending):
 		// The RDS is unreachable or not the one we pinned: the CO retries.
 		code = codes.Unavailable
 	case errors.Is(err, nvme.ErrSubsystemNotFound):

@@ -213,7 +213,7 @@ func (f *fakeRDS) CopyDisk(_ context.Context, req rds.CopyDiskRequest) (*rds.Dis
 			return nil, fmt.Errorf("%w: copy smaller than source", rds.ErrInvalidArgument)
 		}
 	}
-	return f.add(req.Slot, req.FilePath, want, req.Export, req.OwnsFilePath, func(d rds.Disk) bool { return sameExportFake(d, req.Export) })
+	return f.add(req.Slot, req.FilePath, want, req.Export, false, func(d rds.Disk) bool { return sameExportFake(d, req.Export) })
 }
 
 func (f *fakeRDS) GetDisk(_ context.Context, slot string) (*rds.Disk, error) {

@@ -38,6 +38,7 @@ type simEnvConfig struct {
 	DataDir  string        // default: a new temporary directory
 	PoolSize int64         // default 100 GiB
 	Latency  time.Duration // added by the simulator to every command
+	CopyRate int64         // the simulator's copy speed, bytes/s; 0: at once
 	Node     csi.NodeServer
 	// LoopNode serves the real node service (mode "all", node ID
 	// testNodeID) on the same endpoint, its volumes attached as loop
@@ -69,7 +70,7 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	if cfg.LoopNode && vmTransport != nil {
 		exporter = vmTransport.exporter(t)
 	}
-	sim, err := rdssim.New(rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency, Exporter: exporter})
+	sim, err := rdssim.New(rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency, CopyRate: cfg.CopyRate, Exporter: exporter})
 	if err != nil {
 		t.Fatal(err)
 	}

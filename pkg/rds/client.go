@@ -44,9 +44,13 @@ type Config struct {
 	// anyone on the path impersonate the RDS and receive every command.
 	InsecureSkipHostKeyCheck bool
 
-	MaxSessions       int           // concurrent SSH sessions, default 4
-	DialTimeout       time.Duration // TCP connect + SSH handshake, default 10s
-	CommandTimeout    time.Duration // one attempt of one command, default 30s
+	MaxSessions    int           // concurrent SSH sessions, default 4
+	DialTimeout    time.Duration // TCP connect + SSH handshake, default 10s
+	CommandTimeout time.Duration // one attempt of one command, default 30s
+	// CopyTimeout bounds a /disk add copy-from, which copies the whole
+	// source and takes time in proportion to its size; default 1h, and
+	// never past the caller's context.
+	CopyTimeout       time.Duration
 	KeepAliveInterval time.Duration // default 15s; <0 disables
 	MaxAttempts       int           // per command, transient failures only, default 4
 	RetryBaseDelay    time.Duration // default 200ms, doubled per attempt, jittered
@@ -87,6 +91,9 @@ func (c *Config) setDefaults() {
 	if c.CommandTimeout <= 0 {
 		c.CommandTimeout = 30 * time.Second
 	}
+	if c.CopyTimeout <= 0 {
+		c.CopyTimeout = time.Hour
+	}
 	if c.KeepAliveInterval == 0 {
 		c.KeepAliveInterval = 15 * time.Second
 	}
@@ -109,10 +116,11 @@ type Client struct {
 	sshCfg *ssh.ClientConfig
 	sem    chan struct{}
 
-	mu     sync.Mutex
-	conn   *ssh.Client
-	dials  int
-	closed bool
+	mu      sync.Mutex
+	conn    *ssh.Client
+	dialing chan struct{} // closed when the dial in progress ends; nil when none
+	dials   int
+	closed  bool
 }
 
 // NewClient validates the configuration and loads the key and known_hosts.
@@ -262,15 +270,57 @@ func (c *Client) Connected() bool {
 	return c.conn != nil
 }
 
+// connection returns the shared connection, dialling it when there is
+// none. One caller dials, outside the lock; the others wait for that dial
+// or their own deadline, whichever comes first, so a slow dial never holds
+// a caller past its context.
 func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errors.New("rds client is closed")
+	for {
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return nil, errors.New("rds client is closed")
+		case c.conn != nil:
+			conn := c.conn
+			c.mu.Unlock()
+			return conn, nil
+		case c.dialing != nil:
+			wait := c.dialing
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue // the dial ended: use its connection or dial again
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: waiting for the connection to %s: %v", ErrTransient, c.addr, ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		c.dialing = done
+		c.mu.Unlock()
+		conn, err := c.dial(ctx)
+		c.mu.Lock()
+		c.dialing = nil
+		close(done)
+		if err == nil {
+			if c.closed {
+				c.mu.Unlock()
+				conn.Close()
+				return nil, errors.New("rds client is closed")
+			}
+			c.conn = conn
+			c.dials++
+		}
+		c.mu.Unlock()
+		if err == nil && c.cfg.KeepAliveInterval > 0 {
+			go c.keepAlive(conn)
+		}
+		return conn, err
 	}
-	if c.conn != nil {
-		return c.conn, nil
-	}
+}
+
+// dial opens a new SSH connection.
+func (c *Client) dial(ctx context.Context) (*ssh.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
 	tcp, err := (&net.Dialer{}).DialContext(dctx, "tcp", c.addr)
@@ -293,13 +343,7 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 		return nil, fmt.Errorf("%w: SSH handshake with %s: %v", ErrTransient, c.addr, err)
 	}
 	_ = tcp.SetDeadline(time.Time{})
-	conn := ssh.NewClient(sc, chans, reqs)
-	c.conn = conn
-	c.dials++
-	if c.cfg.KeepAliveInterval > 0 {
-		go c.keepAlive(conn)
-	}
-	return conn, nil
+	return ssh.NewClient(sc, chans, reqs), nil
 }
 
 func isAuthFailure(err error) bool {
@@ -356,8 +400,14 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 		err      error
 		attempts int
 	)
+	timeout, resend := c.cfg.CommandTimeout, true
+	if isCopy(cmd) {
+		// A copy may run for long, and must not run twice: a re-sent
+		// add could find a partial copy and take it for the result.
+		timeout, resend = c.cfg.CopyTimeout, false
+	}
 	for attempts = 1; ; attempts++ {
-		out, err = c.runOnce(ctx, cmd)
+		out, err = c.runOnce(ctx, cmd, timeout)
 		if err == nil {
 			if isPrint(cmd) {
 				err = classifyOutput(cmd, out)
@@ -366,7 +416,8 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 			}
 			break
 		}
-		if !errors.Is(err, ErrTransient) || attempts >= c.cfg.MaxAttempts || ctx.Err() != nil {
+		if !errors.Is(err, ErrTransient) || attempts >= c.cfg.MaxAttempts || ctx.Err() != nil ||
+			(!resend && errors.Is(err, ErrOutcomeUnknown)) {
 			break
 		}
 		klog.FromContext(ctx).V(2).Info("retrying RDS command after transport failure", "attempt", attempts, "err", err)
@@ -388,6 +439,9 @@ func (c *Client) exec(ctx context.Context, format string, values ...string) (str
 	}
 	return c.run(ctx, cmd)
 }
+
+// isCopy: /disk add copy-from.
+func isCopy(cmd string) bool { return strings.Contains(cmd, " copy-from=") }
 
 // isPrint tells a print command, whose output is data, from a command
 // that prints nothing when it succeeds.
@@ -432,15 +486,18 @@ func (c *Client) wait(ctx context.Context, attempt int) error {
 	}
 }
 
-// runOnce is one attempt: one session on the shared connection.
-func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
+// runOnce is one attempt: one session on the shared connection, bounded
+// by timeout. A command that outlives it has its session closed; the
+// connection and the other sessions on it carry on (a dead peer is found
+// by the keepalive).
+func (c *Client) runOnce(ctx context.Context, cmd string, timeout time.Duration) (string, error) {
 	select {
 	case c.sem <- struct{}{}:
 		defer func() { <-c.sem }()
 	case <-ctx.Done():
 		return "", fmt.Errorf("%w: waiting for an SSH session slot: %v", ErrTransient, ctx.Err())
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.CommandTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	conn, err := c.connection(cctx)
 	if err != nil {
@@ -451,22 +508,26 @@ func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
 		c.drop(conn)
 		return "", fmt.Errorf("%w: opening SSH session: %v", ErrTransient, err)
 	}
-	defer sess.Close()
 	// x/crypto/ssh copies stdout and stderr in separate goroutines; a shared
 	// writer must be locked or replies get lost.
 	var buf lockedBuffer
 	sess.Stdout = &buf
 	sess.Stderr = &buf
+	if err := sess.Start(cmd); err != nil {
+		sess.Close()
+		c.drop(conn)
+		return "", fmt.Errorf("%w: starting the command: %v", ErrTransient, err)
+	}
 	done := make(chan error, 1)
-	go func() { done <- sess.Run(cmd) }()
+	go func() { done <- sess.Wait() }()
 	select {
 	case err = <-done:
+		sess.Close()
 	case <-cctx.Done():
-		// A command that outlives its timeout leaves the session in an
-		// unknown state; drop the connection so the next attempt starts clean.
-		c.drop(conn)
-		<-done
-		return "", fmt.Errorf("%w: command timed out: %v", ErrTransient, cctx.Err())
+		// Only this session is given up; its goroutine ends when the
+		// channel closes.
+		sess.Close()
+		return "", fmt.Errorf("%w: command timed out after it was sent: %v", ErrOutcomeUnknown, cctx.Err())
 	}
 	var exitErr *ssh.ExitError
 	switch {
@@ -482,10 +543,10 @@ func (c *Client) runOnce(ctx context.Context, cmd string) (string, error) {
 		return "", &CommandError{Command: cmd, Output: line, kind: errorKind(line)}
 	case errors.Is(err, io.EOF), isExitMissing(err):
 		c.drop(conn)
-		return "", fmt.Errorf("%w: connection lost during command", ErrTransient)
+		return "", fmt.Errorf("%w: connection lost during command", ErrOutcomeUnknown)
 	default:
 		c.drop(conn)
-		return "", fmt.Errorf("%w: %v", ErrTransient, err)
+		return "", fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 	}
 }
 

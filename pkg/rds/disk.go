@@ -75,12 +75,11 @@ func (r CreateDiskRequest) validate() (int64, error) {
 // (snapshot, clone, restore). Size 0 keeps the source's size; a larger size
 // grows the copy; a smaller one is refused.
 type CopyDiskRequest struct {
-	Slot         string
-	FilePath     string
-	SourceSlot   string
-	Size         int64
-	Export       *Export
-	OwnsFilePath bool // see CreateDiskRequest
+	Slot       string
+	FilePath   string
+	SourceSlot string
+	Size       int64
+	Export     *Export
 }
 
 func (r CopyDiskRequest) validate() error {

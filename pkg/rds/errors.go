@@ -24,6 +24,14 @@ var (
 	// ErrTransient: the transport failed (connection lost, timeout, refused).
 	// Only these are retried.
 	ErrTransient = errors.New("transient RDS transport failure")
+	// ErrOutcomeUnknown: the command was sent, and the transport failed
+	// before its reply: it may have run, in part or whole. Wraps
+	// ErrTransient; commands that must not run twice are not re-sent.
+	ErrOutcomeUnknown = fmt.Errorf("%w: the command was sent, its outcome is unknown", ErrTransient)
+	// ErrCopyPending: a copy (/disk add copy-from) was sent and its outcome
+	// is unknown: it may still be running on the RDS. The copy's disk
+	// appears when it completes; until then it is not ready.
+	ErrCopyPending = errors.New("copy on RDS not confirmed complete")
 	// ErrHostKey: the RDS host key did not match the pinned known_hosts entry.
 	ErrHostKey = errors.New("RDS host key verification failed")
 )

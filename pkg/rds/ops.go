@@ -63,12 +63,26 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 		}
 	}
 	exportArgs, exportValues := req.Export.args()
-	add := func() error {
-		_, err := c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
-			append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
-		return err
+	_, err = c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
+		append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		// Sent, not confirmed. It is not re-sent and not cleaned up: it
+		// may still be copying. Its disk appears only once the copy is
+		// complete (assumed, see docs/routeros.md), so a disk means done.
+		// The caller's context may be what ended the wait: look with a
+		// fresh one.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CommandTimeout)
+		defer cancel()
+		d, gerr := c.GetDisk(rctx, req.Slot)
+		switch {
+		case gerr == nil && d.FilePath == req.FilePath && sameExport(d, req.Export):
+			return c.growCopy(ctx, d, want)
+		case gerr == nil || errors.Is(gerr, ErrNotFound):
+			return nil, fmt.Errorf("%w: copy %q of %q: %v", ErrCopyPending, req.Slot, req.SourceSlot, err)
+		}
+		return nil, fmt.Errorf("%w; reading the copy back: %v", err, gerr)
 	}
-	if err := c.addReclaiming(ctx, add, req.Slot, req.FilePath, req.OwnsFilePath); err != nil {
+	if err != nil {
 		d, err := c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool { return sameExport(d, req.Export) })
 		if err != nil {
 			return nil, err

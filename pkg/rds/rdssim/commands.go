@@ -18,6 +18,9 @@ func (s *Server) execute(line string, width int) (out string, failed bool) {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	out, err := s.run(line, width)
+	if err == nil && s.pending != nil {
+		err = s.finishCopy()
+	}
 	if err == nil {
 		err = s.syncExports() // exporter.go
 	}
@@ -323,6 +326,13 @@ func (s *Server) diskAdd(cmd *command) error {
 	}
 	d := &disk{Slot: slot, FilePath: filePath, Port: defaultNVMePort}
 	da.apply(d)
+	if src != nil && s.copyRate > 0 {
+		// The copy takes time in proportion to its size; its disk appears
+		// when it is done (execute waits, without the state lock).
+		s.pending = &pendingCopy{disk: d, hostPath: hostPath, took: time.Duration(float64(size) / float64(s.copyRate) * float64(time.Second))}
+		s.copying[filePath] = true
+		return nil
+	}
 	s.disks = append(s.disks, d)
 	if err := saveState(s.dataDir, s.disks); err != nil {
 		s.disks = s.disks[:len(s.disks)-1]
@@ -384,6 +394,46 @@ func (s *Server) createBackingFile(p string, size int64, srcPath string) (err er
 		return err
 	}
 	return copySparse(f, sf, min(fi.Size(), size))
+}
+
+// pendingCopy is a /disk add copy-from still copying.
+type pendingCopy struct {
+	disk     *disk
+	hostPath string
+	took     time.Duration
+}
+
+// finishCopy waits out the copy in s.pending with the state lock released
+// (other commands run meanwhile; the copy goes on when the client gives
+// up, as a RouterOS command does), then adds its disk. Called and returns
+// with s.stateMu held.
+func (s *Server) finishCopy() error {
+	p := s.pending
+	s.pending = nil
+	s.stateMu.Unlock()
+	t := time.NewTimer(p.took)
+	select {
+	case <-t.C:
+	case <-s.ctx.Done():
+		t.Stop()
+	}
+	s.stateMu.Lock()
+	delete(s.copying, p.disk.FilePath)
+	if s.ctx.Err() != nil {
+		os.Remove(p.hostPath)
+		return failure("copy interrupted")
+	}
+	if s.diskBySlot(p.disk.Slot) != nil {
+		os.Remove(p.hostPath)
+		return failure("disk with such slot already exists")
+	}
+	s.disks = append(s.disks, p.disk)
+	if err := saveState(s.dataDir, s.disks); err != nil {
+		s.disks = s.disks[:len(s.disks)-1]
+		os.Remove(p.hostPath)
+		return err
+	}
+	return nil
 }
 
 func (s *Server) diskSet(cmd *command) error {
@@ -538,6 +588,9 @@ func (s *Server) fileRemove(cmd *command) error {
 	for _, e := range selected {
 		if e.rel == "" {
 			return failure("can not remove the mount point of a disk")
+		}
+		if s.copying["/"+e.name] {
+			return failure("file is in use by a copy in progress")
 		}
 		for _, d := range s.disks {
 			if d.FilePath == "/"+e.name {

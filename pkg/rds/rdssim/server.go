@@ -61,6 +61,12 @@ type Config struct {
 	// DefaultTerminalWidth; negative means no wrapping. A login name with a
 	// width option ("admin+ct511w") overrides it for that connection.
 	TerminalWidth int
+	// CopyRate is how many bytes per second /disk add copy-from copies:
+	// the command returns, and the new disk appears, after size/CopyRate
+	// (assumed: RouterOS shows a copy's disk only once it is complete).
+	// Meanwhile other commands run, and the copy's file exists and cannot
+	// be removed. 0 copies at once.
+	CopyRate int64
 	// ExitStatusOnFailure makes a refused command exit with status 1
 	// instead of 0 (RouterOS is assumed to exit 0 and say "failure: ..."),
 	// to check that a client copes with both.
@@ -97,6 +103,9 @@ type Server struct {
 	crlf     bool
 	width    int
 	exitFail bool
+	copyRate int64
+	pending  *pendingCopy    // set by a copying diskAdd for execute; under stateMu
+	copying  map[string]bool // file paths of copies in progress; under stateMu
 	log      klog.Logger
 	now      func() time.Time
 	started  time.Time
@@ -193,6 +202,8 @@ func New(cfg Config) (*Server, error) {
 		crlf:     cfg.CRLF,
 		width:    cfg.TerminalWidth,
 		exitFail: cfg.ExitStatusOnFailure,
+		copyRate: cfg.CopyRate,
+		copying:  map[string]bool{},
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		hostKey:  hostKey,

@@ -1,0 +1,128 @@
+package rds
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+// waitForCommand waits until the simulator has received a command
+// containing match (it is logged before the exec request is answered).
+func waitForCommand(t *testing.T, sim *rdssim.Server, match string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, c := range sim.Commands() {
+			if strings.Contains(c.Text, match) {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the simulator never received %q", match)
+}
+
+func commandsContaining(sim *rdssim.Server, match string) int {
+	n := 0
+	for _, c := range sim.Commands() {
+		if strings.Contains(c.Text, match) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSlowCopyKeepsOtherSessions: a copy that outlives the per-command
+// timeout neither drops the shared connection under the commands in flight
+// beside it nor is sent twice; it is bounded by the caller's context and
+// then reported as not confirmed.
+func TestSlowCopyKeepsOtherSessions(t *testing.T) {
+	env := startSim(t, 10*GiB)
+	c := env.client(t, func(cfg *Config) { cfg.MaxAttempts = 1 })
+	ctx := context.Background()
+	if _, err := c.CreateDisk(ctx, req("pvc-src", GiB)); err != nil {
+		t.Fatal(err)
+	}
+	env.sim.HangNth(1, "copy-from")
+
+	copyErr := make(chan error, 1)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, err := c.CopyDisk(cctx, CopyDiskRequest{Slot: "snap-1", FilePath: "/storage-pool/k8s/snap-1.img", SourceSlot: "pvc-src"})
+		copyErr <- err
+	}()
+	waitForCommand(t, env.sim, "copy-from")
+
+	// Three reads in flight when the copy is given up.
+	env.sim.SetLatency(300 * time.Millisecond)
+	before := commandsContaining(env.sim, `where slot="pvc-src"`)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.GetDisk(ctx, "pvc-src")
+		}()
+	}
+	for commandsContaining(env.sim, `where slot="pvc-src"`) < before+len(errs) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("GetDisk %d beside the slow copy: %v", i, err)
+		}
+	}
+	if err := <-copyErr; err == nil {
+		t.Fatal("the hung copy succeeded")
+	}
+	if n := commandsContaining(env.sim, "copy-from"); n != 1 {
+		t.Errorf("the copy was sent %d times", n)
+	}
+	if c.Dials() != 1 {
+		t.Errorf("dials = %d, want 1", c.Dials())
+	}
+}
+
+// TestCopyPendingThenDone: a copy whose reply does not come within the
+// caller's context is not re-sent and is reported pending; the disk
+// appears when the copy completes, and the copy is then complete.
+func TestCopyPendingThenDone(t *testing.T) {
+	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyRate = 64 * MiB }) // 1 s for 64 MiB
+	c := env.client(t, nil)
+	ctx := context.Background()
+	if _, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB)); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	r := CopyDiskRequest{Slot: "snap-1", FilePath: "/storage-pool/k8s/snap-1.img", SourceSlot: "pvc-src"}
+	if _, err := c.CopyDisk(cctx, r); !errors.Is(err, ErrCopyPending) {
+		t.Fatalf("CopyDisk past its context: %v, want ErrCopyPending", err)
+	}
+	if _, err := c.GetDisk(ctx, "snap-1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the copy's disk before the copy completed: %v", err)
+	}
+	if err := c.RemoveFile(ctx, r.FilePath); !errors.Is(err, ErrCommandFailed) {
+		t.Fatalf("removing the file of a running copy: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(env.sim.Disks()) != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	d, err := c.GetDisk(ctx, "snap-1")
+	if err != nil || d.Size != 64*MiB {
+		t.Fatalf("the copy after it completed: %+v, %v", d, err)
+	}
+	if n := commandsContaining(env.sim, "copy-from"); n != 1 {
+		t.Errorf("the copy was sent %d times", n)
+	}
+}
