@@ -7,12 +7,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
 
@@ -79,10 +82,23 @@ func logAndMapErrors(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	return resp, err
 }
 
+// recoverPanics turns a panic in a handler into an INTERNAL error for that
+// call, logged with its stack, instead of taking down the process and every
+// call in flight with it.
+func recoverPanics(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.FromContext(ctx).Error(nil, "panic in handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "%s: internal error (a bug in the driver, logged with its stack): %v", info.FullMethod, r)
+		}
+	}()
+	return handler(ctx, req)
+}
+
 // NewGRPCServer returns a server with the driver's interceptors and the
 // given services registered (nil services are skipped).
 func NewGRPCServer(ids csi.IdentityServer, cs csi.ControllerServer, ns csi.NodeServer) *grpc.Server {
-	srv := grpc.NewServer(grpc.UnaryInterceptor(logAndMapErrors))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logAndMapErrors, recoverPanics))
 	if ids != nil {
 		csi.RegisterIdentityServer(srv, ids)
 	}
