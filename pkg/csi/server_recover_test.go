@@ -11,7 +11,9 @@ import (
 )
 
 // panickyIdentity panics in GetPluginInfo.
-type panickyIdentity struct{ csi.UnimplementedIdentityServer }
+type panickyIdentity struct {
+	csi.UnimplementedIdentityServer
+}
 
 func (panickyIdentity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 	var m map[string]int
