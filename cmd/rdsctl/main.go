@@ -39,6 +39,8 @@ commands:
   copy SLOT SOURCE [SIZE]       copy a disk (snapshot/clone/restore); not exported
   delete SLOT                   remove a disk and its backing file (a volume or snapshot of the driver)
   allow-host SLOT [HOSTNQN]     restrict the export to a host NQN (empty clears)
+  selftest                      create, print, resize, snapshot, restore and delete scratch disks
+                                (rdsctl-selftest-*), check every parse, print a report
   gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
 
 flags:
@@ -88,6 +90,10 @@ func run(args []string) error {
 				fmt.Printf("  ! %v\n", r.Err)
 			}
 		}
+	}
+	if fs.Arg(0) == "selftest" {
+		return selftest(cfg, selftestOptions{pool: *pool, basePath: *basePath, nqnPrefix: *nqnPrefix, nvmePort: *nvmePort,
+			timeout: *timeout, loginOptions: cfg.LoginOptions}, os.Stdout)
 	}
 	client, err := rds.NewClient(cfg)
 	if err != nil {
