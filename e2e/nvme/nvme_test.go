@@ -153,7 +153,7 @@ func TestNVMeTCPInVM(t *testing.T) {
 // summarize keeps the top-level results of the guest's go test -v output.
 func summarize(out []byte) string {
 	return keepLines(out, func(l string) bool {
-		return strings.HasPrefix(l, "### ") || strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "PASS") || strings.HasPrefix(l, "FAIL") || strings.Contains(l, "csi-sanity:")
+		return strings.HasPrefix(l, "### ") || strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "PASS") || strings.HasPrefix(l, "FAIL") || strings.Contains(l, "csi-sanity")
 	})
 }
 

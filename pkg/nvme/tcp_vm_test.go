@@ -312,8 +312,115 @@ func TestVMConnectUnknownNQN(t *testing.T) {
 	waitNoControllers(t, discoveryNQN, time.Minute)
 }
 
+// What storage fencing (changing nvme-tcp-server-allow-host-name) does on
+// Linux nvmet, as the simulator applies it: a host that is not allowed
+// cannot connect (ErrSubsystemNotFound); changing the allowed host leaves
+// the old host's established controller live; taking the subsystem off
+// the port and back drops every connection, and only the allowed host
+// gets back in.
+func TestVMAllowedHostChange(t *testing.T) {
+	requireVM(t)
+	nqn := testPrefix + "vm-fence"
+	a, b := vmConnector(t), vmConnector(t)
+	a.cfg.CtrlLossTimeout = 5 * time.Second // how long A keeps knocking
+	idA, err := a.HostIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := b.HostIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := rdssim.NewNvmetExporter(rdssim.NvmetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "fence.img")
+	if err := os.WriteFile(file, make([]byte, 16<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	export := func(host string) {
+		t.Helper()
+		if err := e.Reconcile([]rdssim.Export{{NQN: nqn, Port: vmPort, File: file, Size: 16 << 20, AllowHost: host}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { deleteAll(t, nqn); _ = e.Reconcile(nil) })
+	ctx := vmCtx(t, 2*time.Minute)
+
+	export(idA.NQN)
+	if _, err := b.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqn}); !errors.Is(err, ErrSubsystemNotFound) {
+		t.Fatalf("B connecting while only A is allowed = %v, want ErrSubsystemNotFound", err)
+	}
+	devA, err := a.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqn})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	export(idB.NQN)
+	ctrls := controllersOf(t, nqn)
+	if len(ctrls) != 1 {
+		t.Fatalf("controllers after the allowed host changed: %v", ctrls)
+	}
+	if state, _ := readAttr(filepath.Join("/sys/class/nvme", ctrls[0], "state")); state != stateLive {
+		t.Errorf("A's controller is %q right after the change; nvmet checks hosts at connect only", state)
+	}
+	f, err := os.OpenFile(devA, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, werr := f.WriteAt(make([]byte, 4096), 0)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	f.Close()
+	if werr != nil {
+		t.Errorf("A's write after the change failed (%v); nvmet was expected to let it through", werr)
+	}
+
+	// Dropping the connections: off the port and back.
+	link := filepath.Join(rdssim.DefaultNvmetRoot, "ports", fmt.Sprint(vmPort), "subsystems", nqn)
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(rdssim.DefaultNvmetRoot, "subsystems", nqn), link); err != nil {
+		t.Fatal(err)
+	}
+	// A's controller keeps trying, is refused, and goes when its
+	// ctrl_loss_tmo (5 s here) runs out; it must never be live again.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctrls := controllersOf(t, nqn)
+		for _, c := range ctrls {
+			if st, _ := readAttr(filepath.Join("/sys/class/nvme", c, "state")); st == stateLive {
+				t.Fatalf("A reconnected after the port bounce although only B is allowed")
+			}
+		}
+		if len(ctrls) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's controllers %v are still there after ctrl_loss_tmo", ctrls)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Only now can B connect from this kernel: nvmet hands B's controller
+	// the cntlid A's had, and one host kernel refuses a duplicate cntlid
+	// within a subsystem ("Duplicate cntlid"). Two real nodes do not
+	// share a kernel, so there B gets in at once.
+	fabricsConnect(t, nqn, idB.NQN)
+	ctrls = controllersOf(t, nqn)
+	if len(ctrls) != 1 {
+		t.Fatalf("controllers after B connected: %v", ctrls)
+	}
+	if h, _ := readAttr(filepath.Join("/sys/class/nvme", ctrls[0], "hostnqn")); h != idB.NQN {
+		t.Errorf("the controller is %s's, want B's", h)
+	}
+}
+
 // A node whose nvme-tcp module is not loaded gets an error that names the
-// fix. The module is loaded again from the unpacked kernel package.
+// fix. The module is loaded again from the unpacked kernel package. Last
+// of the tests: unloading needs every nvme-tcp controller gone.
 func TestVMNoNvmeTCPModule(t *testing.T) {
 	requireVM(t)
 	ko := os.Getenv("RDS_NVME_VM_NVME_TCP_KO")
