@@ -44,11 +44,11 @@ func TestSimDeleteSnapshotFinishesInterruptedDelete(t *testing.T) {
 	if _, err := env.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 		t.Fatalf("retried DeleteSnapshot: %v", err)
 	}
-	if out := env.routerOS(t, `/file print detail where name~"snapshots/`+id+`"`); strings.Contains(out, "name=") {
+	if out := env.routerOS(t, `/file print detail where name="`+strings.TrimPrefix(d.FilePath, "/")+`"`); strings.Contains(out, "name=") {
 		t.Fatalf("the snapshot's file leaked:\n%s", out)
 	}
 	// The volume's own file is untouched.
-	if out := env.routerOS(t, `/file print detail where name~"`+testPVC+`"`); !strings.Contains(out, "name=") {
+	if out := env.routerOS(t, `/file print detail where name="storage-pool/kubernetes-volumes/`+testPVC+`.img"`); !strings.Contains(out, "name=") {
 		t.Fatalf("the volume's file is gone:\n%s", out)
 	}
 }
