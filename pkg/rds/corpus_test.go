@@ -1,7 +1,6 @@
 package rds
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,37 +131,6 @@ func TestCorpusIsUsed(t *testing.T) {
 	for _, n := range names {
 		if strings.Count(string(src), `"`+n.Name()+`"`) == 0 {
 			t.Errorf("%s has no expectations in corpus_test.go", n.Name())
-		}
-	}
-}
-
-// TestClassifySilentCommandOutput: RouterOS does not always say "failure:".
-// For a command that prints nothing on success, any text is a refusal.
-func TestClassifySilentCommandOutput(t *testing.T) {
-	tests := []struct {
-		out  string
-		want error
-	}{
-		{"", nil},
-		{"\r\n", nil},
-		{"invalid parameter", ErrInvalidArgument},
-		{"disk is in use", ErrCommandFailed},
-		{"failure: disk is in use\r\n", ErrCommandFailed},
-		{"not enough space", ErrNoSpace},
-		{"no such item", ErrNotFound},
-		{"file already exists", ErrAlreadyExists},
-		{"could not remove file: permission denied", ErrCommandFailed},
-	}
-	for _, tc := range tests {
-		err := classifySilent("/disk remove [find slot=\"a\"]", tc.out)
-		if tc.want == nil {
-			if err != nil {
-				t.Errorf("%q: unexpected %v", tc.out, err)
-			}
-			continue
-		}
-		if !errors.Is(err, tc.want) {
-			t.Errorf("%q: got %v, want %v", tc.out, err, tc.want)
 		}
 	}
 }

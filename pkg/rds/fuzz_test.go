@@ -79,3 +79,30 @@ func FuzzValidateSlot(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseWrapped: any valid slot, with the file path and NQN the driver
+// derives from it, wrapped at any width from 40 to 200 columns, parses
+// back exactly.
+func FuzzParseWrapped(f *testing.F) {
+	f.Add(corpusVolume, uint8(40))
+	f.Add(corpusSnapshot, uint8(0))
+	f.Add(corpusHashed, uint8(255))
+	f.Add("a", uint8(7))
+	f.Fuzz(func(t *testing.T, slot string, w uint8) {
+		if ValidateSlot(slot) != nil {
+			return
+		}
+		width := 40 + int(w)%161
+		file := "/storage-pool/kubernetes-volumes/" + slot + ".img"
+		nqn := "nqn.2000-02.com.mikrotik:" + slot
+		logical := "Flags: B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT\n" +
+			" 0 Bt type=file slot=\"" + slot + "\" model=\"" + file + "\" size=10 737 418 240 nvme-tcp-export=yes\n" +
+			"      nvme-tcp-server-port=4420 nvme-tcp-server-nqn=\"" + nqn + "\" file-path=" + file + " file-size=10.0GiB\n"
+		want := Disk{Slot: slot, Type: "file", FilePath: file, Size: 10 * GiB, Exported: true, Port: 4420, NQN: nqn, Flags: "Bt"}
+		out := wordWrap(logical, width, 6)
+		got, err := disksFromOutput(out)
+		if err != nil || len(got) != 1 || got[0] != want {
+			t.Fatalf("width %d: %+v, %v\n%s", width, got, err, out)
+		}
+	})
+}

@@ -118,25 +118,39 @@ func TestParseResource(t *testing.T) {
 
 func TestClassifyOutput(t *testing.T) {
 	tests := []struct {
-		out  string
-		want error
+		out    string
+		want   error
+		silent bool // the output of add/set/remove (else of a print)
 	}{
-		{"", nil},
-		{" 0 type=file slot=\"a\"", nil},
-		{"failure: not enough space\n", ErrNoSpace},
-		{"failure: no such item", ErrNotFound},
-		{"no such item", ErrNotFound},
-		{"failure: disk with such slot already exists", ErrAlreadyExists},
-		{"failure: file already exists", ErrAlreadyExists},
-		{"failure: could not create file", ErrCommandFailed},
-		{"syntax error (line 1 column 7)", ErrInvalidArgument},
-		{"bad command name dsk (line 1 column 2)", ErrInvalidArgument},
-		{"expected end of command (line 1 column 40)", ErrInvalidArgument},
-		{"invalid value for argument file-size", ErrInvalidArgument},
-		{"input does not match any value of type", ErrInvalidArgument},
+		{"", nil, false},
+		{" 0 type=file slot=\"a\"", nil, false},
+		{"failure: not enough space\n", ErrNoSpace, false},
+		{"failure: no such item", ErrNotFound, false},
+		{"no such item", ErrNotFound, false},
+		{"failure: disk with such slot already exists", ErrAlreadyExists, false},
+		{"failure: file already exists", ErrAlreadyExists, false},
+		{"failure: could not create file", ErrCommandFailed, false},
+		{"syntax error (line 1 column 7)", ErrInvalidArgument, false},
+		{"bad command name dsk (line 1 column 2)", ErrInvalidArgument, false},
+		{"expected end of command (line 1 column 40)", ErrInvalidArgument, false},
+		{"invalid value for argument file-size", ErrInvalidArgument, false},
+		{"input does not match any value of type", ErrInvalidArgument, false},
+		// After add/set/remove, which print nothing when they succeed, any
+		// text is a refusal: RouterOS does not always say "failure:".
+		{"\r\n", nil, true},
+		{"invalid parameter", ErrInvalidArgument, true},
+		{"disk is in use", ErrCommandFailed, true},
+		{"failure: disk is in use\r\n", ErrCommandFailed, true},
+		{"not enough space", ErrNoSpace, true},
+		{"file already exists", ErrAlreadyExists, true},
+		{"could not remove file: permission denied", ErrCommandFailed, true},
 	}
 	for _, tc := range tests {
-		err := classifyOutput("/cmd", tc.out)
+		classify := classifyOutput
+		if tc.silent {
+			classify = classifySilent
+		}
+		err := classify("/cmd", tc.out)
 		if tc.want == nil {
 			if err != nil {
 				t.Errorf("%q: unexpected %v", tc.out, err)
