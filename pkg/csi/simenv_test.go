@@ -84,14 +84,16 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	}
 	host, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
-	client, err := rds.NewClient(rds.Config{Address: host, Port: port, User: "admin", Signer: signer, KnownHostsFile: knownHosts})
+	// No width in the login options: the simulator wraps at 80 columns, as
+	// the hardware did, so the driver's tests read wrapped output too.
+	client, err := rds.NewClient(rds.Config{Address: host, Port: port, User: "admin", Signer: signer, KnownHostsFile: knownHosts, LoginOptions: "ct"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := Options{
 		Mode: ModeController, DriverName: DefaultDriverName,
 		Endpoint:   "unix://" + filepath.Join(t.TempDir(), "csi.sock"),
-		RDSAddress: host, RDSPort: port, RDSUser: "admin", RDSKeyFile: "unused", RDSKnownHostsFile: knownHosts,
+		RDSAddress: host, RDSPort: port, RDSUser: "admin", RDSKeyFile: "unused", RDSKnownHostsFile: knownHosts, RDSLoginOptions: "ct",
 		RDSPool: rdssim.DefaultPoolName, VolumePath: "/storage-pool/kubernetes-volumes",
 		NVMePort: 4420, NQNPrefix: testNQNPrefix, ShutdownGrace: 5 * time.Second,
 	}
