@@ -18,7 +18,10 @@
 //     than a line broken in the middle, the Flags legend (printed even when
 //     nothing matches) wrapped after its `;`; the login name's console
 //     options ("admin+ct511w4098h") set the width per connection;
-//   - where/find conditions `key=value` and `key~"regex"`.
+//   - where/find conditions `key=value` and `key~"regex"`;
+//   - copies that take time (Config.CopyRate): /disk add copy-from returns,
+//     and its disk appears, only when the copy is done; meanwhile other
+//     commands run and the copy's file cannot be removed.
 //
 // Disks are backed by files under Config.DataDir ("/storage-pool/k8s/a.img"
 // is DataDir/k8s/a.img) of exactly the requested size, sparse, so a test can
