@@ -59,7 +59,7 @@ e2e:
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
 # booted twice (nvme_core.multipath Y and N), runs the node tests and
 # csi-sanity against the kernel's nvmet target and nvme-tcp initiator.
-# ~5 min warm, ~7 min cold under TCG on 2 cores (README). Needs root; skips
+# ~4 min warm, ~4.5 min cold under TCG on 2 cores (README). Needs root; skips
 # with the reason outside CI when it cannot run, fails in CI.
 e2e-nvme: deps
 	$(GO) vet -tags nvmevm ./pkg/nvme ./pkg/csi ./e2e/nvme ./e2e/vm
