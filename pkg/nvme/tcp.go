@@ -199,10 +199,12 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("connecting %s to %s: %w", t.NQN, net.JoinHostPort(addr, strconv.Itoa(port)), err)
 	}
+	fresh := false
 	select {
 	case r := <-results:
 		switch {
 		case r.err == nil:
+			fresh = true
 			logger.Info("connected", "address", addr, "port", port, "reply", r.reply)
 		case errors.Is(r.err, syscall.EALREADY):
 			logger.Info("kernel reports the controller already exists", "address", addr, "port", port)
@@ -229,7 +231,16 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		}()
 		return "", fmt.Errorf("connecting %s to %s: %w", t.NQN, net.JoinHostPort(addr, strconv.Itoa(port)), ctx.Err())
 	}
-	return c.waitForDevice(ctx, t.NQN)
+	dev, err := c.waitForDevice(ctx, t.NQN)
+	if err != nil && fresh {
+		// The caller is told the connect failed and will not disconnect a
+		// controller whose namespace never showed up: take it down, so a
+		// retry starts clean.
+		if derr := c.deleteControllers(context.WithoutCancel(ctx), t.NQN); derr != nil {
+			logger.Error(derr, "removing the controller of a connect that found no namespace")
+		}
+	}
+	return dev, err
 }
 
 // DevicePath returns /dev/<namespace> for nqn as sysfs shows it now.

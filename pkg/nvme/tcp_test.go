@@ -340,6 +340,9 @@ func TestConnectMissingNamespace(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
 	}
+	if got := h.ctrlAttr("nvme0", "delete_controller"); got != "" {
+		t.Errorf("a controller this call did not make was deleted (%q)", got)
+	}
 }
 
 func TestConnectWaitsForNamespace(t *testing.T) {
@@ -703,5 +706,28 @@ func TestPaths(t *testing.T) {
 		if err != nil || live != tt.live || total != tt.total {
 			t.Errorf("Paths(%s) = %d, %d, %v; want %d live of %d", tt.nqn, live, total, err, tt.live, tt.total)
 		}
+	}
+}
+
+// A connect that made a controller whose namespace never appeared before
+// the caller's deadline takes that controller down again: the caller got
+// an error and will not disconnect it. One that was connected before is
+// left alone (TestConnectMissingNamespace).
+func TestConnectFreshWithoutNamespaceIsUndone(t *testing.T) {
+	h := newFakeHost(t)
+	c := h.connector()
+	c.kernel = func(string) error {
+		h.subsystem("nvme-subsys0", nqnA)
+		h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Connect(ctx, Target{Address: "10.0.0.5", NQN: nqnA})
+	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Connect err = %v, want ErrNoDevice and DeadlineExceeded", err)
+	}
+	if got := h.ctrlAttr("nvme0", "delete_controller"); got != "1" {
+		t.Errorf("delete_controller = %q, want 1: the fresh controller was left behind", got)
 	}
 }
