@@ -69,6 +69,11 @@ type Publisher struct {
 	Policy   fencing.Config
 	Reporter *fencing.Reporter // may be nil
 	Clock    clock.PassiveClock
+	// CatchUp bounds how long a publish whose write conflicted waits for
+	// the index to see the newer PV before deciding again; zero means
+	// publishCatchUpLimit. (A simulation that feeds the index itself sets
+	// it to a nanosecond.)
+	CatchUp time.Duration
 }
 
 // ServePublish enables ControllerPublish/Unpublish (and advertises
@@ -76,6 +81,9 @@ type Publisher struct {
 func (s *ControllerServer) ServePublish(p *Publisher) *ControllerServer {
 	if p.Clock == nil {
 		p.Clock = clock.RealClock{}
+	}
+	if p.CatchUp <= 0 {
+		p.CatchUp = publishCatchUpLimit
 	}
 	s.pub = p
 	return s
@@ -197,7 +205,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 			s.pub.Reporter.PublishFailed("conflict")
 			return nil, statusf(codes.Aborted, "volume %s: its attachment state kept changing while deciding (another controller replica or a concurrent detach); the request is retried against the new state", id)
 		}
-		catchUp, cancel := context.WithTimeout(ctx, publishCatchUpLimit)
+		catchUp, cancel := context.WithTimeout(ctx, s.pub.CatchUp)
 		seen := v.Version()
 		v = s.pub.Index.WaitForChange(catchUp, id, seen)
 		cancel()

@@ -241,8 +241,12 @@ func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, clai
 		return err
 	}
 	_, err = c.client.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, body, metav1.PatchOptions{})
-	if apierrors.IsConflict(err) {
+	switch {
+	case apierrors.IsConflict(err):
 		return fmt.Errorf("%w: PV %s changed after resourceVersion %s", ErrConflict, pvName, resourceVersion)
+	case apierrors.IsNotFound(err):
+		// The handle's set of PVs changed since the decision.
+		return fmt.Errorf("%w: PV %s was deleted", ErrConflict, pvName)
 	}
 	return err
 }

@@ -1,0 +1,682 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
+)
+
+// The publish model check (issue 10). Two controller replicas share one
+// API server (newFakeAPI: resourceVersions enforced on PV writes). Each
+// replica's index is fed by the harness, one queue of API events per
+// watch stream (VolumeAttachments, PersistentVolumes, Nodes), and a
+// seeded random schedule decides at every step what each stream of each
+// replica delivers: everything, a prefix, or nothing (paused), so the
+// streams of one replica lag and reorder against each other and against
+// the other replica's. Meanwhile the harness plays the attach/detach
+// controller and external-attacher (moving between replicas at random),
+// replays late unpublishes, deletes, re-creates and taints nodes,
+// re-creates and deletes PVs that share a handle, fails API calls before
+// or after they take effect, and moves the leadership.
+//
+// The checker reads what the replicas answered, not what the API ended
+// up holding: a node holds a volume from a publish success until the
+// attacher's unpublish of that attachment succeeds. A hold is void once
+// its node incarnation is deleted or tainted out of service (the one
+// thing that allows fencing it). After every step: no single-node volume
+// has two live holds, no multi-writer volume three. At the end the
+// schedule heals, every attachment is detached, and every volume must
+// then be publishable again (nothing stuck).
+
+var (
+	gvrPV   = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"}
+	gvrNode = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	gvrVA   = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "volumeattachments"}
+	streams = []schema.GroupVersionResource{gvrVA, gvrPV, gvrNode}
+)
+
+type modelReplica struct {
+	name    string
+	index   *informers.AttachmentIndex
+	ctrl    *informers.Controller
+	feed    *informers.Feed
+	cs      *ControllerServer
+	pending map[string][]watch.Event // by resource
+	// pausedUntil: the step until which a stream delivers nothing.
+	pausedUntil map[string]int
+	// fault applies to this replica's next API call: "fail" (the call
+	// never reaches the server) or "lose" (it takes effect, the answer is
+	// lost), as a hung call that times out does either way.
+	fault string
+}
+
+type modelVolume struct {
+	id    string
+	multi bool
+	pvs   []string // every PV of the handle in the API, oldest first
+	next  int      // suffix of the next re-created PV
+}
+
+type modelHold struct {
+	node, uid string
+	since     int // step
+}
+
+type model struct {
+	t        *testing.T
+	seed     int64
+	rng      *rand.Rand
+	ctx      context.Context
+	api      *fake.Clientset
+	watches  map[string]watch.Interface
+	replicas []*modelReplica
+	leader   int
+	nodes    []string
+	uid      map[string]string // node -> current UID; "" while deleted
+	oos      map[string]bool
+	incarn   map[string]int
+	vols     []*modelVolume
+	holds    map[string][]modelHold // volume -> live holds
+	// late: unpublish requests answered before, replayed later.
+	late []struct{ vol, node string }
+	// toAttach: attachments published but not yet marked attached=true by
+	// the attacher; that status update comes some steps later.
+	toAttach []string
+	history  []string
+	step     int
+	stats    map[string]int
+}
+
+func newModel(t *testing.T, seed int64) *model {
+	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(),
+		watches: map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
+		uid: map[string]string{}, oos: map[string]bool{}, incarn: map[string]int{},
+		holds: map[string][]modelHold{}, stats: map[string]int{}}
+	var objs []runtime.Object
+	for _, n := range m.nodes {
+		objs = append(objs, m.newNode(n))
+	}
+	m.api = newPlainFakeAPI(objs...)
+	for _, gvr := range streams {
+		w, err := m.api.Tracker().Watch(gvr, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.watches[gvr.Resource] = w
+	}
+	rdsFake := newFakeRDS(1 << 40)
+	clk := clocktesting.NewFakeClock(publishNow)
+	for i := 0; i < 2; i++ {
+		r := &modelReplica{name: fmt.Sprintf("r%d", i), index: informers.NewAttachmentIndex(), pending: map[string][]watch.Event{}, pausedUntil: map[string]int{}}
+		client := m.replicaClient(r)
+		claims := informers.NewClaims(client, DefaultDriverName)
+		policy := fencing.DefaultConfig()
+		idx := i
+		fencer := fencing.NewFencer(claims, nil, func() bool { return m.leader == idx }, policy, clk.Now)
+		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Clock: clk})
+		r.cs = NewControllerServer(NewDriver(testOptions(), rdsFake)).ServePublish(&Publisher{
+			Index: r.index, Claims: claims, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
+			// The index moves only when the schedule delivers: a publish
+			// that conflicted must not wait for it in real time.
+			CatchUp: time.Nanosecond})
+		m.replicas = append(m.replicas, r)
+	}
+	// Initial state: the nodes, and volumes each with one PV; every
+	// replica starts in step with the API.
+	for i := 0; i < 4; i++ {
+		multi := i >= 3
+		id := fmt.Sprintf("pvc-0a1b2c3d-0000-4000-8000-%012d", 500+i)
+		if _, err := m.replicas[0].cs.CreateVolume(m.ctx, &csi.CreateVolumeRequest{Name: id, VolumeCapabilities: []*csi.VolumeCapability{m.capability(multi)}}); err != nil {
+			t.Fatal(err)
+		}
+		v := &modelVolume{id: id, multi: multi}
+		m.vols = append(m.vols, v)
+		m.createPV(v)
+	}
+	m.collect()
+	for _, r := range m.replicas {
+		m.deliver(r, 1<<30)
+	}
+	return m
+}
+
+func (m *model) newNode(name string) *corev1.Node {
+	m.incarn[name]++
+	n := testNode(name)
+	n.UID = types.UID(fmt.Sprintf("uid-%s-%d", name, m.incarn[name]))
+	m.uid[name] = string(n.UID)
+	return n
+}
+
+func (m *model) capability(multi bool) *csi.VolumeCapability {
+	if multi {
+		return blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	}
+	return mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+}
+
+// replicaClient is the replica's client: the shared server behind a fault
+// injector.
+func (m *model) replicaClient(r *modelReplica) *fake.Clientset {
+	c := &fake.Clientset{}
+	c.AddReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		fault := r.fault
+		r.fault = ""
+		if fault == "fail" {
+			return true, nil, fmt.Errorf("injected: %w", context.DeadlineExceeded)
+		}
+		obj, err := m.api.Invokes(a, nil)
+		if fault == "lose" {
+			return true, nil, fmt.Errorf("injected after the call took effect: %w", context.DeadlineExceeded)
+		}
+		return true, obj, err
+	})
+	return c
+}
+
+func (m *model) createPV(v *modelVolume) {
+	name := v.id
+	if len(v.pvs) > 0 || v.next > 0 {
+		v.next++
+		name = fmt.Sprintf("pv-%s-r%d", v.id[len(v.id)-4:], v.next)
+	}
+	mode := corev1.ReadWriteOnce
+	if v.multi {
+		mode = corev1.ReadWriteMany
+	}
+	pv := testPV(name, v.id, mode, v.multi)
+	pv.Status.Phase = corev1.VolumeBound
+	if _, err := m.api.CoreV1().PersistentVolumes().Create(m.ctx, pv, metav1.CreateOptions{}); err != nil {
+		m.t.Fatal(err)
+	}
+	v.pvs = append(v.pvs, name)
+}
+
+// collect moves the API's new events into every replica's queues.
+func (m *model) collect() {
+	for _, gvr := range streams {
+		w := m.watches[gvr.Resource]
+		for more := true; more; {
+			select {
+			case ev := <-w.ResultChan():
+				for _, r := range m.replicas {
+					r.pending[gvr.Resource] = append(r.pending[gvr.Resource], ev)
+				}
+			default:
+				more = false
+			}
+		}
+	}
+}
+
+// deliver hands up to n pending events of every stream to r's index.
+func (m *model) deliver(r *modelReplica, n int) {
+	for _, gvr := range streams {
+		m.deliverStream(r, gvr.Resource, n)
+	}
+}
+
+func (m *model) deliverStream(r *modelReplica, resource string, n int) {
+	evs := r.pending[resource]
+	if n > len(evs) {
+		n = len(evs)
+	}
+	for _, ev := range evs[:n] {
+		var err error
+		if ev.Type == watch.Deleted {
+			err = r.feed.Remove(ev.Object)
+		} else {
+			err = r.feed.Apply(ev.Object)
+		}
+		if err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	r.pending[resource] = evs[n:]
+	r.ctrl.Drain(m.ctx) // reactions may write: collect after
+	m.collect()
+}
+
+func (m *model) logf(format string, args ...any) {
+	m.history = append(m.history, fmt.Sprintf("%6d ", m.step)+fmt.Sprintf(format, args...))
+}
+
+func (m *model) fail(format string, args ...any) {
+	m.t.Helper()
+	tail := m.history
+	if len(tail) > 60 {
+		tail = tail[len(tail)-60:]
+	}
+	m.t.Fatalf("seed %d (rerun: RDS_CSI_MODEL_SEED=%d go test -run TestPublishModel ./pkg/csi), step %d: %s\nlast answers and events:\n%s",
+		m.seed, m.seed, m.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
+}
+
+func (m *model) vaName(v *modelVolume, node string) string {
+	return informers.VolumeAttachmentName(v.id, DefaultDriverName, node)
+}
+
+func (m *model) getVA(v *modelVolume, node string) *storagev1.VolumeAttachment {
+	va, err := m.api.StorageV1().VolumeAttachments().Get(m.ctx, m.vaName(v, node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return va
+}
+
+// publish plays the attach/detach controller (a VolumeAttachment first)
+// and the attacher (the call, then status.attached on success).
+func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
+	va := m.getVA(v, node)
+	if va != nil && va.DeletionTimestamp != nil {
+		return // a new attachment waits for the old one's detach
+	}
+	if va == nil {
+		pvName := v.pvs[len(v.pvs)-1]
+		va = testVA(pvName, node, publishNow)
+		va.Name = m.vaName(v, node)
+		va.Status.Attached = false
+		var err error
+		if va, err = m.api.StorageV1().VolumeAttachments().Create(m.ctx, va, metav1.CreateOptions{}); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	_, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: node, VolumeCapability: m.capability(v.multi)})
+	m.logf("%s publish %s -> %s: %v", r.name, v.id[len(v.id)-3:], node, codeOf(err))
+	m.stats["publish "+codeOf(err)]++
+	if err != nil {
+		return
+	}
+	m.startHold(v, node)
+	if !va.Status.Attached {
+		m.toAttach = append(m.toAttach, va.Name)
+	}
+}
+
+// markAttached is the attacher's status update after its publishes
+// succeeded, for the attachments that still stand.
+func (m *model) markAttached() {
+	for _, name := range m.toAttach {
+		va, err := m.api.StorageV1().VolumeAttachments().Get(m.ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && va.DeletionTimestamp != nil) {
+			continue
+		}
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		va.Status.Attached = true
+		if _, err := m.api.StorageV1().VolumeAttachments().Update(m.ctx, va, metav1.UpdateOptions{}); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	m.toAttach = nil
+}
+
+func (m *model) startHold(v *modelVolume, node string) {
+	uid := m.uid[node]
+	if uid == "" || m.oos[node] {
+		return // told success, but its incarnation is already fenceable
+	}
+	for _, h := range m.holds[v.id] {
+		if h.node == node && h.uid == uid {
+			return
+		}
+	}
+	m.holds[v.id] = append(m.holds[v.id], modelHold{node: node, uid: uid, since: m.step})
+}
+
+// unpublish plays a detach: the VolumeAttachment is deleted (its
+// finalizer keeps it), the attacher calls ControllerUnpublish, and on
+// success the attachment goes and the hold ends.
+func (m *model) unpublish(r *modelReplica, v *modelVolume, node string) {
+	va := m.getVA(v, node)
+	if va == nil {
+		return
+	}
+	if va.DeletionTimestamp == nil {
+		now := metav1.NewTime(publishNow)
+		va.DeletionTimestamp = &now
+		var err error
+		if va, err = m.api.StorageV1().VolumeAttachments().Update(m.ctx, va, metav1.UpdateOptions{}); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: v.id, NodeId: node})
+	m.logf("%s unpublish %s -> %s: %v", r.name, v.id[len(v.id)-3:], node, codeOf(err))
+	m.stats["unpublish "+codeOf(err)]++
+	if err != nil {
+		return
+	}
+	if err := m.api.StorageV1().VolumeAttachments().Delete(m.ctx, va.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		m.t.Fatal(err)
+	}
+	m.endHold(v, node)
+	m.late = append(m.late, struct{ vol, node string }{v.id, node})
+}
+
+func (m *model) endHold(v *modelVolume, node string) {
+	var keep []modelHold
+	for _, h := range m.holds[v.id] {
+		if h.node != node {
+			keep = append(keep, h)
+		}
+	}
+	m.holds[v.id] = keep
+}
+
+// voidHolds: node's incarnation is deleted or out of service; its holds
+// may be fenced from now on.
+func (m *model) voidHolds(node, uid string) {
+	for id, hs := range m.holds {
+		var keep []modelHold
+		for _, h := range hs {
+			if h.node != node || h.uid != uid {
+				keep = append(keep, h)
+			}
+		}
+		m.holds[id] = keep
+	}
+}
+
+func (m *model) volume(id string) *modelVolume {
+	for _, v := range m.vols {
+		if v.id == id {
+			return v
+		}
+	}
+	m.t.Fatalf("no volume %s", id)
+	return nil
+}
+
+func codeOf(err error) string { return code(err).String() }
+
+func (m *model) check() {
+	for _, v := range m.vols {
+		limit := 1
+		if v.multi {
+			limit = 2
+		}
+		if hs := m.holds[v.id]; len(hs) > limit {
+			var who []string
+			for _, h := range hs {
+				who = append(who, fmt.Sprintf("%s (%s, told since step %d)", h.node, h.uid, h.since))
+			}
+			m.fail("volume %s is held by %d nodes at once: %s", v.id, len(hs), strings.Join(who, ", "))
+		}
+	}
+}
+
+func (m *model) nodeOp(node string) {
+	ctx := m.ctx
+	switch uid := m.uid[node]; {
+	case uid == "":
+		if _, err := m.api.CoreV1().Nodes().Create(ctx, m.newNode(node), metav1.CreateOptions{}); err != nil {
+			m.t.Fatal(err)
+		}
+		m.oos[node] = false
+		m.logf("node %s re-created as %s", node, m.uid[node])
+	case m.rng.Intn(3) == 0:
+		if err := m.api.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+			m.t.Fatal(err)
+		}
+		m.voidHolds(node, uid)
+		m.uid[node] = ""
+		m.logf("node %s deleted", node)
+	default:
+		n, err := m.api.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		m.oos[node] = !m.oos[node]
+		n.Spec.Taints = nil
+		if m.oos[node] {
+			n.Spec.Taints = []corev1.Taint{{Key: informers.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
+			m.voidHolds(node, uid)
+		}
+		if _, err := m.api.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			m.t.Fatal(err)
+		}
+		m.logf("node %s out-of-service=%t", node, m.oos[node])
+	}
+}
+
+// pvOp re-creates a volume's PV under a new name, or deletes the older of
+// two, as an administrator does with a Retained volume; only a PV that no
+// claim and no VolumeAttachment uses is deleted.
+func (m *model) pvOp(v *modelVolume) {
+	if len(v.pvs) < 2 {
+		m.createPV(v)
+		m.logf("PV %s created for %s", v.pvs[len(v.pvs)-1], v.id[len(v.id)-3:])
+		return
+	}
+	old := v.pvs[0]
+	pv, err := m.api.CoreV1().PersistentVolumes().Get(m.ctx, old, metav1.GetOptions{})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if c, _ := informers.DecodeClaims(pv); len(c) > 0 {
+		return
+	}
+	vas, err := m.api.StorageV1().VolumeAttachments().List(m.ctx, metav1.ListOptions{})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	for _, va := range vas.Items {
+		if *va.Spec.Source.PersistentVolumeName == old {
+			return
+		}
+	}
+	if err := m.api.CoreV1().PersistentVolumes().Delete(m.ctx, old, metav1.DeleteOptions{}); err != nil {
+		m.t.Fatal(err)
+	}
+	v.pvs = v.pvs[1:]
+	m.logf("PV %s deleted", old)
+}
+
+func (m *model) randomStep() {
+	m.step++
+	r := m.replicas[m.rng.Intn(len(m.replicas))]
+	v := m.vols[m.rng.Intn(len(m.vols))]
+	node := m.nodes[m.rng.Intn(len(m.nodes))]
+	switch op := m.rng.Intn(100); {
+	case op < 35:
+		m.publish(r, v, node)
+	case op < 60:
+		m.unpublish(r, v, node)
+	case op < 66 && len(m.late) > 0:
+		// A late unpublish: an answered request delivered again, to any
+		// replica, long after; nobody acts on its answer.
+		// Mostly a recent one (a retry racing the next attachment),
+		// sometimes any.
+		pick := m.rng.Intn(len(m.late))
+		if m.rng.Intn(4) > 0 {
+			pick = len(m.late) - 1 - m.rng.Intn(min(4, len(m.late)))
+		}
+		l := m.late[pick]
+		lv := m.volume(l.vol)
+		va := m.getVA(lv, l.node)
+		if va != nil && va.DeletionTimestamp == nil {
+			m.stats["late unpublish over a live attachment"]++
+		}
+		_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: l.vol, NodeId: l.node})
+		m.logf("%s late unpublish %s -> %s: %v", r.name, l.vol[len(l.vol)-3:], l.node, codeOf(err))
+		m.stats["late unpublish"]++
+		if err == nil && va != nil && va.DeletionTimestamp != nil {
+			// CSI names an unpublish by volume and node only: while that
+			// node's attachment is being detached (Kubernetes deletes it
+			// once the node no longer uses the volume), an earlier
+			// request's duplicate is that detach's unpublish, and its
+			// success ends the hold as the attacher's own would.
+			m.endHold(lv, l.node)
+		}
+	case op < 70:
+		m.nodeOp(node)
+	case op < 72:
+		m.pvOp(v)
+	case op < 74:
+		m.leader = m.rng.Intn(len(m.replicas))
+	case op < 80:
+		r.fault = []string{"fail", "lose"}[m.rng.Intn(2)]
+	case op < 90:
+		m.markAttached()
+	}
+	m.collect()
+	// The schedule: each stream of each replica is paused for a while
+	// (its informer behind), or delivers a part or all of what it has
+	// pending.
+	for _, rep := range m.replicas {
+		for _, gvr := range streams {
+			res := gvr.Resource
+			if m.step < rep.pausedUntil[res] {
+				continue
+			}
+			switch d := m.rng.Intn(20); {
+			case d < 2:
+				rep.pausedUntil[res] = m.step + 1 + m.rng.Intn(40)
+			case d < 6:
+				m.deliverStream(rep, res, m.rng.Intn(3))
+			default:
+				m.deliverStream(rep, res, 1<<30)
+			}
+		}
+	}
+	m.check()
+}
+
+// heal ends the faults and the lag, detaches everything, and then expects
+// every volume to attach again: nothing is stuck.
+func (m *model) heal() {
+	for _, r := range m.replicas {
+		r.fault = ""
+		r.pausedUntil = map[string]int{}
+	}
+	m.markAttached()
+	sync := func() {
+		for round := 0; round < 3; round++ {
+			for _, r := range m.replicas {
+				m.deliver(r, 1<<30)
+			}
+		}
+	}
+	sync()
+	for _, v := range m.vols {
+		for _, n := range m.nodes {
+			for try := 0; m.getVA(v, n) != nil; try++ {
+				if try == 5 {
+					m.fail("volume %s: the detach from %s never succeeds", v.id, n)
+				}
+				m.unpublish(m.replicas[try%2], v, n)
+				sync()
+			}
+		}
+	}
+	m.check()
+	var live []string
+	for _, n := range m.nodes {
+		if m.uid[n] != "" && !m.oos[n] {
+			live = append(live, n)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	for i, v := range m.vols {
+		node := live[i%len(live)]
+		r := m.replicas[i%2]
+		var err error
+		for try := 0; try < 3; try++ {
+			_, err = r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: node, VolumeCapability: m.capability(v.multi)})
+			if err == nil {
+				break
+			}
+			sync()
+		}
+		if err != nil {
+			claims := map[string]informers.Claim{}
+			for _, pv := range v.pvs {
+				for n, c := range claimsOf(m.t, m.api, pv) {
+					claims[pv+"/"+n] = c
+				}
+			}
+			m.fail("volume %s is stuck: with every attachment detached, publishing it to %s fails: %v (claims %v)", v.id, node, err, keys(claims))
+		}
+	}
+}
+
+// modelOps is the size of the model check: RDS_CSI_MODEL_OPS, 100000 by
+// default (make model, part of make test; a tenth under the race detector,
+// in make unit); make soak runs more.
+func modelOps(t *testing.T) (ops int, seeds []int64) {
+	ops = 100_000
+	if raceDetector {
+		ops = 10_000
+	}
+	if s := os.Getenv("RDS_CSI_MODEL_OPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("RDS_CSI_MODEL_OPS=%q: %v", s, err)
+		}
+		ops = n
+	}
+	if s := os.Getenv("RDS_CSI_MODEL_SEED"); s != "" {
+		seed, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("RDS_CSI_MODEL_SEED=%q: %v", s, err)
+		}
+		return ops, []int64{seed}
+	}
+	for i := int64(1); i <= 20; i++ {
+		seeds = append(seeds, i)
+	}
+	return ops, seeds
+}
+
+func TestPublishModel(t *testing.T) {
+	ops, seeds := modelOps(t)
+	per := ops / len(seeds)
+	totals := map[string]int{}
+	start := time.Now()
+	for _, seed := range seeds {
+		m := newModel(t, seed)
+		for i := 0; i < per; i++ {
+			m.randomStep()
+		}
+		m.heal()
+		for k, n := range m.stats {
+			totals[k] += n
+		}
+	}
+	var lines []string
+	for k, n := range totals {
+		lines = append(lines, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(lines)
+	t.Logf("%d operations over %d seeds in %s, 0 violations, 0 stuck: %s", per*len(seeds), len(seeds), time.Since(start).Round(time.Millisecond), strings.Join(lines, " "))
+	if totals["publish OK"] == 0 || totals["publish FailedPrecondition"] == 0 {
+		t.Fatalf("degenerate run: %v", totals)
+	}
+}

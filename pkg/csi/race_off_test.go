@@ -1,0 +1,5 @@
+//go:build !race
+
+package csi
+
+const raceDetector = false

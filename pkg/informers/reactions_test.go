@@ -1,0 +1,265 @@
+package informers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestOrphanedClaimReported: a claim with no VolumeAttachment of its node
+// (force-deleted) is reported once it has been so for the threshold, and
+// counted; a VolumeAttachment of the node clears it. It is never released.
+func TestOrphanedClaimReported(t *testing.T) {
+	var gauge []int
+	h := newHarnessWith(t, Config{Policy: fencing.DefaultConfig(), OrphanedClaimThreshold: 5 * time.Minute,
+		OrphanedClaims: func(n int) { gauge = append(gauge, n) }})
+	h.put(node("node-a", true, t0))
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
+	if len(h.react.orphaned) != 0 {
+		t.Fatalf("reported before the threshold: %v", h.react.orphaned)
+	}
+	h.clock.Step(5*time.Minute + 2*time.Millisecond)
+	if k := h.next(h.c.reactions); k != (key{kindOrphan, "vol-1"}) {
+		t.Fatalf("queued %v, want the orphan check", k)
+	}
+	if len(h.react.orphaned) != 1 || h.react.orphaned[0] != "vol-1/node-a" || gauge[len(gauge)-1] != 1 {
+		t.Fatalf("orphans reported %v, gauge %v", h.react.orphaned, gauge)
+	}
+	// Not again on an unrelated change.
+	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
+	if len(h.react.orphaned) != 1 {
+		t.Fatalf("reported again: %v", h.react.orphaned)
+	}
+	if v := h.index.Volume("vol-1"); !v.HasClaim("node-a") {
+		t.Fatal("the orphaned claim was dropped")
+	}
+	h.put(va("va-1", "pv-1", "node-a", true, t0))
+	if gauge[len(gauge)-1] != 0 {
+		t.Fatalf("gauge %v after a VolumeAttachment of node-a appeared", gauge)
+	}
+}
+
+// blockingReactor hangs every fence call until its context ends, as an
+// API call to an unresponsive server would.
+type blockingReactor struct {
+	mu        sync.Mutex
+	calls     int
+	deadlines int
+}
+
+func (r *blockingReactor) NodeStale(ctx context.Context, _ fencing.StaleHolder) error {
+	r.mu.Lock()
+	r.calls++
+	if _, ok := ctx.Deadline(); ok {
+		r.deadlines++
+	}
+	r.mu.Unlock()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (r *blockingReactor) MigrationTimedOut(context.Context, fencing.VolumeRef, fencing.Migration) error {
+	return nil
+}
+
+func (r *blockingReactor) OrphanedClaim(context.Context, fencing.VolumeRef, string, time.Duration) error {
+	return nil
+}
+
+func (r *blockingReactor) counts() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls, r.deadlines
+}
+
+// TestHungFenceCallDoesNotFreezeTheIndex: a fence reaction whose API call
+// hangs neither stops the index from following the API server, nor hangs
+// for good: each call has a deadline and is retried.
+func TestHungFenceCallDoesNotFreezeTheIndex(t *testing.T) {
+	client := fake.NewClientset(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-gone":"2026-11-22T12:00:00Z"}`))
+	react := &blockingReactor{}
+	index := NewAttachmentIndex()
+	c, err := NewController(client, index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), Reactor: react, ReactionTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !c.WaitForSync(ctx) {
+		t.Fatal("never synced")
+	}
+	c.RefenceStale()
+	waitUntil(t, "the fence call to start", func() bool { n, _ := react.counts(); return n >= 1 })
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv("pv-2", "vol-2", corev1.ReadWriteOnce, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the index to follow the API while a fence call hangs", func() bool { return index.Volume("vol-2") != nil })
+	waitUntil(t, "the hung call to time out and be retried", func() bool { n, _ := react.counts(); return n >= 2 })
+	if n, withDeadline := react.counts(); withDeadline != n {
+		t.Fatalf("%d of %d fence calls had no deadline", n-withDeadline, n)
+	}
+}
+
+// TestDisconnectedWatchFailsReadiness: readiness reports a watch that has
+// been closed longer than the threshold, and recovers when the informer
+// opens a new one.
+func TestDisconnectedWatchFailsReadiness(t *testing.T) {
+	client := fake.NewClientset()
+	var mu sync.Mutex
+	refuse := false
+	var nodeWatches []*watch.RaceFreeFakeWatcher
+	client.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse {
+			return true, nil, errors.New("connection refused")
+		}
+		w := watch.NewRaceFreeFake()
+		nodeWatches = append(nodeWatches, w)
+		return true, w, nil
+	})
+	clk := clocktesting.NewFakeClock(t0)
+	c, err := NewController(client, NewAttachmentIndex(), Config{DriverName: driver, Policy: fencing.DefaultConfig(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !c.WaitForSync(ctx) {
+		t.Fatal("never synced")
+	}
+	if err := c.WatchesHealthy(30 * time.Second); err != nil {
+		t.Fatalf("healthy watches reported: %v", err)
+	}
+	mu.Lock()
+	refuse = true
+	first := nodeWatches[0]
+	mu.Unlock()
+	first.Stop()
+	waitUntil(t, "readiness to fail once the node watch is down past the threshold", func() bool {
+		clk.Step(time.Second)
+		err := c.WatchesHealthy(30 * time.Second)
+		return err != nil
+	})
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	waitUntil(t, "readiness to recover when the watch reopens", func() bool { return c.WatchesHealthy(30*time.Second) == nil })
+}
+
+// TestFencerConfirmsWithALiveRead (issue 10, case 7 and case 2): the
+// Fencer releases a claim only when a live read of the node, made after
+// the PV was read, shows the claimed incarnation stale. A node that
+// recovered (taint removed) keeps its claim; an earlier incarnation's claim
+// of a re-created node is released.
+func TestFencerConfirmsWithALiveRead(t *testing.T) {
+	tainted := func(n *corev1.Node) *corev1.Node {
+		n.Spec.Taints = []corev1.Taint{{Key: OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
+		return n
+	}
+	withUID := func(n *corev1.Node, uid string) *corev1.Node { n.UID = types.UID(uid); return n }
+	for _, tc := range []struct {
+		name     string
+		node     runtime.Object // the node as the API server has it; nil: deleted
+		claim    string
+		released bool
+		reason   fencing.FenceReason
+	}{
+		{"node healthy again", withUID(node("node-a", true, t0), "uid-1"), `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, false, ""},
+		{"node still out of service", tainted(withUID(node("node-a", false, t0), "uid-1")), `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, true, fencing.FenceOutOfService},
+		{"node deleted", nil, `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, true, fencing.FenceNodeDeleted},
+		{"node re-created", withUID(node("node-a", true, t0), "uid-2"), `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, true, fencing.FenceNodeRecreated},
+		{"claim without UID on a live node", withUID(node("node-a", true, t0), "uid-2"), `{"node-a":"2026-11-22T12:00:00Z"}`, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{pv("pv-1", "vol-1", corev1.ReadWriteOnce, tc.claim)}
+			if tc.node != nil {
+				objs = append(objs, tc.node)
+			}
+			client := fake.NewClientset(objs...)
+			claims := NewClaims(client, driver)
+			fencer := fencing.NewFencer(claims, nil, nil, fencing.DefaultConfig(), nil)
+			// The index said stale; the API server decides.
+			err := fencer.NodeStale(context.Background(), fencing.StaleHolder{Node: "node-a", Reason: fencing.FenceOutOfService,
+				Volumes: []fencing.VolumeRef{{PV: "pv-1", Handle: "vol-1"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl, _ := DecodeClaims(got)
+			if _, kept := cl["node-a"]; kept == tc.released {
+				t.Fatalf("claim kept %t, want released %t", kept, tc.released)
+			}
+			if tc.released {
+				_, reason, _ := claims.ReleaseIfStale(context.Background(), "pv-1", "node-a", fencing.DefaultConfig(), time.Now)
+				_ = reason // already released: nothing to report twice
+			}
+		})
+	}
+}
+
+// TestRecreatedNodeTriggersFence: a Node that comes back under its name
+// with another UID (its deletion missed by the watch) queues a fence
+// reaction for the claims of the incarnation that is gone.
+func TestRecreatedNodeTriggersFence(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	first := node("node-a", true, t0)
+	first.UID = "uid-1"
+	h.put(first, pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`))
+	if len(h.react.stale) != 0 {
+		t.Fatalf("reacted to a healthy node: %+v", h.react.stale)
+	}
+	second := node("node-a", true, t0.Add(time.Hour))
+	second.UID = "uid-2"
+	h.put(second)
+	if len(h.react.stale) != 1 || h.react.stale[0].Reason != fencing.FenceNodeRecreated || h.react.stale[0].Volumes[0].Handle != "vol-1" {
+		t.Fatalf("reactions %+v, want one NodeRecreated for vol-1", h.react.stale)
+	}
+}
+
+// TestTwoPVsOneHandleIndex: the index keeps a handle while any of its PVs
+// or attachments remain, merges their claims, and lists every PV for the
+// claims to be written to.
+func TestTwoPVsOneHandleIndex(t *testing.T) {
+	h := newHarness(t, fencing.DefaultConfig())
+	h.put(pv("pv-old", "vol-1", corev1.ReadWriteOnce, `{"node-a":{"at":"2026-11-22T12:00:00Z","gen":1}}`))
+	h.put(pv("pv-new", "vol-1", corev1.ReadWriteOnce, `{"node-b":{"at":"2026-11-22T12:30:00Z","gen":1}}`))
+	v := h.index.Volume("vol-1")
+	if len(v.PVs) != 2 || !v.HasClaim("node-a") || !v.HasClaim("node-b") {
+		t.Fatalf("merged entry %+v", v)
+	}
+	h.remove(pv("pv-old", "vol-1", corev1.ReadWriteOnce, ""))
+	v = h.index.Volume("vol-1")
+	if v == nil || len(v.PVs) != 1 || v.PVs[0].Name != "pv-new" || v.PVName != "pv-new" || !v.HasClaim("node-b") {
+		t.Fatalf("after deleting the old PV: %+v", v)
+	}
+}
