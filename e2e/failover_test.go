@@ -247,6 +247,28 @@ func TestControllerFailover(t *testing.T) {
 			t.Errorf("PV %s: %d changes of its attached nodes seen, want at least %d (an attach and a detach per move)", pv, n, 2*moves-1)
 		}
 	}
+	// What the replicas answered: a node holds a volume from a publish
+	// success until an unpublish success, whichever replica answered.
+	answers, err := framework.DriverAnswers(a.Driver.LogPath, b.Driver.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := 0
+	for _, an := range answers {
+		if an.Publish {
+			published++
+		}
+	}
+	if published < volumes*moves {
+		t.Errorf("the driver logs show %d publish successes, want at least %d (one per move)", published, volumes*moves)
+	}
+	for i := range volumes {
+		pv := pvOf[fmt.Sprintf("rwo-%d", i)]
+		if n, why := framework.MaxHolders(answers, pv); n > 1 {
+			t.Errorf("RWO volume %s was published to %d nodes without an unpublish between: %v", pv, n, why)
+		}
+	}
+	tl.Logf("answers checked: %d publish and %d unpublish successes across both replicas, never two holders of an RWO volume", published, len(answers)-published)
 	want := map[string]string{pvOf["spare"]: ""}
 	for pv, n := range lastNode {
 		want[pv] = n

@@ -27,7 +27,7 @@ const ClaimsAnnotation = "rds.csi.srvlab.io/claims"
 const (
 	ReasonAttachConflict   = "AttachConflict"
 	ReasonFenced           = "StaleAttachmentFenced"
-	ReasonHandoff          = "GracePeriodHandoff"
+	ReasonDetached         = "Detached"
 	ReasonMigrationStarted = "LiveMigrationStarted"
 )
 

@@ -378,15 +378,15 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 			}
 			released = released || ok
 		}
-		if !released {
-			klog.FromContext(ctx).V(2).Info("unpublish released nothing: no claim, or a live VolumeAttachment of the node still stands on it", "volume", id, "node", n)
-		}
+		// One line per answered unpublish (the e2e checker reads them):
+		// released=false is no claim, or a live VolumeAttachment of the
+		// node still standing on it (a late unpublish).
+		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName, "released", released)
 		if !holds(holders, n) {
 			continue
 		}
 		migrationEnded := v.Block && len(holders) == 2 && v.Grants(corev1.ReadWriteMany)
 		s.pub.Reporter.Unpublished(v.Ref(), n, migrationEnded)
-		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName, "released", released)
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }

@@ -1,0 +1,95 @@
+package framework
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Answer is one answer a driver replica gave the attacher, read from its
+// log: a publish or an unpublish that succeeded.
+type Answer struct {
+	At      time.Time
+	Replica string // the log it came from
+	Publish bool   // publish success; false: unpublish success
+	Volume  string
+	Node    string
+}
+
+func (a Answer) String() string {
+	what := "unpublished from"
+	if a.Publish {
+		what = "published to"
+	}
+	return fmt.Sprintf("%s %s: %s %s %s", a.At.Format("15:04:05.000000"), a.Replica, a.Volume, what, a.Node)
+}
+
+// The driver logs one line per successful publish ("published") and one
+// per answered unpublish ("unpublished"), with klog's text header.
+var answerLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "(published|unpublished)" volume="([^"]+)" node="([^"]+)"`)
+
+// DriverAnswers reads the successful publishes and unpublishes from
+// driver logs (one per replica; a restarted replica appends to its log),
+// ordered by time.
+func DriverAnswers(logs ...string) ([]Answer, error) {
+	year := time.Now().Year()
+	var out []Answer
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			m := answerLine.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, m[1]), time.Local)
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			out = append(out, Answer{At: at, Replica: strings.TrimSuffix(path[strings.LastIndex(path, "/")+1:], ".log"),
+				Publish: m[2] == "published", Volume: m[3], Node: m[4]})
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, nil
+}
+
+// MaxHolders replays the answers for one volume: a node holds it from a
+// publish success until an unpublish success for it, whichever replica
+// gave them. It returns the most nodes that held it at once and the
+// answers up to the first moment that many did.
+func MaxHolders(answers []Answer, volume string) (int, []Answer) {
+	held := map[string]bool{}
+	most := 0
+	var seen, worst []Answer
+	for _, a := range answers {
+		if a.Volume != volume {
+			continue
+		}
+		seen = append(seen, a)
+		if a.Publish {
+			held[a.Node] = true
+		} else {
+			delete(held, a.Node)
+		}
+		if len(held) > most {
+			most = len(held)
+			worst = append([]Answer(nil), seen...)
+		}
+	}
+	return most, worst
+}
