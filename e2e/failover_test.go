@@ -476,7 +476,7 @@ func failoverClaimNodes(raw string) ([]string, error) {
 	if raw == "" {
 		return []string{}, nil
 	}
-	var m map[string]time.Time
+	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return nil, fmt.Errorf("claims annotation %q: %w", raw, err)
 	}

@@ -30,7 +30,7 @@ func (a Answer) String() string {
 
 // The driver logs one line per successful publish ("published") and one
 // per answered unpublish ("unpublished"), with klog's text header.
-var answerLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "(published|unpublished)" volume="([^"]+)" node="([^"]+)"`)
+var answerLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "(published|unpublished)" (?:.* )?volume="([^"]+)" node="([^"]+)"`)
 
 // DriverAnswers reads the successful publishes and unpublishes from
 // driver logs (one per replica; a restarted replica appends to its log),

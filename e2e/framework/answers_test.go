@@ -21,7 +21,7 @@ I1123 10:00:05.000000   42 controllerpublish.go:381] "unpublished" volume="pvc-1
 `)
 	// ctrl-b publishes node-3 before ctrl-a's unpublish of node-2, then
 	// publishes another volume after it.
-	write(b, `I1123 10:00:04.000000   43 controllerpublish.go:308] "published" volume="pvc-1" node="node-3" pv="pvc-1"
+	write(b, `I1123 10:00:04.000000   43 controllerpublish.go:308] "published" method="/csi.v1.Controller/ControllerPublishVolume" id=20 volume="pvc-1" node="node-3" pv="pvc-1"
 I1123 10:00:06.000000   43 controllerpublish.go:308] "published" volume="pvc-2" node="node-1" pv="pvc-2"
 `)
 	answers, err := DriverAnswers(a, b)

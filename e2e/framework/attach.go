@@ -42,7 +42,9 @@ func BlockPodOnNode(ns, name, node, claim string) *corev1.Pod {
 	return p
 }
 
-// Claims reads the PV's claims annotation: node name -> claim time.
+// Claims reads the PV's claims annotation: node name -> the time of the
+// claim, RFC 3339 (a claim is an object with "at", "uid", ...; older
+// drivers wrote the bare time).
 func Claims(ctx context.Context, c kubernetes.Interface, pvName string) (map[string]string, error) {
 	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if err != nil {
@@ -52,9 +54,23 @@ func Claims(ctx context.Context, c kubernetes.Interface, pvName string) (map[str
 	if !ok || raw == "" {
 		return map[string]string{}, nil
 	}
-	claims := map[string]string{}
-	if err := json.Unmarshal([]byte(raw), &claims); err != nil {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return nil, fmt.Errorf("PV %s annotation %s=%q: %w", pvName, ClaimsAnnotation, raw, err)
+	}
+	claims := map[string]string{}
+	for n, v := range m {
+		var at string
+		if err := json.Unmarshal(v, &at); err != nil {
+			var obj struct {
+				At string `json:"at"`
+			}
+			if err := json.Unmarshal(v, &obj); err != nil {
+				return nil, fmt.Errorf("PV %s: claim of %s %s: %w", pvName, n, v, err)
+			}
+			at = obj.At
+		}
+		claims[n] = at
 	}
 	return claims, nil
 }
