@@ -93,3 +93,42 @@ func MaxHolders(answers []Answer, volume string) (int, []Answer) {
 	}
 	return most, worst
 }
+
+// The gRPC interceptor logs each successful call's duration at -v=4.
+var publishResponse = regexp.MustCompile(`"response" method="/csi.v1.Controller/ControllerPublishVolume" .* duration="([^"]+)"`)
+
+// PublishDurations reads how long each successful ControllerPublishVolume
+// took from driver logs (-v=4), sorted.
+func PublishDurations(logs ...string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if m := publishResponse.FindStringSubmatch(sc.Text()); m != nil {
+				if d, err := time.ParseDuration(m[1]); err == nil {
+					out = append(out, d)
+				}
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// Quantile of sorted durations (nearest rank); zero for none.
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(q*float64(len(sorted)-1)+0.5)]
+}

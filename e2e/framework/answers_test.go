@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestDriverAnswersAndMaxHolders(t *testing.T) {
@@ -16,7 +17,8 @@ func TestDriverAnswersAndMaxHolders(t *testing.T) {
 		}
 	}
 	write(a, `I1123 10:00:00.000100   42 controllerpublish.go:308] "published" volume="pvc-1" node="node-2" pv="pvc-1" reason="" verdict="allow"
-I1123 10:00:00.000200   42 server.go:80] "response" method="/csi.v1.Controller/ControllerPublishVolume"
+I1123 10:00:00.000200   42 server.go:80] "response" method="/csi.v1.Controller/ControllerPublishVolume" id=3 response="{}" duration="12.5ms"
+I1123 10:00:00.000300   42 server.go:80] "response" method="/csi.v1.Controller/ControllerPublishVolume" id=4 response="{}" duration="3ms"
 I1123 10:00:05.000000   42 controllerpublish.go:381] "unpublished" volume="pvc-1" node="node-2" pv="pvc-1" released=true
 `)
 	// ctrl-b publishes node-3 before ctrl-a's unpublish of node-2, then
@@ -36,5 +38,9 @@ I1123 10:00:06.000000   43 controllerpublish.go:308] "published" volume="pvc-2" 
 	}
 	if n, _ := MaxHolders(answers, "pvc-2"); n != 1 {
 		t.Fatalf("pvc-2: %d holders, want 1", n)
+	}
+	ds, err := PublishDurations(a, b)
+	if err != nil || len(ds) != 2 || Quantile(ds, 0) != 3*time.Millisecond || Quantile(ds, 1) != 12500*time.Microsecond {
+		t.Fatalf("publish durations %v, %v", ds, err)
 	}
 }
