@@ -38,34 +38,44 @@ var answerLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S
 func DriverAnswers(logs ...string) ([]Answer, error) {
 	year := time.Now().Year()
 	var out []Answer
+	err := scanLogs(logs, func(path, line string) error {
+		m := answerLine.FindStringSubmatch(line)
+		if m == nil {
+			return nil
+		}
+		at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, m[1]), time.Local)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, Answer{At: at, Replica: strings.TrimSuffix(path[strings.LastIndex(path, "/")+1:], ".log"),
+			Publish: m[2] == "published", Volume: m[3], Node: m[4]})
+		return nil
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, err
+}
+
+// scanLogs calls f for every line of every log.
+func scanLogs(logs []string, f func(path, line string) error) error {
 	for _, path := range logs {
-		f, err := os.Open(path)
+		file, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		sc := bufio.NewScanner(f)
+		sc := bufio.NewScanner(file)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			m := answerLine.FindStringSubmatch(sc.Text())
-			if m == nil {
-				continue
-			}
-			at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, m[1]), time.Local)
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-			out = append(out, Answer{At: at, Replica: strings.TrimSuffix(path[strings.LastIndex(path, "/")+1:], ".log"),
-				Publish: m[2] == "published", Volume: m[3], Node: m[4]})
+		for sc.Scan() && err == nil {
+			err = f(path, sc.Text())
 		}
-		err = sc.Err()
-		f.Close()
+		if err == nil {
+			err = sc.Err()
+		}
+		file.Close()
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
-	return out, nil
+	return nil
 }
 
 // MaxHolders replays the answers for one volume: a node holds it from a
@@ -101,28 +111,16 @@ var publishResponse = regexp.MustCompile(`"response" method="/csi.v1.Controller/
 // took from driver logs (-v=4), sorted.
 func PublishDurations(logs ...string) ([]time.Duration, error) {
 	var out []time.Duration
-	for _, path := range logs {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			if m := publishResponse.FindStringSubmatch(sc.Text()); m != nil {
-				if d, err := time.ParseDuration(m[1]); err == nil {
-					out = append(out, d)
-				}
+	err := scanLogs(logs, func(_, line string) error {
+		if m := publishResponse.FindStringSubmatch(line); m != nil {
+			if d, err := time.ParseDuration(m[1]); err == nil {
+				out = append(out, d)
 			}
 		}
-		err = sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, err
-		}
-	}
+		return nil
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out, nil
+	return out, err
 }
 
 // Quantile of sorted durations (nearest rank); zero for none.

@@ -28,6 +28,19 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// runSynced runs c until the test ends and waits until it has synced.
+func runSynced(t *testing.T, c *Controller) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if !c.WaitForSync(ctx) {
+		t.Fatal("never synced")
+	}
+	return ctx
+}
+
 // TestOrphanedClaimReported: a claim with no VolumeAttachment of its node
 // (force-deleted) is reported once it has been so for the threshold, and
 // counted; a VolumeAttachment of the node clears it. It is never released.
@@ -105,13 +118,7 @@ func TestHungFenceCallDoesNotFreezeTheIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	if !c.WaitForSync(ctx) {
-		t.Fatal("never synced")
-	}
+	ctx := runSynced(t, c)
 	c.RefenceStale()
 	waitUntil(t, "the fence call to start", func() bool { n, _ := react.counts(); return n >= 1 })
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv("pv-2", "vol-2", corev1.ReadWriteOnce, ""), metav1.CreateOptions{}); err != nil {
@@ -147,13 +154,7 @@ func TestDisconnectedWatchFailsReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	if !c.WaitForSync(ctx) {
-		t.Fatal("never synced")
-	}
+	runSynced(t, c)
 	if err := c.WatchesHealthy(30 * time.Second); err != nil {
 		t.Fatalf("healthy watches reported: %v", err)
 	}
