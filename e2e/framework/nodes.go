@@ -67,7 +67,7 @@ func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, nam
 		return nil, fmt.Errorf("create node %s: %w", name, err)
 	}
 	now := metav1.Now()
-	created.Status = corev1.NodeStatus{
+	status := corev1.NodeStatus{
 		Conditions: []corev1.NodeCondition{{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			Message: "fake kubelet of the rds-csi e2e harness", LastHeartbeatTime: now, LastTransitionTime: now,
@@ -81,7 +81,18 @@ func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, nam
 		},
 		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.4", OperatingSystem: "linux", Architecture: "amd64"},
 	}
-	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// kube-controller-manager may change the new Node first (the not-ready
+	// taint): post the status on the fresh object, as a kubelet retries.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status = status
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("node %s status: %w", name, err)
 	}
 	_, err = client.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{

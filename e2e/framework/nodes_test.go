@@ -1,0 +1,42 @@
+package framework
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// kube-controller-manager changes a new Node (the not-ready taint) between
+// its creation and the fake kubelet's first status post; the post is
+// retried on the fresh object instead of failing the registration.
+func TestNewNodeRetriesItsFirstStatusOnConflict(t *testing.T) {
+	client := fake.NewClientset()
+	conflicts := 0
+	client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicts == 0 {
+			conflicts++
+			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "node-a", nil)
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k, err := NewNode(ctx, NewTimeline(t, t.TempDir()), client, "node-a")
+	if err != nil {
+		t.Fatalf("NewNode after one conflict: %v", err)
+	}
+	defer k.Fail()
+	n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conflicts != 1 || len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("conflicts %d, status %+v", conflicts, n.Status)
+	}
+}
