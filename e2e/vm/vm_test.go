@@ -75,7 +75,14 @@ func TestRunWithoutExitStatus(t *testing.T) {
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho booted\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	results, err := os.MkdirTemp(".", "results-")
+	// Run refuses a results directory under /tmp (the guest mounts its
+	// own /tmp); this one is next to the test unless the checkout itself
+	// is under /tmp.
+	parent, _ := filepath.Abs(".")
+	if strings.HasPrefix(parent+"/", "/tmp/") {
+		parent = "/var/tmp"
+	}
+	results, err := os.MkdirTemp(parent, "rds-csi-vm-results-")
 	if err != nil {
 		t.Fatal(err)
 	}
