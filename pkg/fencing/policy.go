@@ -190,8 +190,8 @@ func Decide(req Request, holders []Holder, nodes func(string) NodeState, now tim
 				why = fmt.Sprintf("still attached (its VolumeAttachment has been deleting for %s, but the detach has not completed)", now.Sub(h.DetachingSince).Round(time.Second))
 			}
 			return refuse(d, h.Node, fmt.Sprintf(
-				"volume %s is %s on node %s, which is healthy; it can move once that node detaches it, is deleted, or is tainted node.kubernetes.io/out-of-service",
-				req.VolumeID, why, h.Node))
+				"volume %s is %s on node %s, %s; it can move once that node detaches it, is deleted, or is tainted node.kubernetes.io/out-of-service",
+				req.VolumeID, why, h.Node, holderState(nodes(h.Node), now)))
 		}
 		return allowOrRepeat(d, self, "")
 	}
@@ -246,6 +246,22 @@ func allowOrRepeat(d Decision, self *Holder, reason string) Decision {
 	d.Verdict = Allow
 	d.Reason = reason
 	return d
+}
+
+// holderState describes a holder's node in a refusal, so the operator
+// sees whether it is up or only not fenced yet.
+func holderState(n NodeState, now time.Time) string {
+	switch {
+	case n.Ready:
+		return "which is Ready"
+	case !n.Exists:
+		return "which this controller does not know yet"
+	}
+	if n.NotReadySince.IsZero() {
+		return "which is not Ready, but not fenced (NotReady alone may be a network partition with the node still writing)"
+	}
+	return fmt.Sprintf("which has been NotReady for %s, but is not fenced (NotReady alone may be a network partition with the node still writing; --not-ready-threshold sets when it is)",
+		now.Sub(n.NotReadySince).Round(time.Second))
 }
 
 func refuse(d Decision, blocking, reason string) Decision {
