@@ -1,8 +1,6 @@
 package diagnose
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
@@ -19,28 +17,16 @@ type Claim struct {
 // ({"at": "...", "uid": "..."}). Anything else is an error: an unreadable
 // claim is never read as no claim.
 func ParseClaims(raw string) (map[string]Claim, error) {
-	if raw == "" {
-		return nil, nil
+	claims, err := informers.ParseClaims(raw)
+	if err != nil {
+		return nil, err
 	}
-	var entries map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &entries); err != nil {
-		return nil, fmt.Errorf("annotation %s is not a JSON object: %w", informers.ClaimsAnnotation, err)
-	}
-	out := make(map[string]Claim, len(entries))
-	for node, v := range entries {
-		var c Claim
-		var obj struct {
-			At  *time.Time `json:"at"`
-			UID string     `json:"uid"`
+	var out map[string]Claim
+	for node, c := range claims {
+		if out == nil {
+			out = make(map[string]Claim, len(claims))
 		}
-		switch {
-		case json.Unmarshal(v, &c.At) == nil:
-		case json.Unmarshal(v, &obj) == nil && obj.At != nil:
-			c = Claim{At: *obj.At, UID: obj.UID}
-		default:
-			return nil, fmt.Errorf("annotation %s: the claim of node %q is neither a time nor {\"at\",\"uid\"}: %s", informers.ClaimsAnnotation, node, v)
-		}
-		out[node] = c
+		out[node] = Claim{At: c.At, UID: c.NodeUID}
 	}
 	return out, nil
 }

@@ -66,6 +66,9 @@ func (c *Claim) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
+	if p.At.IsZero() {
+		return fmt.Errorf("a claim without its time (\"at\"): %s", b)
+	}
 	*c = Claim(p)
 	return nil
 }
@@ -73,8 +76,14 @@ func (c *Claim) UnmarshalJSON(b []byte) error {
 // decodeClaims reads the annotation. An unreadable annotation is an error:
 // the caller must not treat a corrupted claim as no claim.
 func decodeClaims(annotations map[string]string) (map[string]Claim, error) {
-	raw, ok := annotations[ClaimsAnnotation]
-	if !ok || raw == "" {
+	return ParseClaims(annotations[ClaimsAnnotation])
+}
+
+// ParseClaims reads the value of the claims annotation (empty: no claims).
+// The one decoder of claims, for the driver and for the tools and tests
+// that inspect what it committed.
+func ParseClaims(raw string) (map[string]Claim, error) {
+	if raw == "" {
 		return nil, nil
 	}
 	var m map[string]Claim
@@ -84,8 +93,7 @@ func decodeClaims(annotations map[string]string) (map[string]Claim, error) {
 	return m, nil
 }
 
-// DecodeClaims reads the claims annotation of a PersistentVolume (for tools
-// and tests that inspect what the driver committed).
+// DecodeClaims reads the claims annotation of a PersistentVolume.
 func DecodeClaims(pv *corev1.PersistentVolume) (map[string]Claim, error) {
 	return decodeClaims(pv.Annotations)
 }

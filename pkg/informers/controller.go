@@ -259,13 +259,17 @@ func (c *Controller) WatchesHealthy(threshold time.Duration) error {
 // Reactor acts only as leader) are not lost across a failover.
 func (c *Controller) RefenceStale() {
 	now := c.clock.Now()
-	for _, n := range c.index.HolderNodes() {
-		if _, stale := c.staleOn(n, now); stale {
-			c.reactions.Add(key{kind: kindFence, name: n})
-		}
-	}
-	// Orphaned claims are reported by the leader only: report again.
+	stale := map[string]bool{}
+	// One pass over the volumes (not one per node): a new leader at 100k
+	// volumes on 10k nodes must not stall.
 	for _, v := range c.index.Volumes() {
+		for _, h := range v.Holders() {
+			if _, ok := fencing.HolderStale(h, c.index.Node(h.Node), now, c.cfg.Policy); ok && !stale[h.Node] {
+				stale[h.Node] = true
+				c.reactions.Add(key{kind: kindFence, name: h.Node})
+			}
+		}
+		// Orphaned claims are reported by the leader only: report again.
 		c.reactions.Add(key{kind: kindOrphan, name: v.Handle})
 	}
 }

@@ -308,28 +308,6 @@ func (x *AttachmentIndex) Volumes() []*Volume {
 	return out
 }
 
-// HolderNodes returns every node that holds some volume (by claim or
-// VolumeAttachment), including nodes that no longer exist.
-func (x *AttachmentIndex) HolderNodes() []string {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	seen := map[string]bool{}
-	for _, v := range x.volumes {
-		for n := range v.Claims {
-			seen[n] = true
-		}
-		for n := range v.Attachments {
-			seen[n] = true
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Stats is the index's size.
 type Stats struct{ Volumes, Attachments, Nodes int }
 

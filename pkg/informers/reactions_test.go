@@ -205,11 +205,10 @@ func TestFencerConfirmsWithALiveRead(t *testing.T) {
 			}
 			client := fake.NewClientset(objs...)
 			claims := NewClaims(client, driver)
+			// The index said stale (out of service); the API server decides.
 			fencer := fencing.NewFencer(claims, nil, nil, fencing.DefaultConfig(), nil)
-			// The index said stale; the API server decides.
-			err := fencer.NodeStale(context.Background(), fencing.StaleHolder{Node: "node-a", Reason: fencing.FenceOutOfService,
-				Volumes: []fencing.VolumeRef{{PV: "pv-1", Handle: "vol-1"}}})
-			if err != nil {
+			vol := fencing.VolumeRef{PV: "pv-1", Handle: "vol-1"}
+			if err := fencer.NodeStale(context.Background(), fencing.StaleHolder{Node: "node-a", Reason: fencing.FenceOutOfService, Volumes: []fencing.VolumeRef{vol}}); err != nil {
 				t.Fatal(err)
 			}
 			got, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{})
@@ -220,9 +219,12 @@ func TestFencerConfirmsWithALiveRead(t *testing.T) {
 			if _, kept := cl["node-a"]; kept == tc.released {
 				t.Fatalf("claim kept %t, want released %t", kept, tc.released)
 			}
-			if tc.released {
-				_, reason, _ := claims.ReleaseIfStale(context.Background(), "pv-1", "node-a", fencing.DefaultConfig(), time.Now)
-				_ = reason // already released: nothing to report twice
+			// The reason is the live one, not the index's: the same release
+			// on a fresh copy of the API.
+			again := NewClaims(fake.NewClientset(objs...), driver)
+			released, reason, err := again.ReleaseIfStale(context.Background(), "pv-1", "node-a", fencing.DefaultConfig(), time.Now)
+			if err != nil || released != tc.released || reason != tc.reason {
+				t.Fatalf("ReleaseIfStale = %t, %q, %v; want %t, %q", released, reason, err, tc.released, tc.reason)
 			}
 		})
 	}
@@ -262,5 +264,42 @@ func TestTwoPVsOneHandleIndex(t *testing.T) {
 	v = h.index.Volume("vol-1")
 	if v == nil || len(v.PVs) != 1 || v.PVs[0].Name != "pv-new" || v.PVName != "pv-new" || !v.HasClaim("node-b") {
 		t.Fatalf("after deleting the old PV: %+v", v)
+	}
+}
+
+// TestParseClaims: the one decoder of the annotation reads claim objects
+// and the bare times of older drivers, and refuses anything else rather
+// than read it as no claim.
+func TestParseClaims(t *testing.T) {
+	at := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		raw  string
+		want map[string]Claim
+		bad  bool
+	}{
+		{raw: ``, want: nil},
+		{raw: `{"a":"2026-11-23T08:00:00Z"}`, want: map[string]Claim{"a": {At: at}}},
+		{raw: `{"a":{"at":"2026-11-23T08:00:00Z","uid":"u","cap":"block/MULTI_NODE_MULTI_WRITER","ro":true,"gen":3}}`,
+			want: map[string]Claim{"a": {At: at, NodeUID: "u", Capability: "block/MULTI_NODE_MULTI_WRITER", ReadOnly: true, Gen: 3}}},
+		{raw: `{"a":{"uid":"u"}}`, bad: true},
+		{raw: `{"a":42}`, bad: true},
+		{raw: `{not json`, bad: true},
+	} {
+		got, err := ParseClaims(tc.raw)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseClaims(%s) accepted: %+v", tc.raw, got)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Errorf("ParseClaims(%s) = %+v, %v", tc.raw, got, err)
+			continue
+		}
+		for n, c := range tc.want {
+			if g := got[n]; !g.At.Equal(c.At) || g.NodeUID != c.NodeUID || g.Capability != c.Capability || g.ReadOnly != c.ReadOnly || g.Gen != c.Gen {
+				t.Errorf("ParseClaims(%s)[%s] = %+v, want %+v", tc.raw, n, g, c)
+			}
+		}
 	}
 }
