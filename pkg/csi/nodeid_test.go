@@ -1,0 +1,35 @@
+package csi
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNodeIDRoundTrip(t *testing.T) {
+	const nqn = "nqn.2014-08.org.nvmexpress:uuid:0f6c2d1e-8a7b-4c3d-9e0f-1a2b3c4d5e6f"
+	for _, tc := range []struct{ name, nqn, want string }{
+		{"worker-1", nqn, "worker-1/" + nqn},
+		{"worker-1.example.com", "", "worker-1.example.com"},
+	} {
+		id, err := FormatNodeID(tc.name, tc.nqn)
+		if err != nil || id != tc.want {
+			t.Fatalf("FormatNodeID(%q, %q) = %q, %v; want %q", tc.name, tc.nqn, id, err, tc.want)
+		}
+		got, err := ParseNodeID(id)
+		if err != nil || got.Name != tc.name || got.HostNQN != tc.nqn {
+			t.Fatalf("ParseNodeID(%q) = %+v, %v", id, got, err)
+		}
+	}
+}
+
+func TestNodeIDRefusesWhatNoNodeRegisters(t *testing.T) {
+	for _, id := range []string{"", "Worker_1", "worker-1/", "worker-1/not an nqn", "/nqn.2014-08.org.nvmexpress:uuid:x", "a/b/c"} {
+		if got, err := ParseNodeID(id); err == nil {
+			t.Errorf("ParseNodeID(%q) = %+v, want an error", id, got)
+		}
+	}
+	long := "nqn.2014-08.com.example:" + strings.Repeat("x", 180)
+	if _, err := FormatNodeID("worker-1", long); err == nil || !strings.Contains(err.Error(), "192") {
+		t.Errorf("a node ID over 192 bytes: %v", err)
+	}
+}
