@@ -356,11 +356,15 @@ func TestHostileIDsNeverSent(t *testing.T) {
 		_, calls["resize"] = c.ResizeDisk(ctx, bad, GiB)
 		calls["delete"] = c.DeleteDisk(ctx, bad, "/storage-pool/ok.img")
 		calls["allow-host"] = c.SetAllowedHost(ctx, bad, "")
+		_, calls["export host"] = c.SetExportHost(ctx, bad, "", true)
+		_, calls["close export"] = c.CloseExport(ctx, bad, "")
 		if strings.ContainsAny(bad, "\"\\$;[]{}'` \t\r\n") {
 			// Values with metacharacters are refused in every position.
 			_, calls["create path"] = c.CreateDisk(ctx, CreateDiskRequest{Slot: "ok", FilePath: "/storage-pool/" + bad, Size: GiB})
 			_, calls["create nqn"] = c.CreateDisk(ctx, CreateDiskRequest{Slot: "ok", FilePath: "/storage-pool/ok.img", Size: GiB, Export: &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + bad}})
 			calls["allow-host nqn"] = c.SetAllowedHost(ctx, "ok", "nqn.2014-08.org.nvmexpress:"+bad)
+			_, calls["export host nqn"] = c.SetExportHost(ctx, "ok", "nqn.2014-08.org.nvmexpress:"+bad, true)
+			_, calls["close export nqn"] = c.CloseExport(ctx, "ok", "nqn.2014-08.org.nvmexpress:"+bad)
 			_, calls["capacity"] = c.Capacity(ctx, bad)
 			calls["delete path"] = c.DeleteDisk(ctx, "ok", "/storage-pool/"+bad)
 		}

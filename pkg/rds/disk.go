@@ -24,6 +24,13 @@ type Disk struct {
 type Export struct {
 	Port int
 	NQN  string
+	// Closed creates the disk with nvme-tcp-export=no but with its port
+	// and NQN set: exported to no host until SetExportHost opens it (the
+	// driver's storage fencing). A Closed request matches an existing disk
+	// with the same port and NQN whether it is exported or not, and
+	// whatever its allowed host: a retried create must not undo a publish
+	// that happened since.
+	Closed bool
 }
 
 func (e *Export) validate() error {
@@ -41,6 +48,9 @@ func (e *Export) validate() error {
 func (e *Export) args() (string, []string) {
 	if e == nil {
 		return "nvme-tcp-export=no", nil
+	}
+	if e.Closed {
+		return fmt.Sprintf("nvme-tcp-export=no nvme-tcp-server-port=%d nvme-tcp-server-nqn=%%s", e.Port), []string{e.NQN}
 	}
 	return fmt.Sprintf("nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%%s", e.Port), []string{e.NQN}
 }

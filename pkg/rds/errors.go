@@ -34,6 +34,10 @@ var (
 	ErrCopyPending = errors.New("copy on RDS not confirmed complete")
 	// ErrHostKey: the RDS host key did not match the pinned known_hosts entry.
 	ErrHostKey = errors.New("RDS host key verification failed")
+	// ErrExportChanged: the disk's export changed under us (another
+	// controller replica or an operator); nothing was overwritten. The
+	// error names what was found.
+	ErrExportChanged = errors.New("the disk's NVMe/TCP export changed concurrently on RDS")
 )
 
 // CommandError carries the RouterOS text of a refused command.

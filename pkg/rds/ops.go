@@ -152,8 +152,11 @@ func (c *Client) afterFailedAdd(ctx context.Context, addErr error, slot, path st
 }
 
 func sameExport(d *Disk, e *Export) bool {
-	if e == nil {
+	switch {
+	case e == nil:
 		return !d.Exported
+	case e.Closed:
+		return d.Port == e.Port && d.NQN == e.NQN
 	}
 	return d.Exported && d.Port == e.Port && d.NQN == e.NQN
 }

@@ -1,0 +1,254 @@
+package rds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Storage-level fencing: which host a disk's NVMe/TCP export is open to.
+//
+// What RouterOS does to ESTABLISHED connections when
+// nvme-tcp-server-allow-host-name changes is not known (docs/routeros.md,
+// assumed); Linux nvmet keeps them. So moving an export from one host to
+// another turns it off first (which drops every connection), sets the
+// host, and turns it on again: safe whichever way RouterOS behaves.
+//
+// Two controller replicas, or an operator, may change the same disk at the
+// same time. Every /disk set here is conditioned on the state read (or
+// just set) before it: the slot, the allowed host and the export flag, in
+// one [find]. A set whose [find] matches nothing changes nothing, so a
+// concurrent change is never overwritten; the disk is read back at the end
+// and the read decides.
+
+// ExportChange reports what SetExportHost did.
+type ExportChange struct {
+	Changed bool // a command was sent
+	// Dropped: the export was turned off and on again (established
+	// connections dropped). Also set when an error stopped the sequence
+	// after the off command was answered: then the export is off.
+	Dropped bool
+	// Gap is the time from the off command's answer to the on command's
+	// answer, when no host could reach the disk (0 when not dropped).
+	Gap    time.Duration
+	Before Disk // the disk as read before the change
+}
+
+// SetExportHost leaves slot exported to host alone ("" = any host).
+//   - Already exported with AllowHost == host: no command (Changed=false).
+//   - Export off: set the host, then export on (nothing to drop).
+//   - Exported to another host, or to any host while host != "": when drop
+//     is true, export off, set the host, export on; when drop is false, set
+//     the host only (established connections of the old host may live on).
+//   - Widening to "" (any host): set the host only, never drops.
+//
+// Each set is conditioned on the disk's allowed host and export flag as
+// read before it; afterwards the disk is read back and must be exported
+// with AllowHost == host, else the error wraps ErrExportChanged and names
+// what was found (and ErrNotFound too when the disk is gone). The disk's
+// port and NQN must be set already (CreateDisk with an Export). host is
+// validated with ValidateNQN unless it is "". A failure part way leaves
+// the export off or unchanged, never open to a host nobody asked for;
+// calling again completes it.
+func (c *Client) SetExportHost(ctx context.Context, slot, host string, drop bool) (ExportChange, error) {
+	var ch ExportChange
+	if err := ValidateSlot(slot); err != nil {
+		return ch, err
+	}
+	if host != "" {
+		if err := ValidateNQN(host); err != nil {
+			return ch, err
+		}
+	}
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return ch, err
+	}
+	ch.Before = *d
+	if d.Port == 0 || d.NQN == "" {
+		return ch, fmt.Errorf("%w: disk %q has no NVMe/TCP port and NQN to export (it was created without an export)", ErrInvalidArgument, slot)
+	}
+	if d.Exported && d.AllowHost == host {
+		return ch, nil
+	}
+	old := d.AllowHost
+	steps := c.exportSteps(ctx, slot, &ch)
+	switch {
+	case !d.Exported:
+		if old != host {
+			steps.setHost(old, false, host)
+		}
+		steps.turn(host, true)
+	case host == "" || !drop:
+		steps.setHost(old, true, host)
+	default:
+		steps.turn(old, false)
+		steps.setHost(old, false, host)
+		steps.turn(host, true)
+	}
+	if steps.err != nil {
+		if !steps.offAt.IsZero() {
+			return ch, fmt.Errorf("exporting disk %q to %s: the export is off (no host can connect); retry to complete: %w", slot, hostLabel(host), steps.err)
+		}
+		return ch, fmt.Errorf("exporting disk %q to %s: %w", slot, hostLabel(host), steps.err)
+	}
+	after, err := c.GetDisk(ctx, slot)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return ch, fmt.Errorf("%w: disk %q is gone after exporting it to %s: %w", ErrExportChanged, slot, hostLabel(host), err)
+	case err != nil:
+		return ch, fmt.Errorf("reading disk %q back after exporting it to %s: %w", slot, hostLabel(host), err)
+	case !after.Exported || after.AllowHost != host:
+		return ch, fmt.Errorf("%w: disk %q should be exported to %s, found %s (before: %s); another controller replica or an operator changed it and nothing was overwritten: re-read the volume's state before retrying",
+			ErrExportChanged, slot, hostLabel(host), describeExport(after), describeExport(&ch.Before))
+	}
+	klog.FromContext(ctx).Info("RDS export host set", "slot", slot, "host", hostLabel(host), "before", describeExport(&ch.Before),
+		"dropped", ch.Dropped, "gap", ch.Gap)
+	return ch, nil
+}
+
+// CloseExport turns slot's export off (dropping every connection) and
+// clears its allowed host, but only while its allowed host is expectHost
+// ("" included), conditioned like SetExportHost. It returns changed=false
+// and nil, sending nothing, when the disk is already not exported or is
+// exported to another host (someone moved it on: not ours to close;
+// expectHost != "" and an export open to any host count as another host).
+// changed=true means commands were sent; the disk read back afterwards is
+// then not exported, or exported to another host than expectHost (moved
+// on concurrently, after our off dropped the connections). Still exported
+// to expectHost is ErrExportChanged. A missing disk is ErrNotFound.
+func (c *Client) CloseExport(ctx context.Context, slot, expectHost string) (changed bool, err error) {
+	if err := ValidateSlot(slot); err != nil {
+		return false, err
+	}
+	if expectHost != "" {
+		if err := ValidateNQN(expectHost); err != nil {
+			return false, err
+		}
+	}
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return false, err
+	}
+	if !d.Exported || d.AllowHost != expectHost {
+		return false, nil
+	}
+	var ch ExportChange
+	steps := c.exportSteps(ctx, slot, &ch)
+	steps.turn(expectHost, false)
+	if expectHost != "" {
+		// Conditioned on export=no too: had someone turned it on again for
+		// the same host meanwhile, clearing the host would open it to all.
+		steps.setHost(expectHost, false, "")
+	}
+	if steps.err != nil {
+		return ch.Changed, fmt.Errorf("closing the export of disk %q to %s: %w", slot, hostLabel(expectHost), steps.err)
+	}
+	after, err := c.GetDisk(ctx, slot)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true, nil // nothing exports a disk that is gone
+	case err != nil:
+		return true, fmt.Errorf("reading disk %q back after closing its export: %w", slot, err)
+	case after.Exported && after.AllowHost == expectHost:
+		return true, fmt.Errorf("%w: disk %q is still exported to %s after closing it (before: %s); another controller replica or an operator opened it again",
+			ErrExportChanged, slot, hostLabel(expectHost), describeExport(d))
+	}
+	klog.FromContext(ctx).Info("RDS export closed", "slot", slot, "host", hostLabel(expectHost), "after", describeExport(after))
+	return true, nil
+}
+
+// exportSequence runs the conditional sets of one export change in order.
+// After the first error, or a set whose [find] RouterOS said matched
+// nothing, the rest is skipped: the disk changed under us, and the read
+// back decides.
+type exportSequence struct {
+	c       *Client
+	ctx     context.Context
+	slot    string
+	ch      *ExportChange
+	stopped bool
+	err     error
+	offAt   time.Time
+}
+
+func (c *Client) exportSteps(ctx context.Context, slot string, ch *ExportChange) *exportSequence {
+	return &exportSequence{c: c, ctx: ctx, slot: slot, ch: ch}
+}
+
+// turn sets nvme-tcp-export=on|off on the disk while its allowed host is
+// host and its export is the opposite.
+func (s *exportSequence) turn(host string, on bool) {
+	assign := "nvme-tcp-export=no"
+	if on {
+		assign = "nvme-tcp-export=yes"
+	}
+	if !s.set(host, !on, assign) {
+		return
+	}
+	now := time.Now()
+	switch {
+	case !on:
+		s.offAt = now
+		s.ch.Dropped = true
+	case !s.offAt.IsZero():
+		s.ch.Gap = now.Sub(s.offAt)
+	}
+}
+
+// setHost sets the allowed host to host while it is old and the export is
+// exported.
+func (s *exportSequence) setHost(old string, exported bool, host string) {
+	s.set(old, exported, "nvme-tcp-server-allow-host-name=%s", host)
+}
+
+// set runs `/disk set [find slot=S and nvme-tcp-server-allow-host-name=H
+// and nvme-tcp-export=yes|no] assign` and reports whether the sequence goes
+// on. RouterOS may answer a set on an empty [find] with silence or with
+// "no such item" (docs/routeros.md): the latter stops the sequence without
+// an error.
+func (s *exportSequence) set(host string, exported bool, assign string, values ...string) bool {
+	if s.stopped || s.err != nil {
+		return false
+	}
+	s.ch.Changed = true
+	_, err := s.c.exec(s.ctx, "/disk set [find slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export="+yesNo(exported)+"] "+assign,
+		append([]string{s.slot, host}, values...)...)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		s.stopped = true
+		return false
+	case err != nil:
+		s.err = err
+		return false
+	}
+	return true
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func hostLabel(host string) string {
+	if host == "" {
+		return "any host"
+	}
+	return host
+}
+
+// describeExport says how a disk is exported, for errors and logs.
+func describeExport(d *Disk) string {
+	if !d.Exported {
+		if d.AllowHost != "" {
+			return fmt.Sprintf("not exported (allowed host %s kept)", d.AllowHost)
+		}
+		return "not exported"
+	}
+	return "exported to " + hostLabel(d.AllowHost)
+}
