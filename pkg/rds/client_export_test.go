@@ -72,7 +72,7 @@ func (e *simEnv) prepare(t *testing.T, c *Client, st diskState) {
 }
 
 func cond(host, export string) string {
-	return `/disk set [find slot="pvc-a" and nvme-tcp-server-allow-host-name="` + host + `" and nvme-tcp-export=` + export + `] `
+	return `/disk set [find where slot="pvc-a" and nvme-tcp-server-allow-host-name="` + host + `" and nvme-tcp-export=` + export + `] `
 }
 
 func TestSetExportHostTransitions(t *testing.T) {

@@ -205,7 +205,7 @@ func (s *exportSequence) setHost(old string, exported bool, host string) {
 	s.set(old, exported, "nvme-tcp-server-allow-host-name=%s", host)
 }
 
-// set runs `/disk set [find slot=S and nvme-tcp-server-allow-host-name=H
+// set runs `/disk set [find where slot=S and nvme-tcp-server-allow-host-name=H
 // and nvme-tcp-export=yes|no] assign` and reports whether the sequence goes
 // on. RouterOS may answer a set on an empty [find] with silence or with
 // "no such item" (docs/routeros.md): the latter stops the sequence without
@@ -215,7 +215,7 @@ func (s *exportSequence) set(host string, exported bool, assign string, values .
 		return false
 	}
 	s.ch.Changed = true
-	_, err := s.c.exec(s.ctx, "/disk set [find slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export="+yesNo(exported)+"] "+assign,
+	_, err := s.c.exec(s.ctx, "/disk set [find where slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export="+yesNo(exported)+"] "+assign,
 		append([]string{s.slot, host}, values...)...)
 	switch {
 	case errors.Is(err, ErrNotFound):
