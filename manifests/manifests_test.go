@@ -563,6 +563,17 @@ func TestNodeDaemonSet(t *testing.T) {
 			t.Errorf("host %s is not mounted at %s in the plugin", hp, hp)
 		}
 	}
+	// The host NQN in /etc/nvme is the node's identity on the RDS (its
+	// CSI node ID carries it): the plugin creates it on the host when
+	// missing, so it outlives the pod.
+	if m := mounted["/etc/nvme"]; m.ReadOnly {
+		t.Error("the host's /etc/nvme is mounted read-only: the plugin cannot create the host NQN there")
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/etc/nvme" && (v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate) {
+			t.Errorf("the host's /etc/nvme is a hostPath of type %v, want DirectoryOrCreate (a host without nvme-cli has none)", v.HostPath.Type)
+		}
+	}
 
 	// Registration: the registrar tells the kubelet the socket's host path.
 	socketVolume := mountFor(t, plugin, strings.TrimPrefix(opts.Endpoint, "unix://"))

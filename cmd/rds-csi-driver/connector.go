@@ -26,11 +26,17 @@ const (
 type connectorOptions struct {
 	Kind        string
 	LoopDataDir string
+	NVMeDir     string // the host's /etc/nvme: hostnqn, hostid
 }
+
+// defaultNVMeDir is where nvme-cli and the distributions keep the host
+// identity; the node DaemonSet mounts the host's at the same path.
+const defaultNVMeDir = "/etc/nvme"
 
 func (o *connectorOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node service connects volumes: tcp (NVMe/TCP, the only choice for real clusters) or loop (labs and demos: a loop device over the RDS simulator's backing file on this machine; needs --node-loop-data-dir)")
 	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir on this machine")
+	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the directory of this host's NVMe identity (hostnqn, hostid), created there at start when missing; it must be the host's and persist across restarts, since the host NQN is the node's identity on the RDS")
 }
 
 // validate refuses the loop connector unless it is chosen explicitly with
@@ -41,12 +47,18 @@ func (o *connectorOptions) validate(mode string) error {
 		if o.LoopDataDir != "" {
 			return errors.New("invalid configuration: --node-loop-data-dir needs --node-connector=loop")
 		}
+		if o.NVMeDir == "" {
+			return errors.New("invalid configuration: --node-nvme-dir is empty (default " + defaultNVMeDir + ")")
+		}
 	case connectorLoop:
 		if mode == csi.ModeController {
 			return errors.New("invalid configuration: --node-connector=loop is for the node service (--mode=node or all)")
 		}
 		if o.LoopDataDir == "" {
 			return errors.New("invalid configuration: --node-connector=loop needs --node-loop-data-dir, the RDS simulator's --data-dir on this machine")
+		}
+		if o.NVMeDir != defaultNVMeDir {
+			return errors.New("invalid configuration: --node-nvme-dir is for --node-connector=tcp; the loop connector presents no host NQN")
 		}
 		if fi, err := os.Stat(o.LoopDataDir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("invalid configuration: --node-loop-data-dir %s is not a directory (start the RDS simulator with --data-dir first)", o.LoopDataDir)
@@ -60,7 +72,7 @@ func (o *connectorOptions) validate(mode string) error {
 // connector builds the node's connector.
 func (o *connectorOptions) connector(ctx context.Context, opts csi.Options) (csi.Connector, error) {
 	if o.Kind != connectorLoop {
-		c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix})
+		c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix, EtcNVMeDir: o.NVMeDir})
 		if err != nil {
 			return nil, fmt.Errorf("NVMe/TCP connector: %w", err)
 		}
@@ -86,4 +98,26 @@ func simulatorFile(dataDir string, opts csi.Options) nvme.BackingFileResolver {
 		}
 		return filepath.Join(dataDir, filepath.FromSlash(rel)), nil
 	}
+}
+
+// nodeServer builds the node service on the chosen connector and settles
+// the node ID it registers now, at start: with NVMe/TCP that reads (or
+// creates, once) the host NQN, so an unreadable or unwritable
+// --node-nvme-dir stops the plugin here with the reason, not at the first
+// NodeStage.
+func (o *connectorOptions) nodeServer(ctx context.Context, d *csi.Driver, opts csi.Options) (*csi.NodeServer, error) {
+	c, err := o.connector(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	ns := csi.NewNodeServer(d, c, nil)
+	id, err := ns.NodeID()
+	if err != nil {
+		if o.Kind == connectorTCP {
+			return nil, fmt.Errorf("%w (the node's host NQN is read from %s, the host's /etc/nvme, created there when missing; fix the file or the mount)", err, o.NVMeDir)
+		}
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("node identity", "nodeID", id)
+	return ns, nil
 }

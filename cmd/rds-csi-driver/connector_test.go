@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,13 @@ import (
 func TestNodeConnectorChoice(t *testing.T) {
 	dir := t.TempDir()
 	node := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--endpoint=unix://" + dir + "/csi.sock"}
+	badNQN := filepath.Join(dir, "bad-nqn")
+	if err := os.MkdirAll(badNQN, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(badNQN, "hostnqn"), []byte("not an nqn\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -24,6 +32,11 @@ func TestNodeConnectorChoice(t *testing.T) {
 		{"loop without its data dir", []string{"--node-connector=loop"}, "needs --node-loop-data-dir"},
 		{"loop with a missing data dir", []string{"--node-connector=loop", "--node-loop-data-dir=" + dir + "/nope"}, "is not a directory"},
 		{"a data dir without loop", []string{"--node-loop-data-dir=" + dir}, "needs --node-connector=loop"},
+		{"an NVMe dir with loop", []string{"--node-connector=loop", "--node-loop-data-dir=" + dir, "--node-nvme-dir=" + dir}, "--node-nvme-dir is for --node-connector=tcp"},
+		// Loaded at start: a broken identity stops the plugin before the
+		// kubelet registers it, naming the file.
+		{"a hostnqn that is no NQN", []string{"--node-nvme-dir=" + badNQN}, badNQN + "/hostnqn"},
+		{"an NVMe dir that is a file", []string{"--node-nvme-dir=" + badNQN + "/hostnqn"}, "host's /etc/nvme"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), append(node, tc.args...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {

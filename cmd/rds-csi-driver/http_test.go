@@ -39,7 +39,7 @@ func TestHTTPEndpointInEveryMode(t *testing.T) {
 		args  []string
 		wants []string // in /metrics
 	}{
-		{"node", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1"},
+		{"node", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + filepath.Join(dir, "nvme")},
 			[]string{`rds_csi_node_operation_duration_seconds_count{operation="stage",result="success"} 0`, "rds_csi_node_connected_subsystems 0", "go_goroutines"}},
 		{"controller --publish=false", []string{"--mode=controller", "--publish=false", "--rds-address=127.0.0.1", "--rds-port=1",
 			"--rds-key-file=" + key, "--rds-insecure-skip-host-key-check"},

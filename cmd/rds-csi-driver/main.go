@@ -120,11 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var node csispec.NodeServer // nil: not registered
 	if opts.Mode != csi.ModeController {
-		connector, err := nopts.connector(ctx, opts)
+		ns, err := nopts.nodeServer(ctx, d, opts)
 		if err != nil {
 			return fail("invalid configuration: %v", err)
 		}
-		node = timedNode{NodeServer: csi.NewNodeServer(d, connector, nil),
+		node = timedNode{NodeServer: ns,
 			m: metrics.NewNodeMetrics(diag.registry, connectedSubsystems("/sys", opts.NQNPrefix))}
 	}
 	httpCtx, stopHTTP := context.WithCancel(ctx)

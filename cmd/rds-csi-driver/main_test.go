@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -125,17 +126,22 @@ func TestServeAndGracefulStop(t *testing.T) {
 
 // TestServeNodeMode runs the binary as the node plugin: no RDS
 // credentials, the Identity and Node services on the socket, no
-// Controller service, and the node's topology names the RDS.
+// Controller service, the node's topology names the RDS, and its node ID
+// carries the host NQN from --node-nvme-dir (the host's /etc/nvme).
 func TestServeNodeMode(t *testing.T) {
 	dir := t.TempDir()
 	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
+	const hostNQN = "nqn.2014-08.org.nvmexpress:uuid:0f6c2d1e-8a7b-4c3d-9e0f-1a2b3c4d5e6f"
+	if err := os.WriteFile(filepath.Join(dir, "hostnqn"), []byte(hostNQN+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"--mode=node", "--endpoint=" + endpoint, "--node-id=worker-1", "--rds-name=rds1",
-			"--max-volumes-per-node=20", "--rds-key-file=" + dir + "/absent"}, &stdout, &stderr)
+			"--max-volumes-per-node=20", "--rds-key-file=" + dir + "/absent", "--node-nvme-dir=" + dir}, &stdout, &stderr)
 	}()
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -160,7 +166,7 @@ func TestServeNodeMode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NodeGetInfo: %v", err)
 	}
-	if info.NodeId != "worker-1" || info.MaxVolumesPerNode != 20 || info.AccessibleTopology.GetSegments()["topology.rds.csi.srvlab.io/rds"] != "rds1" {
+	if info.NodeId != "worker-1/"+hostNQN || info.MaxVolumesPerNode != 20 || info.AccessibleTopology.GetSegments()["topology.rds.csi.srvlab.io/rds"] != "rds1" {
 		t.Errorf("NodeGetInfo: %v", info)
 	}
 	nodeCaps, err := csi.NewNodeClient(conn).NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})

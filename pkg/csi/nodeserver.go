@@ -111,14 +111,46 @@ func (s *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
+// hostIdentifier is a connector that presents a host identity to the
+// target: nvme.TCPConnector. The loop connector has none.
+type hostIdentifier interface {
+	HostIdentity() (nvme.HostIdentity, error)
+}
+
+var _ hostIdentifier = (*nvme.TCPConnector)(nil)
+
+// NodeID is the CSI node ID this node registers (nodeid.go): the node name
+// and, when the connector presents a host NQN to the RDS, that NQN, so the
+// controller learns which host to allow on the export from
+// ControllerPublish's node_id. The identity is read (and on first use
+// created) in /etc/nvme; main calls NodeID at startup so that a broken
+// /etc/nvme stops the plugin there, before the kubelet registers it.
+func (s *NodeServer) NodeID() (string, error) {
+	var nqn string
+	if hi, ok := s.connector.(hostIdentifier); ok {
+		id, err := hi.HostIdentity()
+		if err != nil {
+			return "", fmt.Errorf("node %s: NVMe host identity: %w", s.d.opts.NodeID, err)
+		}
+		nqn = id.NQN
+	}
+	return FormatNodeID(s.d.opts.NodeID, nqn)
+}
+
 func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	if s.d.opts.RDSName == "" {
 		// A node without the topology segment would never be chosen for
 		// this driver's volumes; refusing to register says why.
 		return nil, statusf(codes.FailedPrecondition, "node %s: the RDS this node reaches is not named: set --rds-name (or --rds-address) on the node plugin to the controller's value", s.d.opts.NodeID)
 	}
+	nodeID, err := s.NodeID()
+	if err != nil {
+		// The node must not register without the identity the RDS will
+		// see; the kubelet retries registration.
+		return nil, statusf(codes.FailedPrecondition, "%v", err)
+	}
 	return &csi.NodeGetInfoResponse{
-		NodeId:             s.d.opts.NodeID,
+		NodeId:             nodeID,
 		MaxVolumesPerNode:  s.d.opts.MaxVolumesPerNode,
 		AccessibleTopology: s.d.topology(),
 	}, nil

@@ -1,0 +1,154 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/srvlab/rds-csi/pkg/nvme"
+)
+
+// nodeInfoServer is a node service named worker-1 on the RDS rds1, on
+// connector c; no I/O happens until an RPC asks for it.
+func nodeInfoServer(t *testing.T, c Connector) *NodeServer {
+	t.Helper()
+	opts := Options{Mode: ModeNode, DriverName: DefaultDriverName, Endpoint: "unix:///csi/csi.sock", NodeID: "worker-1",
+		RDSName: "rds1", NVMePort: 4420, NQNPrefix: testNQNPrefix, MaxVolumesPerNode: 20}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return NewNodeServer(NewDriver(opts, nil), c, nil)
+}
+
+// tcpConnectorIn is the production NVMe/TCP connector with etcNVMe in
+// place of the host's /etc/nvme. Building it and asking its identity
+// touch nothing else.
+func tcpConnectorIn(t *testing.T, etcNVMe string) *nvme.TCPConnector {
+	t.Helper()
+	c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: testNQNPrefix, EtcNVMeDir: etcNVMe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestNodeGetInfoNodeID(t *testing.T) {
+	const hostNQN = "nqn.2014-08.org.nvmexpress:uuid:0f6c2d1e-8a7b-4c3d-9e0f-1a2b3c4d5e6f"
+	loop, err := nvme.NewLoopConnector(nvme.LoopConfig{NQNPrefix: testNQNPrefix,
+		Resolve: func(context.Context, string) (string, error) { return "", errors.New("not used") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		c       func(t *testing.T) Connector
+		wantNQN func(t *testing.T) string // "" for a bare node name
+	}{
+		{"tcp with the host's /etc/nvme/hostnqn", func(t *testing.T) Connector {
+			dir := filepath.Join(t.TempDir(), "nvme")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "hostnqn"), []byte(hostNQN+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return tcpConnectorIn(t, dir)
+		}, func(*testing.T) string { return hostNQN }},
+		{"loop presents no host NQN", func(*testing.T) Connector { return loop }, func(*testing.T) string { return "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info, err := nodeInfoServer(t, tc.c(t)).NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+			if err != nil {
+				t.Fatalf("NodeGetInfo: %v", err)
+			}
+			want := "worker-1"
+			if nqn := tc.wantNQN(t); nqn != "" {
+				want += "/" + nqn
+			}
+			if info.NodeId != want {
+				t.Errorf("node ID %q, want %q", info.NodeId, want)
+			}
+			if info.MaxVolumesPerNode != 20 || info.AccessibleTopology.GetSegments()["topology."+DefaultDriverName+"/rds"] != "rds1" {
+				t.Errorf("NodeGetInfo = %v", info)
+			}
+		})
+	}
+}
+
+// A node without /etc/nvme/hostnqn gets one, written once: a restarted
+// plugin (a new connector on the same directory) registers the same ID,
+// and the file holds the NQN the node ID carries.
+func TestNodeGetInfoCreatesAStableHostNQN(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etc", "nvme") // not there yet
+	var ids []string
+	for range 2 {
+		info, err := nodeInfoServer(t, tcpConnectorIn(t, dir)).NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+		if err != nil {
+			t.Fatalf("NodeGetInfo: %v", err)
+		}
+		ids = append(ids, info.NodeId)
+	}
+	if ids[0] != ids[1] {
+		t.Errorf("node ID changed across a restart: %q then %q", ids[0], ids[1])
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "hostnqn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ParseNodeID(ids[0])
+	if err != nil || id.Name != "worker-1" || id.HostNQN != strings.TrimSpace(string(b)) || !strings.HasPrefix(id.HostNQN, "nqn.2014-08.org.nvmexpress:uuid:") {
+		t.Errorf("node ID %q (%+v, %v); hostnqn holds %q", ids[0], id, err, b)
+	}
+}
+
+// The node refuses to register an ID Kubernetes would refuse, or without
+// the identity the RDS will see, and says what to fix.
+func TestNodeGetInfoRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  []string
+	}{
+		{"a node ID over 192 bytes", func(t *testing.T, dir string) {
+			long := "nqn.2014-08.com.example:" + strings.Repeat("x", 180)
+			if err := os.WriteFile(filepath.Join(dir, "hostnqn"), []byte(long+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"192", "/etc/nvme/hostnqn"}},
+		{"a hostnqn that is no NQN", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "hostnqn"), []byte("not an nqn\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"worker-1", "hostnqn"}},
+		{"a hostid that is no UUID", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "hostid"), []byte("42\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"worker-1", "hostid", "not a UUID"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.setup(t, dir)
+			ns := nodeInfoServer(t, tcpConnectorIn(t, dir))
+			if _, err := ns.NodeID(); err == nil {
+				t.Error("NodeID succeeded")
+			}
+			_, err := ns.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+			if status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("NodeGetInfo: %v, want FailedPrecondition", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
