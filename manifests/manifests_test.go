@@ -598,6 +598,25 @@ func TestNodeDaemonSet(t *testing.T) {
 	if plugin.LivenessProbe == nil || plugin.LivenessProbe.HTTPGet == nil || !portMatches(plugin, plugin.LivenessProbe.HTTPGet.Port, port) {
 		t.Errorf("the plugin's liveness probe is not the liveness-probe sidecar's %s", ep)
 	}
+
+	// The driver serves its node metrics (issue 14), and in the host
+	// network nothing of this pod listens beyond the node's loopback:
+	// every HTTP endpoint binds 127.0.0.1 and every probe goes there.
+	if ep, ok := argValue(plugin, "http-endpoint"); !ok {
+		t.Error("the node plugin has no --http-endpoint: its metrics are not served")
+	} else {
+		containerPort(t, plugin, ep)
+	}
+	for _, c := range spec.Containers {
+		if ep, ok := argValue(&c, "http-endpoint"); ok && !strings.HasPrefix(ep, "127.0.0.1:") {
+			t.Errorf("%s: --http-endpoint=%s listens on every address of the node (hostNetwork); bind 127.0.0.1", c.Name, ep)
+		}
+		for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+			if p != nil && p.HTTPGet != nil && p.HTTPGet.Host != "127.0.0.1" {
+				t.Errorf("%s: an HTTP probe goes to host %q; its endpoint listens on 127.0.0.1 only", c.Name, p.HTTPGet.Host)
+			}
+		}
+	}
 }
 
 func TestStorageAndSnapshotClasses(t *testing.T) {
