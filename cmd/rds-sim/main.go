@@ -7,6 +7,11 @@
 // Where the kernel's NVMe target is available (configfs with nvmet and
 // nvmet-tcp loaded), disks with nvme-tcp-export=yes are exported through it
 // (--nvme-export, see rdssim.NvmetExporter).
+//
+// What a change of a disk's nvme-tcp-server-allow-host-name does to the
+// connections already established to its export is not known on RouterOS;
+// --allow-host-change picks it: keep (the default, as Linux nvmet does) or
+// drop. nvme-tcp-export=no drops them either way.
 package main
 
 import (
@@ -43,6 +48,7 @@ type options struct {
 	nvmeExport     string
 	nvmetRoot      string
 	nvmetAddress   string
+	allowHostChg   string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -61,6 +67,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export nvme-tcp-export=yes disks through the kernel's NVMe/TCP target: nvmet (required; refuse to start without it), none, or auto (nvmet when its configfs tree is present)")
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
 	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
+	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
 }
 
 // exporter picks the export backend for --nvme-export.
@@ -125,6 +132,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.hostKey == "" {
 		o.hostKey = filepath.Join(o.dataDir, ".rdssim-host-key")
 	}
+	hostChange, err := rdssim.ParseAllowHostChange(o.allowHostChg)
+	if err != nil {
+		return fmt.Errorf("--allow-host-change: %w", err)
+	}
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
@@ -146,6 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CopyRate:            copyRate,
 		Logger:              klog.Background(),
 		Exporter:            exporter,
+		AllowHostChange:     hostChange,
 	})
 	if err != nil {
 		return err
@@ -168,6 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprintln(stdout, "not exporting over NVMe/TCP (no nvmet)")
 	}
+	fmt.Fprintf(stdout, "a change of a disk's allowed host: %s established connections (--allow-host-change)\n", hostChange)
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "rds-sim shutting down")

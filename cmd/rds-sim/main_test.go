@@ -191,6 +191,7 @@ func TestRunFlags(t *testing.T) {
 		{"unknown flag", []string{"--colour"}, "flag provided but not defined"},
 		{"nvmet asked for without configfs", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=nvmet", "--nvmet-root", filepath.Join(dir, "no-configfs")}, "modprobe nvmet"},
 		{"bad export backend", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=iscsi"}, "--nvme-export"},
+		{"bad allow-host change", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--allow-host-change=sometimes"}, "--allow-host-change"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := run(context.Background(), tc.args, io.Discard, io.Discard)
@@ -208,11 +209,24 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--pool-name", "pool2", "-v", "2"}, pw, io.Discard)
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--pool-name", "pool2", "-v", "2",
+			"--nvme-export=none", "--allow-host-change=drop"}, pw, io.Discard)
 		pw.Close()
 	}()
 	r := bufio.NewReader(pr)
 	addr, _ := readBanner(t, r)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no allowed-host line in the banner: %v", err)
+		}
+		if strings.HasPrefix(line, "a change of a disk's allowed host: ") {
+			if !strings.Contains(line, "drop established connections") {
+				t.Errorf("banner: %q", line)
+			}
+			break
+		}
+	}
 	key, err := rdssim.LoadOrGenerateHostKey(filepath.Join(dir, ".rdssim-host-key"))
 	if err != nil {
 		t.Fatal(err)

@@ -34,11 +34,20 @@ commands:
   capacity                      pool size and free space
   list                          every file-backed disk
   get SLOT                      one disk
-  create SLOT SIZE              new exported disk (SIZE like 10G, 1536M, 1073741824)
+  create SLOT SIZE              new exported disk (SIZE like 10G, 1536M, 1073741824);
+                                with -closed, exported to no host until 'export SLOT on'
   resize SLOT SIZE              grow a disk
   copy SLOT SOURCE [SIZE]       copy a disk (snapshot/clone/restore); not exported
   delete SLOT                   remove a disk and its backing file (a volume or snapshot of the driver)
-  allow-host SLOT [HOSTNQN]     restrict the export to a host NQN (empty clears)
+  allow-host SLOT [HOSTNQN]     set the allowed host alone (empty clears), unconditionally; it
+                                may leave connections of another host established: prefer export
+  export SLOT on HOSTNQN|any    open the export to one host NQN (or any host), as the driver's
+                                storage fencing does: moving it from another host turns it off
+                                first (drops every connection), sets the host, turns it on
+                                (-keep-connections: set the host only); prints the gap
+  export SLOT off [HOSTNQN]     close the export (drops every connection) and clear its allowed
+                                host, only while it is exported to HOSTNQN (default: the host
+                                it is exported to now)
   selftest                      create, print, resize, snapshot, restore and delete scratch disks
                                 (rdsctl-selftest-*), check every parse, print a report
   gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
@@ -55,6 +64,8 @@ func run(args []string) error {
 		nqnPrefix = fs.String("nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of exported disks")
 		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks")
 		show      = fs.Bool("show-commands", false, "print each RouterOS command and what RouterOS returned")
+		closed    = fs.Bool("closed", false, "create: set the NVMe/TCP port and NQN but export to no host (storage fencing)")
+		keepConns = fs.Bool("keep-connections", false, "export on: when the export moves from another host, set the host only instead of turning the export off and on (established connections may survive)")
 		timeout   = fs.Duration("timeout", time.Minute, "overall timeout")
 	)
 	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address")
@@ -148,7 +159,7 @@ func run(args []string) error {
 			return fmt.Errorf("size %q: %w", rest[1], err)
 		}
 		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: rest[0], FilePath: file(rest[0]), Size: size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0]}})
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0], Closed: *closed}})
 		if err != nil {
 			return err
 		}
@@ -210,6 +221,8 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Printf("%s: allowed host %q\n", rest[0], host)
+	case "export":
+		return exportCommand(ctx, client, rest, !*keepConns)
 	default:
 		fs.Usage()
 		return fmt.Errorf("unknown command %q", cmd)
@@ -219,11 +232,83 @@ func run(args []string) error {
 
 func printDisks(disks ...rds.Disk) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "SLOT\tSIZE (bytes)\tEXPORTED\tPORT\tNQN\tFILE")
+	fmt.Fprintln(w, "SLOT\tSIZE (bytes)\tEXPORTED\tPORT\tNQN\tALLOWED HOST\tFILE")
 	for _, d := range disks {
-		fmt.Fprintf(w, "%s\t%d\t%v\t%d\t%s\t%s\n", d.Slot, d.Size, d.Exported, d.Port, d.NQN, d.FilePath)
+		allowed := d.AllowHost
+		if allowed == "" {
+			allowed = "any"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%v\t%d\t%s\t%s\t%s\n", d.Slot, d.Size, d.Exported, d.Port, d.NQN, allowed, d.FilePath)
 	}
 	w.Flush()
+}
+
+// exportCommand is `export SLOT on HOSTNQN|any` and `export SLOT off
+// [HOSTNQN]`: the driver's own storage-fencing calls, for operators.
+func exportCommand(ctx context.Context, client *rds.Client, args []string, drop bool) error {
+	if len(args) < 2 || (args[1] != "on" && args[1] != "off") || (args[1] == "on" && len(args) != 3) || len(args) > 3 {
+		return fmt.Errorf("usage: export SLOT on HOSTNQN|any, or export SLOT off [HOSTNQN]")
+	}
+	slot := args[0]
+	host := ""
+	if len(args) == 3 && args[2] != "any" {
+		host = args[2]
+	}
+	label := host
+	if label == "" {
+		label = "any host"
+	}
+	if args[1] == "on" {
+		ch, err := client.SetExportHost(ctx, slot, host, drop)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !ch.Changed:
+			fmt.Printf("%s: already exported to %s\n", slot, label)
+		case ch.Dropped:
+			fmt.Printf("%s: exported to %s; established connections dropped, no host could connect for %v\n", slot, label, ch.Gap)
+		case ch.Before.Exported:
+			fmt.Printf("%s: exported to %s, was %s; established connections NOT dropped\n", slot, label, allowedLabel(ch.Before.AllowHost))
+		default:
+			fmt.Printf("%s: exported to %s (was not exported)\n", slot, label)
+		}
+		return nil
+	}
+	d, err := client.GetDisk(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if len(args) == 2 {
+		host, label = d.AllowHost, allowedLabel(d.AllowHost)
+	}
+	changed, err := client.CloseExport(ctx, slot, host)
+	if err != nil {
+		return err
+	}
+	if !changed {
+		if !d.Exported {
+			fmt.Printf("%s: already not exported\n", slot)
+			return nil
+		}
+		return fmt.Errorf("%s is exported to %s, not %s: left open (close it with 'export %s off %s')", slot, allowedLabel(d.AllowHost), label, slot, argHost(d.AllowHost))
+	}
+	fmt.Printf("%s: export closed (was exported to %s); established connections dropped\n", slot, label)
+	return nil
+}
+
+func allowedLabel(host string) string {
+	if host == "" {
+		return "any host"
+	}
+	return host
+}
+
+func argHost(host string) string {
+	if host == "" {
+		return "any"
+	}
+	return host
 }
 
 // genKey writes an unencrypted ed25519 private key (it is mounted from a

@@ -82,3 +82,57 @@ func TestRdsctlUsesTheDriversNaming(t *testing.T) {
 		t.Errorf("delete of a foreign disk: %v", err)
 	}
 }
+
+// An operator opens and closes an export with the driver's own fencing
+// calls: a move turns the export off first, a close clears the host, and
+// a close for a host the export is no longer open to leaves it open.
+func TestRdsctlExport(t *testing.T) {
+	flags, client, srv := simWithKey(t)
+	ctx := context.Background()
+	const a, b = "nqn.2014-08.org.nvmexpress:uuid:a", "nqn.2014-08.org.nvmexpress:uuid:b"
+	state := func() (bool, string) {
+		d, err := client.GetDisk(ctx, "pvc-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Exported, d.AllowHost
+	}
+	if err := run(append(flags, "-closed", "create", "pvc-1", "1G")); err != nil {
+		t.Fatal(err)
+	}
+	if exp, _ := state(); exp {
+		t.Fatal("-closed create exported the disk")
+	}
+	steps := []struct {
+		args     []string
+		exported bool
+		host     string
+		drops    int
+		err      string
+	}{
+		{args: []string{"export", "pvc-1", "on", a}, exported: true, host: a},
+		{args: []string{"export", "pvc-1", "on", a}, exported: true, host: a},
+		{args: []string{"export", "pvc-1", "on", b}, exported: true, host: b, drops: 1},
+		{args: []string{"-keep-connections", "export", "pvc-1", "on", a}, exported: true, host: a, drops: 1},
+		{args: []string{"export", "pvc-1", "off", b}, exported: true, host: a, drops: 1, err: "left open"},
+		{args: []string{"export", "pvc-1", "off"}, exported: false, host: "", drops: 2},
+		{args: []string{"export", "pvc-1", "off"}, exported: false, host: "", drops: 2},
+		{args: []string{"export", "pvc-1", "on", "any"}, exported: true, host: "", drops: 2},
+		{args: []string{"export", "pvc-1", "off", "any"}, exported: false, host: "", drops: 3},
+		{args: []string{"export", "pvc-1", "on"}, exported: false, host: "", drops: 3, err: "usage"},
+		{args: []string{"export", "pvc-1", "on", "host-b"}, exported: false, host: "", drops: 3, err: "invalid argument"},
+		{args: []string{"export", "pvc-9", "on", a}, exported: false, host: "", drops: 3, err: "not found"},
+	}
+	for _, st := range steps {
+		err := run(append(flags, st.args...))
+		if st.err == "" && err != nil || st.err != "" && (err == nil || !strings.Contains(err.Error(), st.err)) {
+			t.Fatalf("rdsctl %s: %v, want %q", strings.Join(st.args, " "), err, st.err)
+		}
+		if exp, host := state(); exp != st.exported || host != st.host {
+			t.Errorf("after rdsctl %s: exported %v to %q, want %v to %q", strings.Join(st.args, " "), exp, host, st.exported, st.host)
+		}
+		if got := srv.ConnectionDrops("pvc-1"); got != st.drops {
+			t.Errorf("after rdsctl %s: %d connection drops, want %d", strings.Join(st.args, " "), got, st.drops)
+		}
+	}
+}

@@ -58,7 +58,8 @@ func TestSelftestAgainstSimulator(t *testing.T) {
 	}
 	report := out.String()
 	for _, want := range []string{"ok    probe", "ok    create", "ok    resize", "ok    snapshot (copy)", "ok    restore (copy, grown)",
-		"ok    find file by prefix", "ok    delete snapshot", "ok    delete volume", "14 checks, 0 failed", "longest print line: 80 columns"} {
+		"ok    find file by prefix", "ok    delete snapshot", "ok    delete volume", "ok    fencing: open to one host", "ok    fencing: move to another host",
+		"ok    fencing: close for another host", "ok    fencing: close ", "ok    fencing: open to any host", "19 checks, 0 failed", "longest print line: 80 columns"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
@@ -72,7 +73,7 @@ func TestSelftestAgainstSimulator(t *testing.T) {
 // the later checks are skipped, and the scratch disk is removed anyway.
 func TestSelftestReportsFailureAndCleansUp(t *testing.T) {
 	srv, cfg := selftestSim(t)
-	srv.FailNth(1, "/disk set", "invalid parameter")
+	srv.FailNth(1, "] file-size=", "invalid parameter")
 	var out bytes.Buffer
 	err := selftest(cfg, selftestOpts(), &out)
 	report := out.String()

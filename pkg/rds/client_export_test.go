@@ -3,9 +3,12 @@ package rds
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
 // Storage fencing against the simulator over SSH: SetExportHost and
@@ -448,4 +451,43 @@ func TestCreateClosedExport(t *testing.T) {
 	if err != nil || cp.Exported || cp.NQN != "nqn.2000-02.com.mikrotik:pvc-b" {
 		t.Fatalf("closed copy = %+v, %v", cp, err)
 	}
+}
+
+// Whatever RouterOS does to established connections when the allowed host
+// changes (the simulator's two behaviours), a move with drop=true drops
+// them: the fenced host's connection does not survive the move.
+func TestExportMoveDropsUnderBothBehaviours(t *testing.T) {
+	ctx := context.Background()
+	for _, change := range []rdssim.AllowHostChange{rdssim.AllowHostChangeKeep, rdssim.AllowHostChangeDrop} {
+		for _, drop := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/drop=%v", change, drop), func(t *testing.T) {
+				env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.AllowHostChange = change })
+				c := env.client(t, nil)
+				env.prepare(t, c, diskState{true, hostA})
+				before := env.sim.ConnectionDrops("pvc-a")
+				if _, err := c.SetExportHost(ctx, "pvc-a", hostB, drop); err != nil {
+					t.Fatal(err)
+				}
+				dropped := env.sim.ConnectionDrops("pvc-a") > before
+				// Without drop, the old host's connection survives where
+				// RouterOS keeps connections: the caller must not rely on it.
+				if want := drop || change == rdssim.AllowHostChangeDrop; dropped != want {
+					t.Errorf("connections dropped = %v, want %v", dropped, want)
+				}
+				if _, err := c.CloseExport(ctx, "pvc-a", hostB); err != nil {
+					t.Fatal(err)
+				}
+				if env.sim.ConnectionDrops("pvc-a") <= before+btoi(dropped) {
+					t.Error("CloseExport did not drop the connections")
+				}
+			})
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

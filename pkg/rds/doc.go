@@ -9,4 +9,10 @@
 // built), never round a requested size down, and never retry an operation
 // that RouterOS refused (not enough space, no such item, bad argument): only
 // transport failures are retried.
+//
+// Storage fencing (export.go): SetExportHost and CloseExport change a disk's
+// allowed host only with sets conditioned on the state read before them, so
+// that they never overwrite a change made meanwhile by another controller
+// replica or an operator (ErrExportChanged), and they never open an export
+// to a host nobody asked for, even part way.
 package rds

@@ -17,7 +17,11 @@ import (
 func (s *Server) execute(line string, width int) (out string, failed bool) {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
+	before := s.exportKeys()
 	out, err := s.run(line, width)
+	// Before a copy lets go of the lock (finishCopy): commands that run
+	// meanwhile note their own.
+	s.noteDrops(before)
 	if err == nil && s.pending != nil {
 		err = s.finishCopy()
 	}

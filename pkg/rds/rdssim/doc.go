@@ -18,7 +18,9 @@
 //     than a line broken in the middle, the Flags legend (printed even when
 //     nothing matches) wrapped after its `;`; the login name's console
 //     options ("admin+ct511w4098h") set the width per connection;
-//   - where/find conditions `key=value` and `key~"regex"`;
+//   - where/find conditions `key=value` and `key~"regex"`, joined by `and`,
+//     with or without `where` inside [find ...]; a condition on a property
+//     the menu does not have is "expected end of command";
 //   - copies that take time (Config.CopyRate): /disk add copy-from returns,
 //     and its disk appears, only when the copy is done; meanwhile other
 //     commands run and the copy's file cannot be removed.
@@ -37,6 +39,14 @@
 // nvme-tcp-export=yes are real NVMe/TCP targets of the kernel's nvmet
 // (configfs): the subsystem, namespace, port and allowed host follow the
 // disk table after every command and at start-up (exporter.go, nvmet.go).
+//
+// Established connections: nvme-tcp-export=no, a removed disk, or a changed
+// port or NQN drop them (the nvmet backend takes the subsystem off its
+// port). What a change of the allowed host does is Config.AllowHostChange,
+// because RouterOS' behaviour is not known: keep (the default, as Linux
+// nvmet checks the host at connect only) or drop (the nvmet backend takes
+// the subsystem off its port and back, after allowed_hosts changed).
+// ConnectionDrops counts the drops per slot, with or without a backend.
 //
 // Tests steer it at run time (goroutine-safe): added latency, failing,
 // garbling, hanging or dropping the Nth matching command, refusing

@@ -56,6 +56,9 @@ type NvmetExporter struct {
 	root string
 	addr string
 	log  klog.Logger
+	// onUnlink, when set (tests), is called after a subsystem's link to a
+	// port was removed: the moment its established connections drop.
+	onUnlink func(port, nqn string)
 }
 
 var _ Exporter = (*NvmetExporter)(nil)
@@ -150,59 +153,97 @@ func (e *NvmetExporter) apply(x Export) error {
 	} else if !e.isOwn(x.NQN) {
 		return fmt.Errorf("subsystem %s already exists in %s and is not the simulator's (attr_model is not %q); remove it or use another NQN", x.NQN, e.root, NvmetModel)
 	}
-	if err := e.applyHosts(x); err != nil {
+	hostsChanged, err := e.applyHosts(x)
+	if err != nil {
 		return err
 	}
 	if err := e.applyNamespace(x, created); err != nil {
 		return err
 	}
+	if hostsChanged && x.DropOnHostChange && !created {
+		// nvmet checks the host at connect only; taking the subsystem off
+		// its port and back drops every established connection, and the
+		// hosts no longer allowed cannot reconnect (../shared/NVME-VM.md).
+		if err := e.unlinkFromPorts(x.NQN); err != nil {
+			return err
+		}
+		e.log.Info("nvmet connections dropped: the allowed host changed", "nqn", x.NQN, "host", x.AllowHost)
+	}
 	return e.applyPort(x)
 }
 
+// unlinkFromPorts takes a subsystem off every port it is linked to, which
+// drops its established connections.
+func (e *NvmetExporter) unlinkFromPorts(nqn string) error {
+	ports, err := dirNames(filepath.Join(e.root, "ports"))
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		link := filepath.Join(e.root, "ports", p, "subsystems", nqn)
+		if _, err := os.Lstat(link); err != nil {
+			continue
+		}
+		if err := os.Remove(link); err != nil {
+			return fmt.Errorf("subsystem %s: unlinking from port %s: %w", nqn, p, err)
+		}
+		if e.onUnlink != nil {
+			e.onUnlink(p, nqn)
+		}
+	}
+	return nil
+}
+
 // applyHosts sets allowed_hosts: any host when AllowHost is empty,
-// otherwise only AllowHost. nvmet refuses allow_any_host=1 while hosts are
-// linked and a link while allow_any_host=1, hence the order. Controllers
-// already connected are not dropped by a change (nvmet checks hosts at
-// connect only).
-func (e *NvmetExporter) applyHosts(x Export) error {
+// otherwise only AllowHost, and reports whether the set of hosts that may
+// connect changed. nvmet refuses allow_any_host=1 while hosts are linked
+// and a link while allow_any_host=1, hence the order. Controllers already
+// connected are not dropped by the change itself (nvmet checks hosts at
+// connect only); apply drops them when the Export asks for it.
+func (e *NvmetExporter) applyHosts(x Export) (changed bool, err error) {
 	dir := e.subsys(x.NQN)
 	allowed := filepath.Join(dir, "allowed_hosts")
 	linked, err := dirNames(allowed)
 	if err != nil {
-		return err
+		return false, err
 	}
+	anyHost := filepath.Join(dir, "attr_allow_any_host")
+	wasAny, _ := readTrim(anyHost)
 	if x.AllowHost == "" {
 		for _, h := range linked {
 			if err := os.Remove(filepath.Join(allowed, h)); err != nil {
-				return fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
+				return true, fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
 			}
 		}
-		return writeAttrIfDiffers(filepath.Join(dir, "attr_allow_any_host"), "1")
+		return wasAny != "1" || len(linked) > 0, writeAttrIfDiffers(anyHost, "1")
 	}
-	if err := writeAttrIfDiffers(filepath.Join(dir, "attr_allow_any_host"), "0"); err != nil {
-		return fmt.Errorf("subsystem %s: %w", x.NQN, err)
+	changed = wasAny != "0"
+	if err := writeAttrIfDiffers(anyHost, "0"); err != nil {
+		return changed, fmt.Errorf("subsystem %s: %w", x.NQN, err)
 	}
 	for _, h := range linked {
 		if h != x.AllowHost {
+			changed = true
 			if err := os.Remove(filepath.Join(allowed, h)); err != nil {
-				return fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
+				return changed, fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
 			}
 		}
 	}
 	if !containsString(linked, x.AllowHost) {
+		changed = true
 		host := filepath.Join(e.root, "hosts", x.AllowHost)
 		if err := os.Mkdir(host, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("creating host %s: %w", x.AllowHost, err)
+			return changed, fmt.Errorf("creating host %s: %w", x.AllowHost, err)
 		}
 		if err := os.MkdirAll(allowed, 0o755); err != nil {
-			return err
+			return changed, err
 		}
 		if err := os.Symlink(host, filepath.Join(allowed, x.AllowHost)); err != nil {
-			return fmt.Errorf("subsystem %s: allowing host %s: %w", x.NQN, x.AllowHost, err)
+			return changed, fmt.Errorf("subsystem %s: allowing host %s: %w", x.NQN, x.AllowHost, err)
 		}
 		e.log.Info("nvmet host allowed", "nqn", x.NQN, "host", x.AllowHost)
 	}
-	return nil
+	return changed, nil
 }
 
 // applyNamespace keeps namespace 1 enabled on x.File and tells nvmet
@@ -267,6 +308,9 @@ func (e *NvmetExporter) applyPort(x Export) error {
 		if _, err := os.Lstat(link); err == nil {
 			if err := os.Remove(link); err != nil {
 				return fmt.Errorf("subsystem %s: unlinking from port %s: %w", x.NQN, p, err)
+			}
+			if e.onUnlink != nil {
+				e.onUnlink(p, x.NQN)
 			}
 		}
 	}
@@ -341,20 +385,11 @@ func (e *NvmetExporter) removeIdlePorts() error {
 }
 
 // remove takes one of the simulator's subsystems down: off every port
-// (which drops its connections), namespace disabled and removed, hosts
-// unlinked, subsystem removed.
+// (which drops its connections: export off, disk removed), namespace
+// disabled and removed, hosts unlinked, subsystem removed.
 func (e *NvmetExporter) remove(nqn string) error {
-	ports, err := dirNames(filepath.Join(e.root, "ports"))
-	if err != nil {
+	if err := e.unlinkFromPorts(nqn); err != nil {
 		return err
-	}
-	for _, p := range ports {
-		link := filepath.Join(e.root, "ports", p, "subsystems", nqn)
-		if _, err := os.Lstat(link); err == nil {
-			if err := os.Remove(link); err != nil {
-				return fmt.Errorf("subsystem %s: unlinking from port %s: %w", nqn, p, err)
-			}
-		}
 	}
 	nsDir := filepath.Join(e.subsys(nqn), "namespaces")
 	nss, err := dirNames(nsDir)

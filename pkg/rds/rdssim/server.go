@@ -83,6 +83,10 @@ type Config struct {
 	// nvme-tcp-export settings (NvmetExporter); New reconciles it with the
 	// disk table, so a restarted simulator keeps its exports.
 	Exporter Exporter
+	// AllowHostChange is what a change of a disk's allowed host does to
+	// the connections already established to its export: keep (the
+	// default, as Linux nvmet) or drop. Export off drops them either way.
+	AllowHostChange AllowHostChange
 }
 
 // Stats counts connections.
@@ -118,6 +122,8 @@ type Server struct {
 	exporter       Exporter // guarded by stateMu, like the exports below
 	lastExports    []Export
 	exportsApplied bool
+	hostChange     AllowHostChange
+	drops          map[string]int // ConnectionDrops by slot; under stateMu
 
 	faultMu sync.Mutex // faults, seq; taken before logMu
 	faults  []*armedFault
@@ -167,6 +173,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TerminalWidth == 0 {
 		cfg.TerminalWidth = DefaultTerminalWidth
 	}
+	hostChange, err := ParseAllowHostChange(string(cfg.AllowHostChange))
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -196,20 +206,22 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	s := &Server{
-		dataDir:  dataDir,
-		pool:     cfg.PoolName,
-		poolSize: cfg.PoolSize,
-		crlf:     cfg.CRLF,
-		width:    cfg.TerminalWidth,
-		exitFail: cfg.ExitStatusOnFailure,
-		copyRate: cfg.CopyRate,
-		copying:  map[string]bool{},
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		hostKey:  hostKey,
-		disks:    disks,
-		conns:    map[net.Conn]struct{}{},
-		exporter: cfg.Exporter,
+		dataDir:    dataDir,
+		pool:       cfg.PoolName,
+		poolSize:   cfg.PoolSize,
+		crlf:       cfg.CRLF,
+		width:      cfg.TerminalWidth,
+		exitFail:   cfg.ExitStatusOnFailure,
+		copyRate:   cfg.CopyRate,
+		copying:    map[string]bool{},
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		hostKey:    hostKey,
+		disks:      disks,
+		conns:      map[net.Conn]struct{}{},
+		exporter:   cfg.Exporter,
+		hostChange: hostChange,
+		drops:      map[string]int{},
 	}
 	if err := s.syncExports(); err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
