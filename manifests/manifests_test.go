@@ -949,6 +949,44 @@ func TestKustomizeBuild(t *testing.T) {
 		})
 	}
 
+	t.Run("overlays/storage-fencing", func(t *testing.T) {
+		// The component on top of the base, as a site overlay uses it.
+		root := t.TempDir()
+		if err := os.CopyFS(root, os.DirFS(".")); err != nil {
+			t.Fatal(err)
+		}
+		site := filepath.Join(root, "overlays", "site")
+		if err := os.MkdirAll(site, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\ncomponents:\n  - ../storage-fencing\n"
+		if err := os.WriteFile(filepath.Join(site, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		byKey := map[string]object{}
+		for _, o := range kustomize(t, site) {
+			byKey[o.key()] = o
+		}
+		dep, ok := byKey["Deployment/"+namespace+"/"+controllerName]
+		if !ok {
+			t.Fatal("no controller Deployment")
+		}
+		args := dep.obj.(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
+		for _, want := range []string{"--storage-fencing=allow-host", "--out-of-service-taint=true"} {
+			if !slices.Contains(args, want) {
+				t.Errorf("the driver's args %v lack %s", args, want)
+			}
+		}
+		role, ok := byKey["ClusterRole//rds-csi-controller-fencing"]
+		if !ok {
+			t.Fatalf("no ClusterRole rds-csi-controller-fencing; got %v", keys(kustomize(t, site)))
+		}
+		rules := role.obj.(*rbacv1.ClusterRole).Rules
+		if len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"nodes"}) || !slices.Equal(rules[0].Verbs, []string{"update"}) {
+			t.Errorf("the fencing ClusterRole grants %+v; want update on nodes only", rules)
+		}
+	})
+
 	t.Run("overlays/example", func(t *testing.T) {
 		// A copy of the tree with the two files an operator adds.
 		root := t.TempDir()

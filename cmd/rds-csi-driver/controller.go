@@ -52,6 +52,11 @@ type controllerOptions struct {
 	OrphanedClaimThreshold time.Duration
 	WatchStallThreshold    time.Duration
 	ReactionTimeout        time.Duration
+
+	// OutOfServiceTaint: taint a node out of service once a NotReady fence
+	// has cut it off (storage fencing only).
+	OutOfServiceTaint bool
+	storageFencing    bool
 }
 
 func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
@@ -64,11 +69,36 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored: a volume moves to another node once its detach has completed (docs/attachments.md)")
-	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing)")
+	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing). Default with --storage-fencing=allow-host: 20s, since the fence then cuts the node off the RDS first")
 	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
 	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
 	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
+	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
 	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
+}
+
+// StorageFencedNotReadyThreshold is --not-ready-threshold's default with
+// --storage-fencing=allow-host. Without storage fencing NotReady alone may
+// be a partition with the node still writing, so it never fences by
+// default; with it, a fence cuts the node's host off the RDS first, so
+// fencing a node that is only partitioned costs its workload I/O errors,
+// never a second writer. 20s after kube-controller-manager marks the node
+// NotReady (its --node-monitor-grace-period, 40-50s by default) rides out
+// a short blip and still moves volumes about a minute after a node dies.
+const StorageFencedNotReadyThreshold = 20 * time.Second
+
+// storageFencingDefaults applies the defaults that depend on
+// --storage-fencing, after parsing: an explicit flag always wins.
+func (o *controllerOptions) storageFencingDefaults(d csi.Options, fs *flag.FlagSet) {
+	o.storageFencing = d.AllowHostFencing()
+	if !d.AllowHostFencing() {
+		return
+	}
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "not-ready-threshold" })
+	if !set {
+		o.NotReadyThreshold = StorageFencedNotReadyThreshold
+	}
 }
 
 func (o *controllerOptions) validate() error {
@@ -81,6 +111,9 @@ func (o *controllerOptions) validate() error {
 	}
 	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
 		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
+	}
+	if o.OutOfServiceTaint && (!o.storageFencing || o.NotReadyThreshold <= 0) {
+		problems = append(problems, "--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold: without storage fencing a NotReady node may still be writing")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
@@ -141,9 +174,25 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
 	reporter := fencing.NewReporter(p.rec, m)
 	claims := informers.NewClaims(client, driverOpts.DriverName)
+	if driverOpts.AllowHostFencing() {
+		// A fence cuts the node's host off the RDS before it releases
+		// the claim; failing that, the claim stays and the fence retries.
+		claims.CutStorageOnFence(cs.CutOff)
+	}
 	fencer := fencing.NewFencer(claims, reporter, p.isLeader, opts.policy(), nil)
+	var recovered func(context.Context, string) error
+	if opts.OutOfServiceTaint {
+		tainter := informers.NewTainter(client, driverOpts.DriverName)
+		fencer.TaintAfterFence(tainter)
+		recovered = func(ctx context.Context, node string) error {
+			if !p.isLeader() {
+				return nil
+			}
+			return tainter.RemoveTaint(ctx, node)
+		}
+	}
 	ctrl, err := informers.NewController(client, p.index, informers.Config{
-		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer,
+		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer, NodeRecovered: recovered,
 		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
 		OrphanedClaims: reporter.OrphanedClaimsNow,
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -184,3 +185,32 @@ func TestLeaderElectionRunsFencingOnce(t *testing.T) {
 		t.Fatalf("/metrics: %s", resp.Status)
 	}
 }
+
+// With storage fencing a fence cuts the node off the RDS first, so
+// --not-ready-threshold gets a default; an explicit value always wins.
+func TestNotReadyThresholdDefaultWithStorageFencing(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]string{"--storage-fencing=allow-host"}, StorageFencedNotReadyThreshold},
+		{[]string{"--storage-fencing=allow-host", "--not-ready-threshold=0"}, 0},
+		{[]string{"--storage-fencing=allow-host", "--not-ready-threshold=45s"}, 45 * time.Second},
+		{[]string{"--not-ready-threshold=45s"}, 45 * time.Second},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var d csi.Options
+		d.AddFlags(fs)
+		var o controllerOptions
+		o.addFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		o.storageFencingDefaults(d, fs)
+		if o.NotReadyThreshold != tc.want {
+			t.Errorf("%v: --not-ready-threshold %s, want %s", tc.args, o.NotReadyThreshold, tc.want)
+		}
+	}
+}
+

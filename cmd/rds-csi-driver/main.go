@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	copts.storageFencingDefaults(opts, fs)
 	if *showVersion {
 		fmt.Fprintln(stdout, csi.Version)
 		return 0

@@ -17,6 +17,7 @@ import (
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // Keys of publish_context: the same as volume_context, so NodeStageVolume
@@ -59,6 +60,8 @@ type ClaimStore interface {
 	ReleaseUnpublished(ctx context.Context, pvName, handle, node string) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.
 	LiveNode(ctx context.Context, name string) (fencing.NodeState, error)
+	// LiveClaims reads a PV's claims from the API server.
+	LiveClaims(ctx context.Context, pvName string) (map[string]informers.Claim, error)
 }
 
 // Publisher holds what ControllerPublish/Unpublish need.
@@ -144,16 +147,22 @@ func (s *ControllerServer) liveNode(ctx context.Context, id, node string) (fenci
 // conditional write of the node's claim on the volume's PVs. A replica
 // whose informers lag therefore never answers success from its cache.
 func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
-	id, node := req.GetVolumeId(), req.GetNodeId()
+	id := req.GetVolumeId()
+	ident, identErr := ParseNodeID(req.GetNodeId())
+	node := ident.Name
 	switch {
 	case s.pub == nil:
 		return nil, statusf(codes.Unimplemented, "ControllerPublishVolume is not served: this controller runs without the attachment index (no Kubernetes API access)")
 	case id == "":
 		return nil, statusf(codes.InvalidArgument, "ControllerPublishVolume: volume_id is required")
-	case node == "":
+	case req.GetNodeId() == "":
 		return nil, statusf(codes.InvalidArgument, "ControllerPublishVolume: volume %s: node_id is required", id)
+	case identErr != nil:
+		return nil, statusf(codes.NotFound, "ControllerPublishVolume: volume %s: %v; no node of this driver registers such an ID", id, identErr)
 	case req.GetVolumeCapability() == nil:
 		return nil, statusf(codes.InvalidArgument, "ControllerPublishVolume: volume %s: volume_capability is required", id)
+	case s.d.opts.AllowHostFencing() && ident.HostNQN == "":
+		return nil, statusf(codes.FailedPrecondition, "volume %s: node %s registered no NVMe host NQN (its node ID is %q), and storage fencing (--storage-fencing=allow-host) opens an export only to a host NQN: run a node plugin of this version with the NVMe/TCP connector", id, node, req.GetNodeId())
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s: %v", id, err)
@@ -195,7 +204,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := modeAllowed(v, mode); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s on node %s: %v", id, node, err)
 	}
-	p := &publishing{s: s, req: req, mode: mode, self: self, live: map[string]fencing.NodeState{node: self}}
+	p := &publishing{s: s, req: req, ident: ident, mode: mode, self: self, live: map[string]fencing.NodeState{node: self}}
 	for attempt := 1; ; attempt++ {
 		resp, err := p.decideAndCommit(ctx, v)
 		if !errors.Is(err, informers.ErrConflict) {
@@ -223,10 +232,11 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 
 // publishing is one ControllerPublishVolume call's state across attempts.
 type publishing struct {
-	s    *ControllerServer
-	req  *csi.ControllerPublishVolumeRequest
-	mode fencing.AccessMode
-	self fencing.NodeState
+	s     *ControllerServer
+	req   *csi.ControllerPublishVolumeRequest
+	ident NodeIdentity
+	mode  fencing.AccessMode
+	self  fencing.NodeState
 	// live: nodes read from the API server during this call. The decision
 	// uses them over the index, so a fence stands on a live read.
 	live map[string]fencing.NodeState
@@ -246,7 +256,7 @@ func (p *publishing) node(name string) fencing.NodeState {
 func (p *publishing) decide(ctx context.Context, v *informers.Volume, now time.Time) (fencing.Decision, error) {
 	id := p.req.GetVolumeId()
 	for {
-		d := fencing.Decide(fencing.Request{VolumeID: id, Node: p.req.GetNodeId(), Mode: p.mode, ReadOnly: p.req.GetReadonly()},
+		d := fencing.Decide(fencing.Request{VolumeID: id, Node: p.ident.Name, Mode: p.mode, ReadOnly: p.req.GetReadonly()},
 			v.Holders(), p.node, now, p.s.pub.Policy)
 		confirmed := true
 		for _, f := range d.Fence {
@@ -271,7 +281,7 @@ func (p *publishing) decide(ctx context.Context, v *informers.Volume, now time.T
 // after v was read.
 func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (*csi.ControllerPublishVolumeResponse, error) {
 	s, req := p.s, p.req
-	id, node := req.GetVolumeId(), req.GetNodeId()
+	id, node := req.GetVolumeId(), p.ident.Name
 	now := s.pub.Clock.Now()
 	decision, err := p.decide(ctx, v, now)
 	s.pub.Reporter.Decided(s.pub.Clock.Since(now))
@@ -297,6 +307,9 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		claim = informers.Claim{At: now.UTC().Truncate(time.Second)}
 	}
 	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
+	if s.d.opts.AllowHostFencing() {
+		claim.HostNQN = p.ident.HostNQN
+	}
 	// Every success is a write, a repeated publish too: a concurrent
 	// release (a late unpublish on another replica) then conflicts with it
 	// instead of dropping a claim this call is about to answer on.
@@ -312,6 +325,24 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		s.pub.Reporter.PublishFailed("error")
 		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
 	}
+	if s.d.opts.AllowHostFencing() {
+		// The RDS lets the node in (and everyone else out) before the
+		// node is told it may write. On failure the claim stays, as for
+		// any publish that fails after recording it: the attacher
+		// retries, or its detach releases it.
+		committed := map[string]informers.Claim{}
+		for n, cl := range v.Claims {
+			committed[n] = cl
+		}
+		for _, n := range fenced {
+			delete(committed, n)
+		}
+		committed[node] = claim
+		if err := s.fenceExport(ctx, id, committed, "", true); err != nil {
+			s.pub.Reporter.PublishFailed("storage")
+			return nil, storageError(id, node, err)
+		}
+	}
 	s.pub.Reporter.Published(v.Ref(), node, decision)
 	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: s.publishContext(id)}, nil
@@ -323,13 +354,21 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 // attachment never disturbs the current one. Detaching what is not
 // attached succeeds.
 func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
-	id, node := req.GetVolumeId(), req.GetNodeId()
+	id := req.GetVolumeId()
+	var ident NodeIdentity
 	switch {
 	case s.pub == nil:
 		return nil, statusf(codes.Unimplemented, "ControllerUnpublishVolume is not served: this controller runs without the attachment index (no Kubernetes API access)")
 	case id == "":
 		return nil, statusf(codes.InvalidArgument, "ControllerUnpublishVolume: volume_id is required")
+	case req.GetNodeId() != "":
+		var err error
+		if ident, err = ParseNodeID(req.GetNodeId()); err != nil {
+			// No node of this driver has such an ID, so none holds it.
+			return &csi.ControllerUnpublishVolumeResponse{}, nil
+		}
 	}
+	node := ident.Name
 	if !isVolumeID(id) {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
@@ -381,6 +420,16 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		// One line per answered unpublish (the e2e checker reads them):
 		// released=false is no claim, or a live VolumeAttachment of the
 		// node still standing on it (a late unpublish).
+		if s.d.opts.AllowHostFencing() {
+			departing := ident.HostNQN
+			if departing == "" {
+				departing = v.Claims[n].HostNQN
+			}
+			if err := s.closeAfterUnpublish(ctx, v, departing); err != nil {
+				s.pub.Reporter.UnpublishFailed("storage")
+				return nil, statusf(codes.Unavailable, "volume %s: node %s's claim is released, but storage fencing could not shut its host out on the RDS: %v; the request is retried", id, n, err)
+			}
+		}
 		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName, "released", released)
 		if !holds(holders, n) {
 			continue
@@ -389,6 +438,21 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		s.pub.Reporter.Unpublished(v.Ref(), n, migrationEnded)
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// closeAfterUnpublish narrows or closes the export to what the claims
+// left after an unpublish call for: read live, so a publish committed
+// meanwhile on another replica is accounted for.
+func (s *ControllerServer) closeAfterUnpublish(ctx context.Context, v *informers.Volume, departing string) error {
+	claims, err := s.pub.Claims.LiveClaims(ctx, v.PVs[0].Name)
+	if err != nil {
+		return err
+	}
+	err = s.fenceExport(ctx, v.Handle, claims, departing, false)
+	if errors.Is(err, rds.ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // modeAllowed checks a request's sharing mode against the PV: a

@@ -206,7 +206,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	export := &rds.Export{Port: s.d.opts.NVMePort, NQN: s.d.nqn(id)}
+	// With storage fencing a new volume is exported to no host until a
+	// publish opens it to the node's host NQN.
+	export := &rds.Export{Port: s.d.opts.NVMePort, NQN: s.d.nqn(id), Closed: s.d.opts.AllowHostFencing()}
 	var disk *rds.Disk
 	if source == nil {
 		// The file path is derived from the volume ID, so a file there
@@ -243,7 +245,7 @@ func (s *ControllerServer) matchesRequest(d *rds.Disk, name string, rng sizeRang
 		return statusf(codes.AlreadyExists, "volume %s (name %q): the RDS slot is taken by a disk with file %s, not %s; it was not created by this driver with this --rds-volume-path", d.Slot, name, d.FilePath, s.d.volumeFilePath(d.Slot))
 	case !rng.fits(d.Size):
 		return statusf(codes.AlreadyExists, "volume %s (name %q) already exists with %d bytes, but %s were requested; use another name or the existing size", d.Slot, name, d.Size, rng)
-	case !d.Exported || d.Port != s.d.opts.NVMePort || d.NQN != s.d.nqn(d.Slot):
+	case (!d.Exported && !s.d.opts.AllowHostFencing()) || d.Port != s.d.opts.NVMePort || d.NQN != s.d.nqn(d.Slot):
 		return statusf(codes.AlreadyExists, "volume %s (name %q) exists but is exported as nvme-tcp-export=%t port %d NQN %q, not port %d NQN %q; fix the disk on the RDS (/disk set) or delete it", d.Slot, name, d.Exported, d.Port, d.NQN, s.d.opts.NVMePort, s.d.nqn(d.Slot))
 	}
 	return nil
@@ -470,6 +472,9 @@ func healthEntry(kind csi.VolumeHealthErrorType, reason, format string, args ...
 // over NVMe/TCP on the port and NQN its volume_context names.
 func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
 	switch {
+	case !d.Exported && s.d.opts.AllowHostFencing():
+		// Closed while unpublished is how storage fencing keeps it.
+		return nil
 	case !d.Exported:
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthNotExported,
 			"volume %s is not exported over NVMe/TCP (nvme-tcp-export=no), so no node can connect; on the RDS: /disk set [find slot=%q] nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q",

@@ -22,6 +22,9 @@ type RDS interface {
 	RemoveFile(ctx context.Context, path string) error
 	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
 	Probe(ctx context.Context) (*rds.SystemInfo, error)
+	// Storage fencing (--storage-fencing=allow-host).
+	SetExportHost(ctx context.Context, slot, host string, drop bool) (rds.ExportChange, error)
+	CloseExport(ctx context.Context, slot, expectHost string) (bool, error)
 }
 
 // ReadinessCheck reports why the driver cannot serve yet (nil: ready).

@@ -106,6 +106,14 @@ type publishEnv struct {
 // newPublishEnv starts a replica on client and waits until its informers
 // have synced. rdsFake may be shared between replicas.
 func newPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config) *publishEnv {
+	return newPublishEnvWith(t, client, rdsFake, policy, testOptions(), nil)
+}
+
+// newPublishEnvWith is newPublishEnv with the driver's options and a hook
+// that wires what cmd/rds-csi-driver wires for them, before the informers
+// start.
+func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config, opts Options,
+	wire func(cs *ControllerServer, claims *informers.Claims, fencer *fencing.Fencer, cfg *informers.Config)) *publishEnv {
 	t.Helper()
 	if rdsFake == nil {
 		rdsFake = newFakeRDS(1000 * 1 << 30)
@@ -114,9 +122,13 @@ func newPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, polic
 	events := record.NewFakeRecorder(100000)
 	reporter := fencing.NewReporter(events, nil)
 	claims := informers.NewClaims(client, DefaultDriverName)
-	ctrl, err := informers.NewController(client, index, informers.Config{
-		DriverName: DefaultDriverName, Policy: policy, Reactor: fencing.NewFencer(claims, reporter, nil, policy, nil),
-	})
+	fencer := fencing.NewFencer(claims, reporter, nil, policy, nil)
+	cs := NewControllerServer(NewDriver(opts, rdsFake))
+	cfg := informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer}
+	if wire != nil {
+		wire(cs, claims, fencer, &cfg)
+	}
+	ctrl, err := informers.NewController(client, index, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +139,7 @@ func newPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, polic
 	if !ctrl.WaitForSync(ctx) {
 		t.Fatal("informers never synced")
 	}
-	e.cs = NewControllerServer(NewDriver(testOptions(), rdsFake)).ServePublish(&Publisher{
+	e.cs = cs.ServePublish(&Publisher{
 		Index: index, Claims: claims, Synced: ctrl.Synced, Policy: policy, Reporter: reporter,
 	})
 	return e

@@ -22,6 +22,7 @@ type fakeRDS struct {
 	fail     map[string]error // method -> error for its next call
 	calls    map[string]int
 	hold     map[string]*hold
+	drops    map[string]int // slot -> connections dropped (export turned off)
 }
 
 // hold stops the next call of a method until released, so a test can keep
@@ -38,6 +39,7 @@ func newFakeRDS(poolSize int64) *fakeRDS {
 		poolSize: poolSize,
 		fail:     map[string]error{},
 		calls:    map[string]int{},
+		drops:    map[string]int{},
 		hold:     map[string]*hold{},
 	}
 }
@@ -122,7 +124,7 @@ func (f *fakeRDS) add(slot, path string, size int64, e *rds.Export, owns bool, m
 	}
 	d := rds.Disk{Slot: slot, Type: "file", FilePath: path, Size: size}
 	if e != nil {
-		d.Exported, d.Port, d.NQN = true, e.Port, e.NQN
+		d.Exported, d.Port, d.NQN = !e.Closed, e.Port, e.NQN
 	}
 	f.disks[slot] = d
 	f.files[path] = size
@@ -173,7 +175,52 @@ func sameExportFake(d rds.Disk, e *rds.Export) bool {
 	if e == nil {
 		return !d.Exported
 	}
-	return d.Exported && d.Port == e.Port && d.NQN == e.NQN
+	return (d.Exported || e.Closed) && d.Port == e.Port && d.NQN == e.NQN
+}
+
+// SetExportHost and CloseExport model rds.Client's: conditioned on the
+// host read first, counting the drops (export off and on again) per slot.
+func (f *fakeRDS) SetExportHost(_ context.Context, slot, host string, drop bool) (rds.ExportChange, error) {
+	err := f.enter("SetExportHost")
+	defer f.mu.Unlock()
+	if err != nil {
+		return rds.ExportChange{}, err
+	}
+	d, ok := f.disks[slot]
+	if !ok {
+		return rds.ExportChange{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+	}
+	change := rds.ExportChange{Before: d}
+	if d.Exported && d.AllowHost == host {
+		return change, nil
+	}
+	change.Changed = true
+	if d.Exported && host != "" && drop {
+		change.Dropped = true
+		f.drops[slot]++
+	}
+	d.Exported, d.AllowHost = true, host
+	f.disks[slot] = d
+	return change, nil
+}
+
+func (f *fakeRDS) CloseExport(_ context.Context, slot, expectHost string) (bool, error) {
+	err := f.enter("CloseExport")
+	defer f.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	d, ok := f.disks[slot]
+	if !ok {
+		return false, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+	}
+	if !d.Exported || d.AllowHost != expectHost {
+		return false, nil
+	}
+	d.Exported, d.AllowHost = false, ""
+	f.disks[slot] = d
+	f.drops[slot]++
+	return true, nil
 }
 
 func (f *fakeRDS) CreateDisk(_ context.Context, req rds.CreateDiskRequest) (*rds.Disk, error) {

@@ -49,9 +49,20 @@ type Options struct {
 
 	MaxVolumesPerNode int64
 
+	// StorageFencing: StorageFencingOff, or StorageFencingAllowHost (each
+	// export open only to the host NQN of the node that holds the volume;
+	// docs/attachments.md, "Storage fencing").
+	StorageFencing string
+
 	// ShutdownGrace bounds how long in-flight RPCs may run after SIGTERM.
 	ShutdownGrace time.Duration
 }
+
+// Storage fencing modes (--storage-fencing).
+const (
+	StorageFencingOff       = "off"
+	StorageFencingAllowHost = "allow-host"
+)
 
 // maxVolumePathLength keeps the longest snapshot file path
 // (<path>/snapshots/<snap-id>.src-<volume-id>.t-<19 digits>.img, 123
@@ -82,6 +93,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.NVMePort, "nvme-port", 4420, "NVMe/TCP port of exported volumes")
 	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
 	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may attach (0: no limit)")
+	fs.StringVar(&o.StorageFencing, "storage-fencing", StorageFencingOff, "off, or allow-host: each volume's NVMe/TCP export is open only to the host NQN of the node it is published to, closed while unpublished, and a fence cuts the fenced host off (semantics of RouterOS' allow-host assumed, docs/routeros.md)")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight RPCs may finish after SIGTERM")
 }
 
@@ -103,6 +115,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Mode != ModeController && o.NodeID == "" {
 		add("--node-id is required in %s mode", o.Mode)
+	}
+	switch o.StorageFencing {
+	case "", StorageFencingOff, StorageFencingAllowHost: // "": off
+	default:
+		add("--storage-fencing must be %s or %s, not %q", StorageFencingOff, StorageFencingAllowHost, o.StorageFencing)
 	}
 	if o.Mode != ModeNode {
 		if o.RDSAddress == "" {
@@ -173,3 +190,6 @@ func (o *Options) RDSConfig() rds.Config {
 		LoginOptions:             o.RDSLoginOptions,
 	}
 }
+
+// AllowHostFencing reports whether storage fencing is allow-host.
+func (o *Options) AllowHostFencing() bool { return o.StorageFencing == StorageFencingAllowHost }

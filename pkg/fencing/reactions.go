@@ -33,6 +33,7 @@ type StaleClaimReleaser interface {
 // Node cache lags (a node not seen yet, a taint since removed, a node
 // re-created) never fences a live holder.
 type Fencer struct {
+	tainter  NodeTainter
 	claims   StaleClaimReleaser
 	reporter *Reporter
 	isLeader func() bool
@@ -48,6 +49,22 @@ func NewFencer(claims StaleClaimReleaser, reporter *Reporter, isLeader func() bo
 	}
 	return &Fencer{claims: claims, reporter: reporter, isLeader: isLeader, policy: policy, now: now}
 }
+
+// ErrNotTainted: the node was left without the out-of-service taint on
+// purpose (it recovered, or it has volumes the driver cannot cut off).
+var ErrNotTainted = errors.New("not tainted out of service")
+
+// NodeTainter declares a node out of service (node.kubernetes.io/out-of-service).
+type NodeTainter interface {
+	TaintOutOfService(ctx context.Context, node string) error
+}
+
+// TaintAfterFence makes the Fencer taint a node out of service once a
+// NotReady fence has released (and, with storage fencing, cut off) every
+// volume it held: Kubernetes then deletes its pods and detaches its
+// volumes at once, so they move with no operator. Only with storage
+// fencing, which makes the node unable to write whatever it still runs.
+func (f *Fencer) TaintAfterFence(t NodeTainter) { f.tainter = t }
 
 // NodeStale fences every volume s's node holds. It returns the first
 // error after trying all volumes, so the caller can retry the node.
@@ -80,7 +97,19 @@ func (f *Fencer) NodeStale(ctx context.Context, s StaleHolder) error {
 		f.reporter.Fenced(v, s.Node, reason)
 		logger.Info("fenced stale attachment", "volume", v.Handle, "pv", v.PV, "node", s.Node, "reason", reason)
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 || f.tainter == nil || s.Reason != FenceNotReady {
+		return errors.Join(errs...)
+	}
+	err := f.tainter.TaintOutOfService(ctx, s.Node)
+	switch {
+	case errors.Is(err, ErrNotTainted):
+		logger.Info("fenced node left without the out-of-service taint", "node", s.Node, "why", err.Error())
+		return nil
+	case err != nil:
+		return fmt.Errorf("tainting node %s out of service: %w", s.Node, err)
+	}
+	logger.Info("fenced node tainted out of service", "node", s.Node, "taint", "node.kubernetes.io/out-of-service:NoExecute")
+	return nil
 }
 
 // OrphanedClaim reports a claim without a VolumeAttachment (leader only,

@@ -51,6 +51,10 @@ type Claim struct {
 	// success writes the claim (bumping Gen), so that no success is ever
 	// answered on a claim that a concurrent release may be dropping.
 	Gen int64 `json:"gen,omitempty"`
+	// HostNQN is the NVMe host NQN the node registered (from its CSI node
+	// ID) when storage fencing allowed it on the RDS; what a fence of this
+	// claim must cut off there. Empty without storage fencing.
+	HostNQN string `json:"nqn,omitempty"`
 }
 
 // UnmarshalJSON accepts a claim object or, as earlier versions wrote, a
@@ -110,7 +114,19 @@ func VolumeAttachmentName(handle, driver, node string) string {
 type Claims struct {
 	client kubernetes.Interface
 	driver string
+	// cut, when set, runs before a stale claim is released by a fence
+	// (storage fencing: cut the fenced host off the volume on the RDS);
+	// its error keeps the claim, and the fence is retried.
+	cut StorageCut
 }
+
+// StorageCut cuts a fenced node's host off a volume on the storage: handle
+// is the volume, fenced the claim being released, remaining the other
+// nodes' claims as read live with it.
+type StorageCut func(ctx context.Context, handle string, node string, fenced Claim, remaining map[string]Claim) error
+
+// CutStorageOnFence makes every fence release run cut first.
+func (c *Claims) CutStorageOnFence(cut StorageCut) { c.cut = cut }
 
 // NewClaims returns a Claims writing through client for the CSI driver
 // named driver.
@@ -153,7 +169,7 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 // publish that lands in between makes the write conflict and the check
 // run again. Reports whether a claim was dropped.
 func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string) (released bool, err error) {
-	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ Claim) (bool, error) {
+	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ *corev1.PersistentVolume, _ Claim, _ map[string]Claim) (bool, error) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -172,16 +188,38 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 // claim. Reports whether a claim was dropped and why.
 func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy fencing.Config, now func() time.Time) (bool, fencing.FenceReason, error) {
 	var reason fencing.FenceReason
-	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, cl Claim) (bool, error) {
+	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		n, err := c.LiveNode(ctx, node)
 		if err != nil {
 			return false, err
 		}
 		r, stale := fencing.HolderStale(fencing.Holder{Node: node, UID: cl.NodeUID}, n, now(), policy)
 		reason = r
-		return stale, nil
+		if !stale || c.cut == nil {
+			return stale, nil
+		}
+		if pv.Spec.CSI == nil {
+			return false, fmt.Errorf("PV %s has no CSI volume handle", pv.Name)
+		}
+		if err := c.cut(ctx, pv.Spec.CSI.VolumeHandle, node, cl, remaining); err != nil {
+			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, pv.Spec.CSI.VolumeHandle, err)
+		}
+		return true, nil
 	})
 	return released, reason, err
+}
+
+// LiveClaims reads a PV's claims from the API server (not a cache); a PV
+// that does not exist has none.
+func (c *Claims) LiveClaims(ctx context.Context, pvName string) (map[string]Claim, error) {
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading PV %s: %w", pvName, err)
+	}
+	return DecodeClaims(pv)
 }
 
 // LiveNode reads a node's state from the API server (not a cache); a node
@@ -199,7 +237,7 @@ func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, 
 
 // releaseIf drops node's claim on pvName when drop, called after every
 // read of the PV, says so; the write is conditional on that read.
-func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(context.Context, Claim) (bool, error)) (bool, error) {
+func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error)) (bool, error) {
 	released := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		released = false
@@ -218,10 +256,16 @@ func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(c
 		if !ok {
 			return nil
 		}
-		if ok, err := drop(ctx, cl); err != nil || !ok {
+		remaining := make(map[string]Claim, len(claims))
+		for n, other := range claims {
+			if n != node {
+				remaining[n] = other
+			}
+		}
+		if ok, err := drop(ctx, pv, cl, remaining); err != nil || !ok {
 			return err
 		}
-		delete(claims, node)
+		claims = remaining
 		err = c.patch(ctx, pvName, pv.ResourceVersion, claims)
 		if errors.Is(err, ErrConflict) {
 			return apierrors.NewConflict(corev1.Resource("persistentvolumes"), pvName, err)

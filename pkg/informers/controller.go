@@ -58,6 +58,9 @@ const (
 	// kindOrphan: check a volume handle's claims for ones no
 	// VolumeAttachment stands on.
 	kindOrphan
+	// kindRecovered: a node carrying the driver's out-of-service taint is
+	// Ready again (Config.NodeRecovered).
+	kindRecovered
 )
 
 // key is a workqueue item: handlers enqueue keys, the worker reads the
@@ -88,6 +91,9 @@ type Reactor interface {
 type Config struct {
 	DriverName string
 	Policy     fencing.Config
+	// NodeRecovered, when set, is called (on the reaction queue) for a node
+	// that carries the driver's out-of-service taint and is Ready again.
+	NodeRecovered func(ctx context.Context, node string) error
 	// Reactor, when set, is told about stale holders (event-driven fencing),
 	// overdue migrations and orphaned claims.
 	Reactor Reactor
@@ -112,6 +118,8 @@ type Controller struct {
 	// reactions feeds the goroutine that calls the Reactor: API calls that
 	// may hang never hold up the index.
 	reactions workqueue.TypedRateLimitingInterface[key]
+	// reacting counts reactions being run (ReactionsIdle).
+	reacting  atomic.Int32
 	vas       storagelisters.VolumeAttachmentLister
 	pvs       corelisters.PersistentVolumeLister
 	nodes     corelisters.NodeLister
@@ -312,6 +320,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+// ReactionsIdle reports that no reaction is queued or running (a failed
+// one waiting for its retry counts as queued only once its backoff ends).
+func (c *Controller) ReactionsIdle() bool {
+	return c.reacting.Load() == 0 && c.reactions.Len() == 0
+}
+
 func (c *Controller) runReactions(ctx context.Context) {
 	for c.processReaction(ctx) {
 	}
@@ -323,6 +337,8 @@ func (c *Controller) processReaction(ctx context.Context) bool {
 	if quit {
 		return false
 	}
+	c.reacting.Add(1)
+	defer c.reacting.Add(-1)
 	defer c.reactions.Done(k)
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReactionTimeout)
 	defer cancel()
@@ -334,6 +350,10 @@ func (c *Controller) processReaction(ctx context.Context) bool {
 		err = c.syncMigration(rctx, k.name)
 	case kindOrphan:
 		err = c.syncOrphans(rctx, k.name)
+	case kindRecovered:
+		if c.cfg.NodeRecovered != nil {
+			err = c.cfg.NodeRecovered(rctx, k.name)
+		}
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "reacting to the attachment index", "key", k.String())
@@ -455,6 +475,9 @@ func (c *Controller) syncNode(name string) error {
 	default:
 		cur = nodeState(node)
 		c.index.setNode(name, cur)
+		if cur.Ready && hasDriverTaint(node) {
+			c.reactions.Add(key{kind: kindRecovered, name: name})
+		}
 	}
 	now := c.clock.Now()
 	reason, stale := fencing.Stale(cur, now, c.cfg.Policy)

@@ -1,0 +1,347 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+const (
+	nqnA = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a"
+	nqnB = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b"
+	// The node IDs the node plugins register.
+	nodeA = "node-a/" + nqnA
+	nodeB = "node-b/" + nqnB
+)
+
+func allowHostOptions() Options {
+	o := testOptions()
+	o.StorageFencing = StorageFencingAllowHost
+	return o
+}
+
+// newFencedEnv is a replica with --storage-fencing=allow-host, wired as
+// cmd/rds-csi-driver wires it: fences cut the host off the RDS first, and
+// with taint set, a NotReady fence taints the node out of service.
+func newFencedEnv(t *testing.T, client *fake.Clientset, policy fencing.Config, taint bool) *publishEnv {
+	return newPublishEnvWith(t, client, nil, policy, allowHostOptions(),
+		func(cs *ControllerServer, claims *informers.Claims, fencer *fencing.Fencer, cfg *informers.Config) {
+			claims.CutStorageOnFence(cs.CutOff)
+			if taint {
+				tainter := informers.NewTainter(client, DefaultDriverName)
+				fencer.TaintAfterFence(tainter)
+				cfg.NodeRecovered = tainter.RemoveTaint
+			}
+		})
+}
+
+func (e *publishEnv) disk(id string) rds.Disk {
+	e.t.Helper()
+	d, ok := e.rds.disk(id)
+	if !ok {
+		e.t.Fatalf("no disk %s", id)
+	}
+	return d
+}
+
+func (e *publishEnv) drops(id string) int {
+	e.rds.mu.Lock()
+	defer e.rds.mu.Unlock()
+	return e.rds.drops[id]
+}
+
+// The export a test expects: closed, or open to one host ("" any).
+func wantExport(t *testing.T, e *publishEnv, id string, open bool, host string) {
+	t.Helper()
+	d := e.disk(id)
+	if d.Exported != open || (open && d.AllowHost != host) {
+		t.Fatalf("volume %s: exported=%t allow-host=%q; want exported=%t allow-host=%q", id, d.Exported, d.AllowHost, open, host)
+	}
+}
+
+// Issue 12: every export was open to any host, a new one too.
+func TestStorageFencingNewVolumeIsExportedToNoHost(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000001", corev1.ReadWriteOnce, false)
+	d := e.disk(id)
+	if d.Exported || d.Port != 4420 || d.NQN != testNQNPrefix+id {
+		t.Fatalf("new volume: %+v; want not exported, with port 4420 and NQN %s set", d, testNQNPrefix+id)
+	}
+	// A repeated CreateVolume finds it as it is (closed is expected).
+	if _, err := e.cs.CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: "pvc-5f000000-0000-4000-8000-000000000001",
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")}}); err != nil {
+		t.Fatalf("repeated CreateVolume of a closed volume: %v", err)
+	}
+	// And its health is not "not exported".
+	resp, err := e.cs.ControllerGetVolumeHealth(context.Background(), &csi.ControllerGetVolumeHealthRequest{VolumeId: id})
+	if err != nil || len(resp.GetVolumeHealth().GetHealthStatuses()) != 0 {
+		t.Fatalf("health of a closed, unpublished volume: %v, %v", resp.GetVolumeHealth().GetHealthStatuses(), err)
+	}
+}
+
+func TestStorageFencingPublishOpensTheExportToTheNodeOnly(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000002", corev1.ReadWriteOnce, false)
+
+	// A node that registered no host NQN is refused, and nothing opens.
+	_, err := e.publish(id, "node-b", rwo)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("publish to a node without a host NQN = %v, want FailedPrecondition", err)
+	}
+	wantExport(t, e, id, false, "")
+
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnA)
+	if c := claimsOf(t, client, id)["node-a"]; c.HostNQN != nqnA {
+		t.Fatalf("node-a's claim records host %q, want %s", c.HostNQN, nqnA)
+	}
+	// A repeated publish changes nothing on the RDS: node-a keeps its
+	// connection.
+	e.waitClaims(id, "node-a")
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.drops(id); n != 0 {
+		t.Fatalf("%d connection drops after publishing to node-a twice, want 0", n)
+	}
+	// Unpublish closes it again.
+	if err := e.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, false, "")
+}
+
+func TestStorageFencingFailsClosed(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000003", corev1.ReadWriteOnce, false)
+
+	e.rds.failNext("SetExportHost", errors.New("ssh: connection refused"))
+	if _, err := e.publish(id, nodeA, rwo); status.Code(err) != codes.Unavailable {
+		t.Fatalf("publish while the RDS cannot be told = %v, want Unavailable", err)
+	}
+	wantExport(t, e, id, false, "")
+
+	e.rds.failNext("SetExportHost", rds.ErrExportChanged)
+	if _, err := e.publish(id, nodeA, rwo); status.Code(err) != codes.Aborted {
+		t.Fatalf("publish while the export changed under it = %v, want Aborted", err)
+	}
+	// The retry succeeds.
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnA)
+}
+
+// Issue 12: Kubernetes force-detaches a node after 6 minutes; the attacher
+// unpublishes, the claim goes, and the volume attaches elsewhere while the
+// old node may still be alive and connected. Its host must be cut off
+// before the new node is told it may write.
+func TestStorageFencingForceDetachedNodeIsCutOff(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000004", corev1.ReadWriteOnce, false)
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+	// The force-detach: no VolumeAttachment stands, node-a never unstaged.
+	if err := e.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, false, "")
+	if n := e.drops(id); n != 1 {
+		t.Fatalf("node-a's connection was dropped %d times by the forced unpublish, want 1", n)
+	}
+	e.waitClaims(id)
+	if _, err := e.publish(id, nodeB, rwo); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnB)
+}
+
+// A fence cuts the fenced host off the RDS before it releases the claim,
+// and the next node's publish then opens the export to that node alone.
+func TestStorageFencingFenceCutsOffBeforeReleasing(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000005", corev1.ReadWriteOnce, false)
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.StorageV1().VolumeAttachments().Create(context.Background(), testVA(id, "node-a", testClock), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+
+	cut := e.rds.holdNext("CloseExport")
+	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	<-cut.entered
+	if _, held := claimsOf(t, client, id)["node-a"]; !held {
+		t.Fatal("node-a's claim was released before its host was cut off the RDS")
+	}
+	close(cut.release)
+	e.waitClaims(id)
+	wantExport(t, e, id, false, "")
+
+	if _, err := e.publish(id, nodeB, rwo); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnB)
+}
+
+// A fence whose cut fails keeps the claim and is retried.
+func TestStorageFencingFailedCutKeepsTheClaim(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000006", corev1.ReadWriteOnce, false)
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+	first := e.rds.holdNext("CloseExport")
+	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	<-first.entered
+	// The first cut fails; the fence is retried, and at the retry's cut
+	// the claim must still be there.
+	e.rds.failNext("CloseExport", errors.New("ssh: connection refused"))
+	second := e.rds.holdNext("CloseExport")
+	close(first.release)
+	<-second.entered
+	if _, held := claimsOf(t, client, id)["node-a"]; !held {
+		t.Fatal("node-a's claim was released although cutting its host off failed")
+	}
+	close(second.release)
+	e.waitClaims(id)
+	wantExport(t, e, id, false, "")
+}
+
+// A raw-block RWX volume on two nodes (a live migration) is exported to
+// any host (one allowed host per disk); when the source leaves it narrows
+// to the target without dropping the target's connection.
+func TestStorageFencingMigrationOpensAndNarrows(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000007", corev1.ReadWriteMany, true)
+	if _, err := e.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+	if _, err := e.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, "")
+	e.waitClaims(id, "node-a", "node-b")
+	if err := e.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnB)
+	if n := e.drops(id); n != 0 {
+		t.Fatalf("%d connection drops during the migration, want 0", n)
+	}
+}
+
+// With --out-of-service-taint, a NotReady fence that cut the node off
+// every volume taints it out of service, so Kubernetes moves its pods and
+// volumes at once; not while it has another driver's volumes; and the
+// taint goes when the node is Ready again.
+func TestOutOfServiceTaintAfterNotReadyFence(t *testing.T) {
+	policy := fencing.DefaultConfig()
+	policy.NotReadyThreshold = time.Second
+	for _, foreign := range []bool{false, true} {
+		client := newFakeAPI(testNode("node-a"))
+		e := newFencedEnv(t, client, policy, true)
+		rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+		id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000008", corev1.ReadWriteOnce, false)
+		if _, err := e.publish(id, nodeA, rwo); err != nil {
+			t.Fatal(err)
+		}
+		e.waitClaims(id, "node-a")
+		if foreign {
+			va := testVA("other-pv", "node-a", testClock)
+			va.Name, va.Spec.Attacher = "csi-other", "other.csi.example.com"
+			if _, err := client.StorageV1().VolumeAttachments().Create(context.Background(), va, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setReady(t, client, "node-a", corev1.ConditionUnknown, time.Now().Add(-time.Hour))
+		e.waitClaims(id)
+		wantExport(t, e, id, false, "")
+		if foreign {
+			// The fence is done (claim released, host cut off); the taint
+			// decision came after it, in the same reaction.
+			waitFor(t, "the reaction to finish", func() bool { return e.ctrl.ReactionsIdle() })
+			if n := nodeTaint(t, client, "node-a"); n != nil {
+				t.Fatalf("node-a tainted %+v although it has another driver's volume", n)
+			}
+			continue
+		}
+		waitFor(t, "node-a tainted out of service", func() bool { return nodeTaint(t, client, "node-a") != nil })
+		if tt := nodeTaint(t, client, "node-a"); tt.Value != informers.DriverOutOfServiceValue || tt.Effect != corev1.TaintEffectNoExecute {
+			t.Fatalf("taint %+v", tt)
+		}
+		setReady(t, client, "node-a", corev1.ConditionTrue, time.Now())
+		waitFor(t, "the driver's taint removed from node-a", func() bool { return nodeTaint(t, client, "node-a") == nil })
+	}
+}
+
+func nodeTaint(t *testing.T, client *fake.Clientset, node string) *corev1.Taint {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range n.Spec.Taints {
+		if tt.Key == informers.OutOfServiceTaint {
+			return &tt
+		}
+	}
+	return nil
+}
+
+func taintNode(t *testing.T, client *fake.Clientset, node, key, value string) {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffectNoExecute})
+	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setReady(t *testing.T, client *fake.Clientset, node string, s corev1.ConditionStatus, since time.Time) {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s, LastTransitionTime: metav1.NewTime(since)}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+

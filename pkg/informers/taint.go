@@ -1,0 +1,106 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// DriverOutOfServiceValue is the value of the out-of-service taint the
+// driver puts on a node it fenced (--out-of-service-taint): Kubernetes
+// reads only the key, the value tells the driver's taint from an
+// operator's, which the driver never removes.
+const DriverOutOfServiceValue = "rds-csi-fenced"
+
+// Tainter puts the out-of-service taint on a node whose volumes storage
+// fencing has cut off, so that Kubernetes deletes its pods and detaches
+// its volumes at once (non-graceful node shutdown) instead of after 6
+// minutes or never, and removes that taint when the node is Ready again.
+type Tainter struct {
+	client kubernetes.Interface
+	driver string
+}
+
+// NewTainter returns a Tainter for the CSI driver named driver.
+func NewTainter(client kubernetes.Interface, driver string) *Tainter {
+	return &Tainter{client: client, driver: driver}
+}
+
+// TaintOutOfService taints node out of service, unless it has attachments
+// of another driver (their storage is not known to be cut off: declaring
+// the node down would let them be written from two nodes) or it is Ready
+// again; those are fencing.ErrNotTainted.
+func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
+	vas, err := t.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	for _, va := range vas.Items {
+		if va.Spec.NodeName == node && va.Spec.Attacher != t.driver {
+			return fmt.Errorf("%w: node %s also has volumes of %s (VolumeAttachment %s), which rds-csi cannot cut off", fencing.ErrNotTainted, node, va.Spec.Attacher, va.Name)
+		}
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if nodeState(n).Ready {
+			return fmt.Errorf("%w: node %s is Ready again", fencing.ErrNotTainted, node)
+		}
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == OutOfServiceTaint {
+				return nil
+			}
+		}
+		now := metav1.Now()
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute, TimeAdded: &now})
+		_, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// RemoveTaint removes the driver's out-of-service taint from node once it
+// is Ready again (an operator's taint, of another value, stays).
+func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !nodeState(n).Ready || !hasDriverTaint(n) {
+			return nil
+		}
+		kept := n.Spec.Taints[:0:0]
+		for _, taint := range n.Spec.Taints {
+			if !(taint.Key == OutOfServiceTaint && taint.Value == DriverOutOfServiceValue) {
+				kept = append(kept, taint)
+			}
+		}
+		n.Spec.Taints = kept
+		_, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func hasDriverTaint(n *corev1.Node) bool {
+	for _, taint := range n.Spec.Taints {
+		if taint.Key == OutOfServiceTaint && taint.Value == DriverOutOfServiceValue {
+			return true
+		}
+	}
+	return false
+}
