@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit fuzz lint bench demo demo-rds clean e2e e2e-nvme
+.PHONY: all build test unit sanity-loop fuzz lint bench demo demo-rds clean e2e e2e-nvme
 
 all: build
 
@@ -20,10 +20,10 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # Every test the repo has: unit and integration tests with the race detector
-# (the RDS simulator over real SSH, loop devices where root), then each fuzz
-# target briefly, then the e2e suite on a real control plane, then the
-# NVMe/TCP tier in a VM.
-test: lint unit model fuzz e2e e2e-nvme
+# (the RDS simulator over real SSH, loop devices where root), csi-sanity
+# against the shipped binaries, then each fuzz target briefly, then the e2e
+# suite on a real control plane, then the NVMe/TCP tier in a VM.
+test: lint unit sanity-loop model fuzz e2e e2e-nvme
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -48,7 +48,16 @@ soak:
 deps:
 	./hack/install-deps.sh
 
-unit bench demo: deps
+unit bench demo sanity-loop: deps
+
+# The standalone csi-sanity command (csi-test at go.mod's version, built
+# once into .cache/bin) against bin/rds-csi-driver --mode=all
+# --node-connector=loop and bin/rds-sim as processes: the Node specs on loop
+# devices, then a check that nothing stayed mounted or attached
+# (hack/sanity-loop.sh). ~6 s warm; csi-sanity's first build ~10 s with
+# Go's caches warm. Needs root; skips without it outside CI.
+sanity-loop: build
+	./hack/sanity-loop.sh
 
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
