@@ -57,7 +57,8 @@ type ClaimStore interface {
 	Commit(ctx context.Context, v *informers.Volume, node string, claim informers.Claim, fenced []string) error
 	// ReleaseUnpublished drops node's claim on a PV unless a live,
 	// non-deleting VolumeAttachment of the handle on node stands on it.
-	ReleaseUnpublished(ctx context.Context, pvName, handle, node string) (bool, error)
+	// before (may be nil) runs just before the claim goes.
+	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before informers.StorageCut) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.
 	LiveNode(ctx context.Context, name string) (fencing.NodeState, error)
 	// LiveClaims reads a PV's claims from the API server.
@@ -318,18 +319,10 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	for _, f := range decision.Fence {
 		fenced = append(fenced, f.Node)
 	}
-	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
-		if errors.Is(err, informers.ErrConflict) {
-			return nil, err
-		}
-		s.pub.Reporter.PublishFailed("error")
-		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
-	}
+	// Storage fencing: the RDS lets the node in (and everyone else out)
+	// before the node is told it may write.
+	storage := func() error { return nil }
 	if s.d.opts.AllowHostFencing() {
-		// The RDS lets the node in (and everyone else out) before the
-		// node is told it may write. On failure the claim stays, as for
-		// any publish that fails after recording it: the attacher
-		// retries, or its detach releases it.
 		committed := map[string]informers.Claim{}
 		for n, cl := range v.Claims {
 			committed[n] = cl
@@ -338,10 +331,46 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			delete(committed, n)
 		}
 		committed[node] = claim
-		if err := s.fenceExport(ctx, id, committed, "", true); err != nil {
+		// One holder: the export moves to it, dropping every other
+		// connection. Two (a live migration): it moves to the target
+		// without dropping the source's connection; if this publish also
+		// fences a third node, the fence reaction must cut that node off
+		// first (a drop now would cut off the source too).
+		drop := len(committed) == 1
+		if !drop && len(fenced) > 0 {
 			s.pub.Reporter.PublishFailed("storage")
-			return nil, storageError(id, node, err)
+			return nil, statusf(codes.Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, node, len(committed)-1)
 		}
+		storage = func() error {
+			if err := s.fenceExport(ctx, id, committed, exportMove{newest: node, drop: drop, cut: len(fenced) > 0}); err != nil {
+				s.pub.Reporter.PublishFailed("storage")
+				return storageError(id, node, err)
+			}
+			return nil
+		}
+		// A fenced node's claim goes only once its host is cut off: the
+		// export moves first, so a failure leaves the claim (and the
+		// fence to retry), never a dropped claim with a host still in.
+		if len(fenced) > 0 {
+			if err := storage(); err != nil {
+				return nil, err
+			}
+			storage = func() error { return nil }
+		}
+	}
+	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
+		if errors.Is(err, informers.ErrConflict) {
+			return nil, err
+		}
+		s.pub.Reporter.PublishFailed("error")
+		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
+	}
+	// Otherwise the claim first: a publish that loses the race for the
+	// claim never moves the export away from the winner. On failure the
+	// claim stays, as for any publish that fails after recording it: the
+	// attacher retries, or its detach releases it.
+	if err := storage(); err != nil {
+		return nil, err
 	}
 	s.pub.Reporter.Published(v.Ref(), node, decision)
 	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
@@ -405,12 +434,19 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		sort.Strings(nodes)
 	}
 	holders := v.Holders()
+	var before informers.StorageCut
+	if s.d.opts.AllowHostFencing() {
+		// The node's host is shut out before its claim goes: a failure
+		// keeps the claim (and the request is retried), never a released
+		// claim with the host still let in.
+		before = s.shutOutDeparting
+	}
 	for _, n := range nodes {
 		// The release reads the PV live, so a claim committed a moment ago
 		// that this index has not seen yet is released too.
 		released := false
 		for _, pv := range v.PVs {
-			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n)
+			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, before)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pv.Name, err)
@@ -420,16 +456,6 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		// One line per answered unpublish (the e2e checker reads them):
 		// released=false is no claim, or a live VolumeAttachment of the
 		// node still standing on it (a late unpublish).
-		if s.d.opts.AllowHostFencing() {
-			departing := ident.HostNQN
-			if departing == "" {
-				departing = v.Claims[n].HostNQN
-			}
-			if err := s.closeAfterUnpublish(ctx, v, departing); err != nil {
-				s.pub.Reporter.UnpublishFailed("storage")
-				return nil, statusf(codes.Unavailable, "volume %s: node %s's claim is released, but storage fencing could not shut its host out on the RDS: %v; the request is retried", id, n, err)
-			}
-		}
 		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName, "released", released)
 		if !holds(holders, n) {
 			continue
@@ -440,19 +466,37 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
 
-// closeAfterUnpublish narrows or closes the export to what the claims
-// left after an unpublish call for: read live, so a publish committed
-// meanwhile on another replica is accounted for.
-func (s *ControllerServer) closeAfterUnpublish(ctx context.Context, v *informers.Volume, departing string) error {
-	claims, err := s.pub.Claims.LiveClaims(ctx, v.PVs[0].Name)
-	if err != nil {
-		return err
+// shutOutDeparting brings the export in line with the claims an
+// unpublish leaves (informers.StorageCut, run before the claim goes):
+// closed when none is left; with one, moved to that holder. Connections
+// are dropped unless a live read shows the departing node Ready and not
+// out of service: Kubernetes detaches from such a node only after its
+// kubelet unstaged the volume (disconnected). From any other node (a
+// force-detach after 6 minutes or on the out-of-service taint, a node
+// that is gone) the departing host may still be connected, so the export
+// is turned off and on again and the remaining holder reconnects. With
+// two others left (a migration, whose export is its target's) nothing
+// changes.
+func (s *ControllerServer) shutOutDeparting(ctx context.Context, handle, node string, departing informers.Claim, remaining map[string]informers.Claim) error {
+	if len(remaining) > 1 {
+		return nil
 	}
-	err = s.fenceExport(ctx, v.Handle, claims, departing, false)
+	cut := true
+	if len(remaining) > 0 {
+		n, err := s.pub.Claims.LiveNode(ctx, node)
+		if err != nil {
+			return err
+		}
+		cut = !(n.Exists && n.Ready && !n.OutOfService)
+	}
+	err := s.fenceExport(ctx, handle, remaining, exportMove{departing: departing.HostNQN, drop: cut, cut: cut})
 	if errors.Is(err, rds.ErrNotFound) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("storage fencing could not shut node %s's host out on the RDS: %w", node, err)
+	}
+	return nil
 }
 
 // modeAllowed checks a request's sharing mode against the PV: a

@@ -36,6 +36,10 @@ func toStatus(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, rds.ErrInvalidArgument):
 		code = codes.InvalidArgument
+	case errors.Is(err, rds.ErrExportChanged):
+		// Another replica or an operator changed the export meanwhile:
+		// the CO retries against the new state.
+		code = codes.Aborted
 	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey), errors.Is(err, rds.ErrCopyPending):
 		// The RDS is unreachable or not the one we pinned: the CO retries.
 		code = codes.Unavailable

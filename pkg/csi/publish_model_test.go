@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // The publish model check (issue 10). Two controller replicas share one
@@ -85,7 +87,15 @@ type modelHold struct {
 }
 
 type model struct {
-	t        *testing.T
+	t *testing.T
+	// fenced: the replicas run --storage-fencing=allow-host (nodes
+	// register <name>/<host NQN>, fences cut the host off the RDS) and the
+	// checker also follows the RDS: which nodes may be connected to each
+	// volume (see connect/observeDrops).
+	fenced   bool
+	rds      *fakeRDS
+	conns    map[string]map[string]bool // volume -> nodes possibly connected
+	drops    map[string]int             // volume -> rds drops seen
 	seed     int64
 	rng      *rand.Rand
 	ctx      context.Context
@@ -109,8 +119,9 @@ type model struct {
 	stats    map[string]int
 }
 
-func newModel(t *testing.T, seed int64) *model {
-	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(),
+func newModel(t *testing.T, seed int64, fenced bool) *model {
+	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced,
+		conns: map[string]map[string]bool{}, drops: map[string]int{},
 		watches: map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
 		uid: map[string]string{}, oos: map[string]bool{}, incarn: map[string]int{},
 		holds: map[string][]modelHold{}, stats: map[string]int{}}
@@ -127,6 +138,11 @@ func newModel(t *testing.T, seed int64) *model {
 		m.watches[gvr.Resource] = w
 	}
 	rdsFake := newFakeRDS(1 << 40)
+	m.rds = rdsFake
+	opts := testOptions()
+	if fenced {
+		opts = allowHostOptions()
+	}
 	clk := clocktesting.NewFakeClock(publishNow)
 	for i := 0; i < 2; i++ {
 		r := &modelReplica{name: fmt.Sprintf("r%d", i), index: informers.NewAttachmentIndex(), pending: map[string][]watch.Event{}, pausedUntil: map[string]int{}}
@@ -136,7 +152,11 @@ func newModel(t *testing.T, seed int64) *model {
 		idx := i
 		fencer := fencing.NewFencer(claims, nil, func() bool { return m.leader == idx }, policy, clk.Now)
 		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Clock: clk})
-		r.cs = NewControllerServer(NewDriver(testOptions(), rdsFake)).ServePublish(&Publisher{
+		r.cs = NewControllerServer(NewDriver(opts, rdsFake))
+		if fenced {
+			claims.CutStorageOnFence(r.cs.CutOff)
+		}
+		r.cs.ServePublish(&Publisher{
 			Index: r.index, Claims: claims, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
 			// The index moves only when the schedule delivers: a publish
 			// that conflicted must not wait for it in real time.
@@ -168,6 +188,82 @@ func (m *model) newNode(name string) *corev1.Node {
 	n.UID = types.UID(fmt.Sprintf("uid-%s-%d", name, m.incarn[name]))
 	m.uid[name] = string(n.UID)
 	return n
+}
+
+// nodeID is what a node's plugin registers (its host NQN with storage
+// fencing).
+func (m *model) nodeID(node string) string {
+	if !m.fenced {
+		return node
+	}
+	return node + "/" + modelNQN(node)
+}
+
+func modelNQN(node string) string {
+	return "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000" + node[1:] + "0"
+}
+
+// exportState is the RDS side of a volume, for the history.
+func (m *model) exportState(v *modelVolume) string {
+	if !m.fenced {
+		return ""
+	}
+	d, _ := m.rds.disk(v.id)
+	host := "-"
+	if d.Exported {
+		host = "any"
+		if d.AllowHost != "" {
+			host = "n" + d.AllowHost[len(d.AllowHost)-2:len(d.AllowHost)-1]
+		}
+	}
+	m.rds.mu.Lock()
+	drops := m.rds.drops[v.id]
+	m.rds.mu.Unlock()
+	return fmt.Sprintf(" [export %s, drops %d, conns %v]", host, drops, keys(m.conns[v.id]))
+}
+
+// observeDrops: every connection to a volume the RDS dropped (its export
+// turned off) since the last look is gone.
+func (m *model) observeDrops() {
+	if !m.fenced {
+		return
+	}
+	m.rds.mu.Lock()
+	defer m.rds.mu.Unlock()
+	for id, n := range m.rds.drops {
+		if n != m.drops[id] {
+			m.drops[id] = n
+			delete(m.conns, id)
+		}
+	}
+}
+
+// connect: node was told it may write; it connects, and stays connected
+// (whatever the RDS later allows: the pessimistic reading of RouterOS'
+// allow-host, as Linux nvmet behaves) until the RDS drops connections or
+// the node unstages. The RDS must let it in at that moment.
+func (m *model) connect(v *modelVolume, node string) {
+	if !m.fenced {
+		return
+	}
+	d, _ := m.rds.disk(v.id)
+	if !d.Exported || !(d.AllowHost == modelNQN(node) || (v.multi && d.AllowHost == "")) {
+		m.fail("node %s was told it may write volume %s, but the RDS export is nvme-tcp-export=%t allow-host=%q", node, v.id, d.Exported, d.AllowHost)
+	}
+	if m.conns[v.id] == nil {
+		m.conns[v.id] = map[string]bool{}
+	}
+	m.conns[v.id][node] = true
+}
+
+// disconnect: an attachment of node ended by a detach. Kubernetes detaches
+// from a healthy node only after its kubelet unstaged the volume (so it
+// disconnected); a deleted or out-of-service node may still be running and
+// connected.
+func (m *model) disconnect(v *modelVolume, node string) {
+	if m.uid[node] != "" && !m.oos[node] {
+		delete(m.conns[v.id], node)
+	}
 }
 
 func (m *model) capability(multi bool) *csi.VolumeCapability {
@@ -256,6 +352,7 @@ func (m *model) deliverStream(r *modelReplica, resource string, n int) {
 	}
 	r.pending[resource] = evs[n:]
 	r.ctrl.Drain(m.ctx) // reactions may write: collect after
+	m.observeDrops()
 	m.collect()
 }
 
@@ -305,12 +402,14 @@ func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
 			m.t.Fatal(err)
 		}
 	}
-	_, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: node, VolumeCapability: m.capability(v.multi)})
-	m.logf("%s publish %s -> %s: %v", r.name, v.id[len(v.id)-3:], node, codeOf(err))
+	_, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})
+	m.logf("%s publish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
 	m.stats["publish "+codeOf(err)]++
+	m.observeDrops()
 	if err != nil {
 		return
 	}
+	m.connect(v, node)
 	m.startHold(v, node)
 	if !va.Status.Attached {
 		m.toAttach = append(m.toAttach, va.Name)
@@ -365,12 +464,14 @@ func (m *model) unpublish(r *modelReplica, v *modelVolume, node string) {
 			m.t.Fatal(err)
 		}
 	}
-	_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: v.id, NodeId: node})
-	m.logf("%s unpublish %s -> %s: %v", r.name, v.id[len(v.id)-3:], node, codeOf(err))
+	_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node)})
+	m.logf("%s unpublish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
 	m.stats["unpublish "+codeOf(err)]++
+	m.observeDrops()
 	if err != nil {
 		return
 	}
+	m.disconnect(v, node)
 	if err := m.api.StorageV1().VolumeAttachments().Delete(m.ctx, va.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		m.t.Fatal(err)
 	}
@@ -426,6 +527,9 @@ func (m *model) check() {
 				who = append(who, fmt.Sprintf("%s (%s, told since step %d)", h.node, h.uid, h.since))
 			}
 			m.fail("volume %s is held by %d nodes at once: %s", v.id, len(hs), strings.Join(who, ", "))
+		}
+		if c := m.conns[v.id]; len(c) > limit {
+			m.fail("volume %s may be written by %d nodes at once on the RDS (connected, never dropped since): %v", v.id, len(c), keys(c))
 		}
 	}
 }
@@ -522,9 +626,10 @@ func (m *model) randomStep() {
 		if va != nil && va.DeletionTimestamp == nil {
 			m.stats["late unpublish over a live attachment"]++
 		}
-		_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: l.vol, NodeId: l.node})
-		m.logf("%s late unpublish %s -> %s: %v", r.name, l.vol[len(l.vol)-3:], l.node, codeOf(err))
+		_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: l.vol, NodeId: m.nodeID(l.node)})
+		m.logf("%s late unpublish %s -> %s: %v%s", r.name, l.vol[len(l.vol)-3:], l.node, codeOf(err), m.exportState(lv))
 		m.stats["late unpublish"]++
+		m.observeDrops()
 		if err == nil && va != nil && va.DeletionTimestamp != nil {
 			// CSI names an unpublish by volume and node only: while that
 			// node's attachment is being detached (Kubernetes deletes it
@@ -532,6 +637,7 @@ func (m *model) randomStep() {
 			// request's duplicate is that detach's unpublish, and its
 			// success ends the hold as the attacher's own would.
 			m.endHold(lv, l.node)
+			m.disconnect(lv, l.node)
 		}
 	case op < 70:
 		m.nodeOp(node)
@@ -539,8 +645,14 @@ func (m *model) randomStep() {
 		m.pvOp(v)
 	case op < 74:
 		m.leader = m.rng.Intn(len(m.replicas))
-	case op < 80:
+	case op < 78:
 		r.fault = []string{"fail", "lose"}[m.rng.Intn(2)]
+	case op < 80 && m.fenced:
+		// The RDS refuses the next export change (SSH down, or another
+		// replica changed it first).
+		method := []string{"SetExportHost", "CloseExport"}[m.rng.Intn(2)]
+		m.rds.failNext(method, []error{errors.New("injected: ssh: connection refused"), rds.ErrExportChanged}[m.rng.Intn(2)])
+		m.logf("the RDS fails the next %s", method)
 	case op < 90:
 		m.markAttached()
 	}
@@ -609,7 +721,7 @@ func (m *model) heal() {
 		r := m.replicas[i%2]
 		var err error
 		for try := 0; try < 3; try++ {
-			_, err = r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: node, VolumeCapability: m.capability(v.multi)})
+			_, err = r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})
 			if err == nil {
 				break
 			}
@@ -656,12 +768,19 @@ func modelOps(t *testing.T) (ops int, seeds []int64) {
 }
 
 func TestPublishModel(t *testing.T) {
+	t.Run("claims", func(t *testing.T) { runModel(t, false) })
+	// Storage fencing on: the same schedule, and the checker also follows
+	// who may be connected on the RDS.
+	t.Run("storage-fencing", func(t *testing.T) { runModel(t, true) })
+}
+
+func runModel(t *testing.T, fenced bool) {
 	ops, seeds := modelOps(t)
 	per := ops / len(seeds)
 	totals := map[string]int{}
 	start := time.Now()
 	for _, seed := range seeds {
-		m := newModel(t, seed)
+		m := newModel(t, seed, fenced)
 		for i := 0; i < per; i++ {
 			m.randomStep()
 		}

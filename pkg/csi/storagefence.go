@@ -19,11 +19,18 @@ import (
 //   - no claim: export off (a new volume is created so);
 //   - one claim: exported to that node's host NQN alone;
 //   - two claims (a raw-block ReadWriteMany volume during a KubeVirt live
-//     migration): exported to any host. RouterOS takes one allowed host
-//     name per disk, and a migration needs source and target connected at
-//     once; for that window the volume is fenced by its claims only (the
-//     driver still lets no third node publish). It narrows again to the
-//     remaining node when one side unpublishes.
+//     migration): exported to the newer holder, the migration target,
+//     without dropping connections. RouterOS takes one allowed host name
+//     per disk; the source keeps the connection it has (Linux nvmet checks
+//     the allowed hosts only at connect; RouterOS is assumed to do the
+//     same), and no third host, a fenced one included, can connect. If
+//     RouterOS does drop established connections when the allowed host
+//     changes, the source loses its connection: an availability problem
+//     for that migration, never a second writer. Opening the export to any
+//     host instead would let a fenced node that is still running
+//     reconnect. A publish that makes a second holder while it fences a
+//     third node is ABORTED until the fence has cut that node off (the
+//     drop would cut off the source too).
 //
 // A publish changes the export before it answers success, so a node is
 // told it may write only once the RDS lets it and nobody else in; when it
@@ -42,49 +49,73 @@ type exportWant struct {
 	host string // allowed host when open; "" = any host
 }
 
-func wantedExport(claims map[string]informers.Claim) (exportWant, error) {
-	switch len(claims) {
-	case 0:
+// wantedExport is the export claims call for; newest names the holder the
+// export goes to when there are two (a publish's requester; otherwise the
+// claim made last).
+func wantedExport(claims map[string]informers.Claim, newest string) (exportWant, error) {
+	if len(claims) == 0 {
 		return exportWant{}, nil
-	case 1:
+	}
+	if _, ok := claims[newest]; !ok {
+		newest = ""
 		for node, c := range claims {
-			if c.HostNQN == "" {
-				return exportWant{}, fmt.Errorf("node %s's claim records no host NQN (it was published without storage fencing)", node)
+			if best, ok := claims[newest]; !ok || c.At.After(best.At) || (c.At.Equal(best.At) && node > newest) {
+				newest = node
 			}
-			return exportWant{open: true, host: c.HostNQN}, nil
 		}
 	}
-	return exportWant{open: true}, nil
+	c := claims[newest]
+	if c.HostNQN == "" {
+		return exportWant{}, fmt.Errorf("node %s's claim records no host NQN (it was published without storage fencing)", newest)
+	}
+	return exportWant{open: true, host: c.HostNQN}, nil
+}
+
+// exportMove says how fenceExport may get there.
+type exportMove struct {
+	// newest: the holder the export goes to when two hold it (a publish's
+	// requester).
+	newest string
+	// departing is the host NQN of the node that gave up its claim ("" when
+	// none or unknown): closing is conditioned on it, so an export some
+	// concurrent publish already moved on is left alone.
+	departing string
+	// drop: moving the export from another host, or from any host, drops
+	// every established connection first.
+	drop bool
+	// cut: a node that may still be connected is being shut out (a fence,
+	// a detach from a node that did not unstage): connections are dropped
+	// even when the allowed host is already the wanted one, since with
+	// RouterOS keeping established connections (as nvmet does) the
+	// allowed host does not tell who is connected. The remaining holder
+	// reconnects.
+	cut bool
 }
 
 // fenceExport brings the volume's export in line with claims after a
-// publish (drop: moving it from another host drops that host's
-// connections) or an unpublish (no drop: the departing node has unstaged).
-// departing is the host NQN of the node that gave up its claim ("" when
-// none or unknown): closing is conditioned on it, so an export some
-// concurrent publish already moved on is left alone.
-func (s *ControllerServer) fenceExport(ctx context.Context, id string, claims map[string]informers.Claim, departing string, drop bool) error {
-	want, err := wantedExport(claims)
+// publish, an unpublish or a fence.
+func (s *ControllerServer) fenceExport(ctx context.Context, id string, claims map[string]informers.Claim, mv exportMove) error {
+	want, err := wantedExport(claims, mv.newest)
 	if err != nil {
 		return err
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", id)
 	if !want.open {
-		closed, err := s.d.rds.CloseExport(ctx, id, departing)
-		if err == nil && !closed && departing != "" {
-			// Open to any host (after a migration, or made before storage
-			// fencing was on) is closed too.
+		closed, err := s.d.rds.CloseExport(ctx, id, mv.departing)
+		if err == nil && !closed && mv.departing != "" {
+			// Open to any host (made before storage fencing was on) is
+			// closed too.
 			closed, err = s.d.rds.CloseExport(ctx, id, "")
 		}
 		if err != nil {
 			return err
 		}
 		if closed {
-			logger.Info("storage fencing: export closed", "host", departing)
+			logger.Info("storage fencing: export closed", "host", mv.departing)
 		}
 		return nil
 	}
-	change, err := s.d.rds.SetExportHost(ctx, id, want.host, drop)
+	change, err := s.d.rds.SetExportHost(ctx, id, want.host, mv.drop || mv.cut)
 	if err != nil {
 		return err
 	}
@@ -92,15 +123,24 @@ func (s *ControllerServer) fenceExport(ctx context.Context, id string, claims ma
 		logger.Info("storage fencing: export set", "host", orAnyHost(want.host), "was", orAnyHost(change.Before.AllowHost),
 			"wasExported", change.Before.Exported, "dropped", change.Dropped, "gap", change.Gap)
 	}
+	if mv.cut && !change.Dropped {
+		// Already allowed to the wanted host: turn it off and on again.
+		if _, err := s.d.rds.CloseExport(ctx, id, want.host); err != nil {
+			return err
+		}
+		if _, err := s.d.rds.SetExportHost(ctx, id, want.host, false); err != nil {
+			return err
+		}
+		logger.Info("storage fencing: connections dropped", "host", want.host)
+	}
 	return nil
 }
 
 // CutOff cuts a fenced node's host off a volume on the RDS before its
 // claim is released (informers.StorageCut): with no other holder the
 // export is closed (it was open to the fenced host, or to any host); with
-// one, it is moved to that holder, dropping every connection; with two
-// or more (open to any host), the fenced host cannot be told apart and
-// the fence fails (the claim stays and the fence is retried).
+// one, it is moved to that holder, dropping every connection (the holder
+// reconnects). Two others cannot hold it besides the fenced node.
 func (s *ControllerServer) CutOff(ctx context.Context, handle, node string, fenced informers.Claim, remaining map[string]informers.Claim) error {
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
@@ -113,7 +153,7 @@ func (s *ControllerServer) CutOff(ctx context.Context, handle, node string, fenc
 		sort.Strings(nodes)
 		return fmt.Errorf("volume %s is exported to any host while %v hold it besides %s: the RDS cannot shut out one host (one allowed host per disk)", handle, nodes, node)
 	}
-	err := s.fenceExport(ctx, handle, remaining, fenced.HostNQN, true)
+	err := s.fenceExport(ctx, handle, remaining, exportMove{departing: fenced.HostNQN, drop: true, cut: true})
 	if errors.Is(err, rds.ErrNotFound) {
 		return nil // no disk, no export
 	}

@@ -237,29 +237,53 @@ func TestStorageFencingFailedCutKeepsTheClaim(t *testing.T) {
 	wantExport(t, e, id, false, "")
 }
 
-// A raw-block RWX volume on two nodes (a live migration) is exported to
-// any host (one allowed host per disk); when the source leaves it narrows
-// to the target without dropping the target's connection.
-func TestStorageFencingMigrationOpensAndNarrows(t *testing.T) {
+// A raw-block RWX volume on two nodes (a live migration): the export moves
+// to the target without dropping the source's connection (one allowed host
+// per disk; any host would let a fenced node back in). When the source
+// leaves from a Ready node nothing changes; when the target is detached
+// from a node that is not Ready (it may still be connected), the export
+// goes back to the source with a drop.
+func TestStorageFencingMigration(t *testing.T) {
 	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
 	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
 	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000007", corev1.ReadWriteMany, true)
-	if _, err := e.publish(id, nodeA, rwx); err != nil {
-		t.Fatal(err)
+	migrate := func() {
+		t.Helper()
+		if _, err := e.publish(id, nodeA, rwx); err != nil {
+			t.Fatal(err)
+		}
+		e.waitClaims(id, "node-a")
+		if _, err := e.publish(id, nodeB, rwx); err != nil {
+			t.Fatal(err)
+		}
+		wantExport(t, e, id, true, nqnB)
+		e.waitClaims(id, "node-a", "node-b")
 	}
-	e.waitClaims(id, "node-a")
-	if _, err := e.publish(id, nodeB, rwx); err != nil {
-		t.Fatal(err)
-	}
-	wantExport(t, e, id, true, "")
-	e.waitClaims(id, "node-a", "node-b")
+	migrate()
 	if err := e.unpublish(id, nodeA); err != nil {
 		t.Fatal(err)
 	}
 	wantExport(t, e, id, true, nqnB)
 	if n := e.drops(id); n != 0 {
-		t.Fatalf("%d connection drops during the migration, want 0", n)
+		t.Fatalf("%d connection drops during a completed migration, want 0", n)
+	}
+	if err := e.unpublish(id, nodeB); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id)
+
+	// Again, and the target's node dies: its detach (forced) moves the
+	// export back to the source, dropping connections.
+	drops := e.drops(id)
+	migrate()
+	setReady(t, client, "node-b", corev1.ConditionUnknown, time.Now())
+	if err := e.unpublish(id, nodeB); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnA)
+	if n := e.drops(id) - drops; n != 1 {
+		t.Fatalf("%d connection drops since the second migration began, want 1: node-b, detached while NotReady, cut off", n)
 	}
 }
 
@@ -344,4 +368,3 @@ func setReady(t *testing.T, client *fake.Clientset, node string, s corev1.Condit
 		t.Fatal(err)
 	}
 }
-

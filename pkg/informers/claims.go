@@ -167,17 +167,25 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 // attachment, and the claim belongs to the current one. Reads the PV, then
 // the VolumeAttachment, then writes conditional on the PV read, so a
 // publish that lands in between makes the write conflict and the check
-// run again. Reports whether a claim was dropped.
-func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string) (released bool, err error) {
-	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ *corev1.PersistentVolume, _ Claim, _ map[string]Claim) (bool, error) {
+// run again. before, when not nil, runs once the claim is to go and before
+// it goes (storage fencing: shut the node's host out); its error keeps the
+// claim. Reports whether a claim was dropped.
+func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before StorageCut) (released bool, err error) {
+	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return true, nil
 		case err != nil:
 			return false, fmt.Errorf("reading the VolumeAttachment of node %s: %w", node, err)
+		case va.DeletionTimestamp == nil:
+			return false, nil
 		}
-		return va.DeletionTimestamp != nil, nil
+		if before != nil {
+			if err := before(ctx, handle, node, cl, remaining); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
 	})
 }
 
