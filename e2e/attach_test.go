@@ -36,18 +36,43 @@ const nodeMonitorGrace = 8 * time.Second
 
 func startAttachWorld(t *testing.T, nodes ...string) *attachWorld {
 	t.Helper()
-	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: nodeMonitorGrace}})
+	return startAttachWorldWith(t, attachOptions{grace: nodeMonitorGrace}, nodes...)
+}
+
+// attachOptions vary the attach world: kube-controller-manager's
+// --node-monitor-grace-period, and storage fencing (every node registers
+// the host NQN hostNQN(node), the driver runs with extra args, and the
+// storage-fencing component's RBAC is applied).
+type attachOptions struct {
+	grace      time.Duration
+	fenced     bool
+	driverArgs []string
+}
+
+// hostNQN is a node's host NQN in the storage-fencing scenarios.
+func hostNQN(node string) string { return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-" + fmt.Sprintf("%012x", len(node)*7919+int(node[len(node)-1])) }
+
+func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attachWorld {
+	t.Helper()
+	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: o.grace}})
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	w := &attachWorld{e: e, nodes: map[string]*framework.FakeKubelet{}}
 	w.sim = e.StartSim(framework.SimOptions{})
 	for _, n := range nodes {
-		w.nodes[n] = e.NewNode(n)
+		if o.fenced {
+			w.nodes[n] = e.NewNodeWithNQN(n, hostNQN(n))
+		} else {
+			w.nodes[n] = e.NewNode(n)
+		}
 	}
 	var err error
 	if w.mon, err = framework.WatchAttachments(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	e.StartController(w.sim, framework.ControllerOptions{})
+	if o.fenced {
+		framework.DeployFile(ctx, t, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
+	}
+	e.StartController(w.sim, framework.ControllerOptions{DriverArgs: o.driverArgs})
 
 	done := tl.Step("StorageClass + 1Gi RWO PVC e2e/data")
 	if _, err := c.StorageV1().StorageClasses().Create(ctx, framework.StorageClass("rds", nil), metav1.CreateOptions{}); err != nil {

@@ -50,6 +50,17 @@ type FakeKubelet struct {
 // NewNode registers a node and starts renewing its Lease. The renewals
 // stop with Fail or when ctx ends.
 func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, name string) (*FakeKubelet, error) {
+	return NewNodeWithNQN(ctx, tl, client, name, "")
+}
+
+// NewNodeWithNQN is NewNode for a node whose plugin registers an NVMe
+// host NQN: its CSINode's node ID is "<name>/<hostNQN>", as the node
+// plugin registers it for storage fencing.
+func NewNodeWithNQN(ctx context.Context, tl *Timeline, client kubernetes.Interface, name, hostNQN string) (*FakeKubelet, error) {
+	nodeID := name
+	if hostNQN != "" {
+		nodeID = name + "/" + hostNQN
+	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -102,7 +113,7 @@ func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, nam
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: created.UID}},
 		},
 		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
-			Name: DriverName, NodeID: name, TopologyKeys: []string{TopologyKey},
+			Name: DriverName, NodeID: nodeID, TopologyKeys: []string{TopologyKey},
 		}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -237,6 +248,30 @@ func (k *FakeKubelet) Taint(ctx context.Context, t corev1.Taint) error {
 	})
 	if err == nil {
 		k.tl.Logf("node %s tainted %s=%s:%s", k.Name, t.Key, t.Value, t.Effect)
+	}
+	return err
+}
+
+// Untaint removes the node's taints with key, as an operator does once
+// the node is repaired.
+func (k *FakeKubelet) Untaint(ctx context.Context, key string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := k.client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		kept := n.Spec.Taints[:0:0]
+		for _, t := range n.Spec.Taints {
+			if t.Key != key {
+				kept = append(kept, t)
+			}
+		}
+		n.Spec.Taints = kept
+		_, err = k.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err == nil {
+		k.tl.Logf("node %s: taint %s removed", k.Name, key)
 	}
 	return err
 }

@@ -117,6 +117,24 @@ func LoadManifests(root string) ([]runtime.Object, error) {
 	return objs, nil
 }
 
+// DeployFile creates the objects of a manifest file under the repository
+// root (for example the storage-fencing component's RBAC), as an operator
+// applying that component would.
+func DeployFile(ctx context.Context, tb testing.TB, tl *Timeline, cp *ControlPlane, rel string) {
+	tb.Helper()
+	objs, err := decodeFile(filepath.Join(cp.Root, rel))
+	if err != nil {
+		tb.Fatalf("%s: %v", rel, err)
+	}
+	for _, obj := range objs {
+		what, err := createObject(ctx, cp.Client, obj)
+		if err != nil {
+			tb.Fatalf("create %s: %v", what, err)
+		}
+		tl.Logf("created %s (%s)", what, rel)
+	}
+}
+
 // decodeFile decodes the built-in-kind objects of a multi-document YAML file.
 func decodeFile(path string) ([]runtime.Object, error) {
 	data, err := os.ReadFile(path)

@@ -23,8 +23,8 @@ import (
 	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
-// totalSteps: the scenario's ten steps and "stop everything".
-const totalSteps = 11
+// totalSteps: the scenario's eleven steps and "stop everything".
+const totalSteps = 12
 
 var (
 	snapshotGVR      = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
@@ -128,12 +128,13 @@ func (d *demo) scenario() {
 	if files, _ := filepath.Glob(filepath.Join(framework.SnapshotCRDDir(e.Root), "snapshot.storage.k8s.io_*.yaml")); len(files) == 0 {
 		snapshots = false
 	}
-	d.step("install the driver", "manifests/base RBAC + CSIDriver, driver --mode=controller, csi-provisioner, csi-attacher, csi-snapshotter", func() string {
+	d.step("install the driver", "manifests/base RBAC + CSIDriver, driver --mode=controller --storage-fencing=allow-host --out-of-service-taint (manifests/overlays/storage-fencing), csi-provisioner, csi-attacher, csi-snapshotter", func() string {
 		if snapshots {
 			framework.InstallSnapshotCRDs(ctx, d.r, tl, e.CP)
 			d.pids["snapshot-controller"] = framework.StartSnapshotController(d.r, tl, e.CP, e.Dir).Pid()
 		}
-		ctrl := e.StartController(sim, framework.ControllerOptions{})
+		framework.DeployFile(ctx, d.r, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
+		ctrl := e.StartController(sim, framework.ControllerOptions{DriverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}})
 		d.pids["rds-csi-driver"] = ctrl.Driver.Pid()
 		d.pids["csi-provisioner"] = ctrl.Provisioner.Pid()
 		d.pids["csi-attacher"] = ctrl.Attacher.Pid()
@@ -147,10 +148,10 @@ func (d *demo) scenario() {
 		return fmt.Sprintf("driver + %d sidecars as %s/%s", strings.Count(sidecars, ",")+1, ctrl.Deployment.Namespace, ctrl.Deployment.ServiceAccount)
 	})
 
-	var nodeA *framework.FakeKubelet
-	d.step("nodes", "two fake kubelets: Node + CSINode (driver registered) + Lease renewed every 2 s; no container runtime", func() string {
-		nodeA = e.NewNode("node-a")
-		e.NewNode("node-b")
+	var nodeA, nodeB *framework.FakeKubelet
+	d.step("nodes", "two fake kubelets: Node + CSINode (driver registered with node ID <name>/<host NQN>) + Lease renewed every 2 s; no container runtime", func() string {
+		nodeA = e.NewNodeWithNQN("node-a", demoNQN("node-a"))
+		nodeB = e.NewNodeWithNQN("node-b", demoNQN("node-b"))
 		for _, n := range []string{"node-a", "node-b"} {
 			d.waitFor(e, waitShort, n+" Ready", framework.NodeReady(c, n, corev1.ConditionTrue))
 		}
@@ -170,7 +171,7 @@ func (d *demo) scenario() {
 		if !ok {
 			d.r.Fatalf("PV %s is bound but the simulator has no disk %s", pvName, pvName)
 		}
-		d.detail("RDS disk slot=%s file=%s size=%d nvme-tcp-export=%t port=%d nqn=%s", dk.Slot, dk.FilePath, dk.Size, dk.NVMeTCPExport, dk.NVMeTCPPort, dk.NVMeTCPNQN)
+		d.detail("RDS disk slot=%s file=%s size=%d nvme-tcp-export=%t port=%d nqn=%s (storage fencing: exported to no host until published)", dk.Slot, dk.FilePath, dk.Size, dk.NVMeTCPExport, dk.NVMeTCPPort, dk.NVMeTCPNQN)
 		return fmt.Sprintf("%s bound, 1 GiB disk on the RDS", pvName)
 	})
 
@@ -184,6 +185,7 @@ func (d *demo) scenario() {
 		d.detail("publish_context %v", va.Status.AttachmentMetadata)
 		d.detail("PV annotation %s=%s (the decision, committed by conditional update)", informers.ClaimsAnnotation, pv.Annotations[informers.ClaimsAnnotation])
 		dk, _ := sim.Disk(pvName)
+		d.detail("the RDS export now allows node-a's host only: nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName)
 		d.fatalIf(writeAt(dk.BackingFile, 1<<20, marker))
 		d.detail("node-a writes %q at 1 MiB into the disk (here: its backing file, as NVMe/TCP would)", marker)
 		return fmt.Sprintf("%s attached to node-a", va.Name)
@@ -203,7 +205,7 @@ func (d *demo) scenario() {
 			d.r.Errorf("volume attached to %v while node-a is only NotReady, want [node-a]", nodes)
 		}
 		d.numbers = append(d.numbers, [2]string{"node-a silent → NotReady", fmt.Sprintf("%s (node-monitor-grace-period %s)", fmtDur(notReady), d.grace)})
-		d.detail("nothing moves: NotReady alone may be a network partition with node-a still writing")
+		d.detail("nothing moves yet: NotReady alone may be a network partition with node-a still writing (the driver waits --not-ready-threshold, 20s with storage fencing; the operator is quicker here)")
 		return fmt.Sprintf("node-a NotReady after %s; app-b refused (Multi-Attach)", fmtDur(notReady))
 	})
 
@@ -221,6 +223,7 @@ func (d *demo) scenario() {
 		}
 		d.detail("the driver fenced node-a's stale attachment at once (%s events on %s)", fencing.ReasonFenced, strings.Join(fenced, ", "))
 		dk, _ := sim.Disk(pvName)
+		d.detail("the RDS export moved to node-b's host: allow-host=%s", dk.AllowHostName)
 		got, err := readAt(dk.BackingFile, 1<<20, len(marker))
 		d.fatalIf(err)
 		if !bytes.Equal(got, marker) {
@@ -289,14 +292,52 @@ func (d *demo) scenario() {
 		return "ready; the copy on the RDS holds the data"
 	})
 
+	d.step("unattended failover", "node-a is repaired (Ready, the operator's taint removed); then node-b dies with app-b and a replacement app-c waits on node-a; nobody acts", func() string {
+		d.fatalIf(nodeA.Recover(ctx))
+		d.fatalIf(nodeA.Untaint(ctx, framework.OutOfServiceTaint.Key))
+		d.waitFor(e, waitShort, "node-a Ready", framework.NodeReady(c, "node-a", corev1.ConditionTrue))
+		_, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "app-c", "node-a", "data"), metav1.CreateOptions{})
+		d.fatalIf(err)
+		d.waitFor(e, waitShort, "app-c's attach refused (Multi-Attach: the volume is on node-b)", podEvent(c, ns, "app-c", "FailedAttachVolume", "Multi-Attach"))
+		failedAt := time.Now()
+		nodeB.Fail()
+		notReady := d.waitFor(e, d.grace+waitShort, "node-b NotReady (Ready=Unknown)", framework.NodeReady(c, "node-b", corev1.ConditionUnknown))
+		cut := d.waitFor(e, waitLong, "node-b's host cut off the RDS (the driver's fence, after --not-ready-threshold)", func(context.Context) (bool, string, error) {
+			dk, _ := sim.Disk(pvName)
+			return dk.AllowHostName != demoNQN("node-b"), fmt.Sprintf("nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName), nil
+		})
+		d.waitFor(e, waitShort, "node-b tainted out of service by the driver", nodeTaintValue(c, "node-b", informers.DriverOutOfServiceValue))
+		d.waitFor(e, waitLong, "volume attached to node-a", framework.VolumeAttached(c, pvName, "node-a", nil))
+		attachedAt := time.Now()
+		dk, _ := sim.Disk(pvName)
+		if !dk.NVMeTCPExport || dk.AllowHostName != demoNQN("node-a") {
+			d.r.Errorf("after the failover the export is nvme-tcp-export=%t allow-host=%s, want node-a's host only", dk.NVMeTCPExport, dk.AllowHostName)
+		}
+		d.detail("the RDS export allows node-a's host only: %s", dk.AllowHostName)
+		got, err := readAt(dk.BackingFile, 1<<20, len(marker))
+		d.fatalIf(err)
+		if !bytes.Equal(got, marker) {
+			d.r.Errorf("node-a reads %q at 1 MiB after the failover, want %q", got, marker)
+		}
+		if max := mon.MaxAttached(pvName); max != 1 {
+			d.r.Errorf("the ReadWriteOnce volume was attached to %d nodes at once (history %+v)", max, mon.History(pvName))
+		}
+		total := attachedAt.Sub(failedAt)
+		d.numbers = append(d.numbers,
+			[2]string{"unattended: node-b silent → NotReady", fmtDur(notReady)},
+			[2]string{"unattended: NotReady → node-b cut off the RDS", fmt.Sprintf("%s (--not-ready-threshold 20s)", fmtDur(cut))},
+			[2]string{"unattended: node-b silent → attached on node-a", fmt.Sprintf("%s, no operator action", fmtDur(total))})
+		return fmt.Sprintf("on node-a %s after node-b went silent; nobody acted", fmtDur(total))
+	})
+
 	d.step("cleanup", "delete the pods, the snapshot and the claim → ControllerUnpublish, DeleteSnapshot, DeleteVolume", func() string {
-		for _, pod := range []string{"app-a", "app-b"} {
+		for _, pod := range []string{"app-a", "app-b", "app-c"} {
 			// No kubelet confirms a pod's end: delete as `kubectl delete --force` does.
 			if err := framework.ForceDeletePod(ctx, c, ns, pod); err != nil && !apierrors.IsNotFound(err) {
 				d.r.Fatal(err)
 			}
 		}
-		d.waitFor(e, waitShort, "volume detached from node-b", framework.NoVolumeAttachment(c, pvName, "node-b"))
+		d.waitFor(e, waitShort, "volume detached from node-a", framework.NoVolumeAttachment(c, pvName, "node-a"))
 		if snapshots {
 			d.fatalIf(dyn.Resource(snapshotGVR).Namespace(ns).Delete(ctx, "snap", metav1.DeleteOptions{}))
 			d.waitFor(e, waitShort, "snapshot copy removed from the RDS", func(context.Context) (bool, string, error) {
@@ -311,6 +352,28 @@ func (d *demo) scenario() {
 		}
 		return "no VolumeAttachment, PV or disk left"
 	})
+}
+
+// demoNQN is a node's host NQN in the demo.
+func demoNQN(node string) string {
+	return "nqn.2014-08.org.nvmexpress:uuid:de300000-0000-4000-8000-00000000000" + node[len(node)-1:]
+}
+
+// nodeTaintValue holds once node carries the out-of-service taint with
+// value.
+func nodeTaintValue(c kubernetes.Interface, node, value string) framework.Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == corev1.TaintNodeOutOfService && t.Value == value {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("taints %v", n.Spec.Taints), nil
+	}
 }
 
 // podEvent holds once an event with reason about the pod has a message

@@ -1,0 +1,140 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/srvlab/rds-csi/e2e/framework"
+	"github.com/srvlab/rds-csi/pkg/informers"
+)
+
+// fencedGrace is kube-controller-manager's --node-monitor-grace-period in
+// the unattended failover: hack/controlplane.sh's default (Kubernetes'
+// own is 50s; BENCHMARKS.md adds the difference).
+const fencedGrace = 20 * time.Second
+
+// diskExport is the simulator's export of a volume, as a condition.
+func diskExport(w *attachWorld, exported bool, host string) framework.Condition {
+	return func(context.Context) (bool, string, error) {
+		d, ok := w.sim.Disk(w.handle)
+		if !ok {
+			return false, "no disk", nil
+		}
+		state := fmt.Sprintf("nvme-tcp-export=%t allow-host=%q", d.NVMeTCPExport, d.AllowHostName)
+		return d.NVMeTCPExport == exported && (!exported || d.AllowHostName == host), state, nil
+	}
+}
+
+// nodeOutOfService: the node carries the out-of-service taint with value
+// (any value when value is "").
+func nodeOutOfService(w *attachWorld, node, value string, want bool) framework.Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		n, err := w.e.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == corev1.TaintNodeOutOfService && (value == "" || t.Value == value) {
+				return want, fmt.Sprintf("tainted %s=%s:%s", t.Key, t.Value, t.Effect), nil
+			}
+		}
+		return !want, "not tainted out of service", nil
+	}
+}
+
+// Unattended failover (issue 12): storage fencing on, the driver's
+// defaults otherwise (--not-ready-threshold 20s with it) plus
+// --out-of-service-taint. node-a's kubelet stops, and with no operator
+// action at all: kube-controller-manager marks node-a Unknown; the driver
+// fences it after the threshold, cutting its host off the RDS (export
+// closed) before releasing its claim, then taints it out of service;
+// Kubernetes evicts and garbage-collects pod-a and detaches node-a's
+// volume; node-b's waiting pod gets the volume, exported to node-b's host
+// NQN alone. When node-a comes back the driver removes its taint.
+func TestUnattendedFailover(t *testing.T) {
+	w := startAttachWorldWith(t, attachOptions{grace: fencedGrace, fenced: true,
+		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}}, "node-a", "node-b")
+	e := w.e
+	ctx, c, tl := e.Ctx, e.Client, e.TL
+	ns := framework.TestNamespace
+
+	done := tl.Step("the export is open to node-a's host alone")
+	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExport(w, true, hostNQN("node-a"))); err != nil {
+		t.Fatal(err)
+	}
+	done()
+
+	done = tl.Step("replacement pod-b on node-b waits (Multi-Attach)")
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "pod-b", "node-b", "data"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "Multi-Attach error on pod-b",
+		framework.EventOn(c, ns, "Pod", "pod-b", "FailedAttachVolume", nil, "Multi-Attach")); err != nil {
+		t.Fatal(err)
+	}
+	done()
+
+	done = tl.Step("node-a stops; nobody acts")
+	t0 := time.Now()
+	w.nodes["node-a"].Fail()
+	unknown, err := framework.WaitFor(ctx, tl, fencedGrace+time.Minute, "node-a Unknown (kube-controller-manager)", framework.NodeReady(c, "node-a", corev1.ConditionUnknown))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, err := framework.WaitFor(ctx, tl, 2*time.Minute, "node-a cut off the RDS (export closed or moved on)",
+		framework.AnyOf(diskExport(w, false, ""), diskExport(w, true, hostNQN("node-b"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tainted, err := framework.WaitFor(ctx, tl, time.Minute, "node-a tainted out of service by the driver", nodeOutOfService(w, "node-a", informers.DriverOutOfServiceValue, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-b", framework.VolumeAttached(c, w.pv, "node-b", nil)); err != nil {
+		t.Fatal(err)
+	}
+	at, ok := w.mon.FirstAttachedAt(w.pv, "node-b", t0)
+	if !ok {
+		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
+	}
+	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExport(w, true, hostNQN("node-b"))); err != nil {
+		t.Error(err)
+	}
+	tl.Logf("UNATTENDED FAILOVER: node stop -> attached on node-b %s (node-a Unknown after %s, cut off the RDS %s after that, tainted %s after the cut, attached %s after the taint; kube-controller-manager --node-monitor-grace-period=%s, --not-ready-threshold 20s default)",
+		at.Sub(t0).Round(time.Millisecond), unknown.Round(time.Millisecond), cut.Round(time.Millisecond), tainted.Round(time.Millisecond),
+		at.Sub(t0).Round(time.Millisecond)-unknown.Round(time.Millisecond)-cut.Round(time.Millisecond)-tainted.Round(time.Millisecond), fencedGrace)
+	done()
+
+	if got := w.mon.MaxAttached(w.pv); got != 1 {
+		t.Errorf("PV %s was attached to %d nodes at once; history %+v", w.pv, got, w.mon.History(w.pv))
+	}
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "claims name node-b only", framework.ClaimsAre(c, w.pv, "node-b")); err != nil {
+		t.Error(err)
+	}
+	var ev corev1.Event
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "the driver's Fenced event for node-a",
+		framework.EventOn(c, ns, "PersistentVolumeClaim", "data", framework.ReasonFenced, &ev, w.handle, "node-a")); err != nil {
+		t.Error(err)
+	} else {
+		tl.Logf("driver: %s: %s", ev.Reason, ev.Message)
+	}
+
+	done = tl.Step("node-a comes back: the driver removes its taint")
+	if err := w.nodes["node-a"].Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "node-a's out-of-service taint removed", nodeOutOfService(w, "node-a", "", false)); err != nil {
+		t.Error(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "export still allows node-b only", diskExport(w, true, hostNQN("node-b"))); err != nil {
+		t.Error(err)
+	}
+	done()
+}
