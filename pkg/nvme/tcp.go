@@ -48,6 +48,15 @@ type Config struct {
 	CtrlLossTimeout time.Duration
 	// ReconnectDelay between reconnect attempts. Default 5s.
 	ReconnectDelay time.Duration
+	// FastIOFailTimeout: how long I/O waits on a controller that lost its
+	// connection before it fails with an error, while the kernel keeps
+	// reconnecting until CtrlLossTimeout (the kernel's fast_io_fail_tmo).
+	// Zero, the default, passes nothing: the kernel's default, I/O waits
+	// for the whole CtrlLossTimeout. FailIOAtOnce fails it as soon as the
+	// connection is lost (fast_io_fail_tmo=0); storage fencing makes a
+	// fenced node's writes fail instead of hanging. Whole seconds, rounded
+	// up.
+	FastIOFailTimeout time.Duration
 	// KeepAliveTimeout for the admin queue. Default 5s (the kernel's default).
 	KeepAliveTimeout time.Duration
 	// PollInterval between sysfs scans while waiting for a device. Default
@@ -62,6 +71,10 @@ const (
 	DefaultKeepAliveTimeout = 5 * time.Second
 	DefaultPollInterval     = 100 * time.Millisecond
 )
+
+// FailIOAtOnce as Config.FastIOFailTimeout: I/O fails as soon as the
+// connection is lost (fast_io_fail_tmo=0).
+const FailIOAtOnce time.Duration = -1
 
 // TCPConnector connects this node to RDS volumes over NVMe/TCP.
 //
@@ -133,6 +146,12 @@ func NewTCPConnector(cfg Config) (*TCPConnector, error) {
 	}
 	if cfg.CtrlLossTimeout > 0 && cfg.CtrlLossTimeout < cfg.ReconnectDelay {
 		return nil, fmt.Errorf("%w: ctrl loss timeout %v is shorter than the reconnect delay %v: the kernel would never reconnect", ErrInvalidArgument, cfg.CtrlLossTimeout, cfg.ReconnectDelay)
+	}
+	if cfg.FastIOFailTimeout < 0 && cfg.FastIOFailTimeout != FailIOAtOnce {
+		return nil, fmt.Errorf("%w: fast I/O fail timeout %v: want 0 (unset), FailIOAtOnce or a positive duration", ErrInvalidArgument, cfg.FastIOFailTimeout)
+	}
+	if cfg.CtrlLossTimeout > 0 && cfg.FastIOFailTimeout > cfg.CtrlLossTimeout {
+		return nil, fmt.Errorf("%w: fast I/O fail timeout %v is longer than the ctrl loss timeout %v: I/O would fail at ctrl loss anyway", ErrInvalidArgument, cfg.FastIOFailTimeout, cfg.CtrlLossTimeout)
 	}
 	c := &TCPConnector{cfg: cfg, guard: guard, sys: sysfs{root: cfg.SysRoot}}
 	c.discover = c.offeredSubsystems
@@ -390,9 +409,16 @@ func (c *TCPConnector) RefreshSize(ctx context.Context, nqn string) error {
 // options builds the fabrics option string. Every value in it has been
 // validated (NQNs, numeric address, port, UUID), so none can add options.
 func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentity) string {
-	return fmt.Sprintf("transport=tcp,traddr=%s,trsvcid=%d,nqn=%s,hostnqn=%s,hostid=%s,ctrl_loss_tmo=%d,reconnect_delay=%d,keep_alive_tmo=%d",
+	opts := fmt.Sprintf("transport=tcp,traddr=%s,trsvcid=%d,nqn=%s,hostnqn=%s,hostid=%s,ctrl_loss_tmo=%d,reconnect_delay=%d,keep_alive_tmo=%d",
 		addr, port, nqn, id.NQN, id.ID,
 		kernelSeconds(c.cfg.CtrlLossTimeout), kernelSeconds(c.cfg.ReconnectDelay), kernelSeconds(c.cfg.KeepAliveTimeout))
+	switch {
+	case c.cfg.FastIOFailTimeout == FailIOAtOnce:
+		opts += ",fast_io_fail_tmo=0"
+	case c.cfg.FastIOFailTimeout > 0:
+		opts += fmt.Sprintf(",fast_io_fail_tmo=%d", kernelSeconds(c.cfg.FastIOFailTimeout))
+	}
+	return opts
 }
 
 // kernelSeconds rounds up to whole seconds; negative means "forever" (-1).

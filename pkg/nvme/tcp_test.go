@@ -221,6 +221,55 @@ func TestConnectOptions(t *testing.T) {
 	}
 }
 
+// fast_io_fail_tmo is passed only when configured: unset keeps the
+// kernel's default (I/O waits for ctrl_loss_tmo).
+func TestConnectOptionsFastIOFail(t *testing.T) {
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		want    string // "" = absent
+		badCfg  bool
+	}{
+		{"unset", 0, "", false},
+		{"at once", FailIOAtOnce, ",fast_io_fail_tmo=0", false},
+		{"rounded up", 1500 * time.Millisecond, ",fast_io_fail_tmo=2", false},
+		{"other negative", -2 * time.Second, "", true},
+		{"longer than ctrl loss", 11 * time.Minute, "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			cfg := h.config()
+			cfg.FastIOFailTimeout = tc.timeout
+			c, err := NewTCPConnector(cfg)
+			if tc.badCfg {
+				if !errors.Is(err, ErrInvalidArgument) {
+					t.Fatalf("NewTCPConnector = %v, want ErrInvalidArgument", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.kernel = func(string) error {
+				h.controller("", "nvme0", nqnA, "live")
+				h.private("nvme0", "nvme0n1")
+				return nil
+			}
+			if _, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA}); err != nil {
+				t.Fatal(err)
+			}
+			w := h.fabricsWritten()
+			switch {
+			case tc.want == "" && strings.Contains(w, "fast_io_fail_tmo"):
+				t.Errorf("fabrics %q passes fast_io_fail_tmo", w)
+			case tc.want != "" && !strings.HasSuffix(w, tc.want):
+				t.Errorf("fabrics %q does not end with %q", w, tc.want)
+			}
+		})
+	}
+}
+
 type fakeResolver map[string][]net.IPAddr
 
 func (r fakeResolver) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
