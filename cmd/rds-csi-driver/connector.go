@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -27,6 +28,9 @@ type connectorOptions struct {
 	Kind        string
 	LoopDataDir string
 	NVMeDir     string // the host's /etc/nvme: hostnqn, hostid
+	// FastIOFail: nvme-tcp's fast_io_fail_tmo (0: unset, I/O waits for the
+	// reconnect up to ctrl_loss_tmo).
+	FastIOFail time.Duration
 }
 
 // defaultNVMeDir is where nvme-cli and the distributions keep the host
@@ -36,6 +40,7 @@ const defaultNVMeDir = "/etc/nvme"
 func (o *connectorOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node service connects volumes: tcp (NVMe/TCP, the only choice for real clusters) or loop (labs and demos: a loop device over the RDS simulator's backing file on this machine; needs --node-loop-data-dir)")
 	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir on this machine")
+	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", 0, "with --node-connector=tcp: fail I/O this long after a volume's connection is lost instead of holding it until the reconnect (or ctrl_loss_tmo, 10 min): a node cut off by storage fencing then sees I/O errors at once rather than hung writes, at the cost of failing I/O in any RDS outage longer than this (0: off, the kernel's default; rounded up to whole seconds)")
 	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the directory of this host's NVMe identity (hostnqn, hostid), created there at start when missing; it must be the host's and persist across restarts, since the host NQN is the node's identity on the RDS")
 }
 
@@ -49,6 +54,9 @@ func (o *connectorOptions) validate(mode string) error {
 		}
 		if o.NVMeDir == "" {
 			return errors.New("invalid configuration: --node-nvme-dir is empty (default " + defaultNVMeDir + ")")
+		}
+		if o.FastIOFail < 0 {
+			return errors.New("invalid configuration: --nvme-fast-io-fail-timeout must not be negative (0: off)")
 		}
 	case connectorLoop:
 		if mode == csi.ModeController {
@@ -72,7 +80,7 @@ func (o *connectorOptions) validate(mode string) error {
 // connector builds the node's connector.
 func (o *connectorOptions) connector(ctx context.Context, opts csi.Options) (csi.Connector, error) {
 	if o.Kind != connectorLoop {
-		c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix, EtcNVMeDir: o.NVMeDir})
+		c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix, EtcNVMeDir: o.NVMeDir, FastIOFailTimeout: o.FastIOFail})
 		if err != nil {
 			return nil, fmt.Errorf("NVMe/TCP connector: %w", err)
 		}

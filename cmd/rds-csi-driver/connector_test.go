@@ -37,6 +37,8 @@ func TestNodeConnectorChoice(t *testing.T) {
 		// kubelet registers it, naming the file.
 		{"a hostnqn that is no NQN", []string{"--node-nvme-dir=" + badNQN}, badNQN + "/hostnqn"},
 		{"an NVMe dir that is a file", []string{"--node-nvme-dir=" + badNQN + "/hostnqn"}, "host's /etc/nvme"},
+		{"a negative fast I/O fail timeout", []string{"--nvme-fast-io-fail-timeout=-1s"}, "--nvme-fast-io-fail-timeout must not be negative"},
+		{"a fast I/O fail timeout beyond ctrl_loss_tmo", []string{"--node-nvme-dir=" + dir, "--nvme-fast-io-fail-timeout=11m"}, "longer than the ctrl loss timeout"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), append(node, tc.args...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
