@@ -50,7 +50,9 @@ type attachOptions struct {
 }
 
 // hostNQN is a node's host NQN in the storage-fencing scenarios.
-func hostNQN(node string) string { return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-" + fmt.Sprintf("%012x", len(node)*7919+int(node[len(node)-1])) }
+func hostNQN(node string) string {
+	return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-" + fmt.Sprintf("%012x", len(node)*7919+int(node[len(node)-1]))
+}
 
 func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attachWorld {
 	t.Helper()

@@ -213,4 +213,3 @@ func TestNotReadyThresholdDefaultWithStorageFencing(t *testing.T) {
 		}
 	}
 }
-
