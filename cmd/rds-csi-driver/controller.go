@@ -164,12 +164,13 @@ type controllerProcess struct {
 	leader  atomic.Bool
 	events  record.EventBroadcaster
 	rec     record.EventRecorder
+	cs      *csi.ControllerServer
 }
 
 // newControllerProcess wires the index, claims, Fencer and reporter, and
 // enables publish on cs. Nothing runs until run.
 func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, m *metrics.Metrics, d *csi.Driver, cs *csi.ControllerServer, rdsProbe func(context.Context) error) (*controllerProcess, error) {
-	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex()}
+	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex(), cs: cs}
 	p.events = record.NewBroadcaster()
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
 	reporter := fencing.NewReporter(p.rec, m)
@@ -249,11 +250,30 @@ func (p *controllerProcess) run(ctx context.Context) {
 		})
 	}
 	if p.opts.LeaderElection {
-		start(func() { p.elect(ctx) })
+		start(func() { p.elect(ctx, start) })
 	} else {
 		p.setLeader(true)
+		start(func() { p.closeUnclaimedExports(ctx) })
 	}
 	wg.Wait()
+}
+
+// closeUnclaimedExports runs the leader's one-time pass of storage
+// fencing over volumes made before it was on (csi.CloseUnclaimedExports),
+// once the index has synced.
+func (p *controllerProcess) closeUnclaimedExports(ctx context.Context) {
+	if !p.driver.AllowHostFencing() || !p.ctrl.WaitForSync(ctx) {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	n, err := p.cs.CloseUnclaimedExports(rctx)
+	if err != nil {
+		logger.Error(err, "storage fencing: closing the exports of unclaimed volumes", "closed", n)
+		return
+	}
+	logger.Info("storage fencing: exports of unclaimed volumes open to any host closed", "closed", n)
 }
 
 func (p *controllerProcess) reportIndexSize(ctx context.Context) {
@@ -289,7 +309,7 @@ func (p *controllerProcess) namespace() string {
 // elect campaigns for the Lease until ctx is done. Losing it stops the
 // background work at once (the Fencer checks leadership before every
 // write) and the replica campaigns again; the process does not exit.
-func (p *controllerProcess) elect(ctx context.Context) {
+func (p *controllerProcess) elect(ctx context.Context, start func(func())) {
 	logger := klog.FromContext(ctx)
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s_%d", host, os.Getpid())
@@ -316,6 +336,7 @@ func (p *controllerProcess) elect(ctx context.Context) {
 					// Failures that happened while another replica led (or
 					// none did) are fenced now.
 					p.ctrl.RefenceStale()
+					start(func() { p.closeUnclaimedExports(ctx) })
 				},
 				OnStoppedLeading: func() {
 					p.setLeader(false)

@@ -175,3 +175,43 @@ func storageError(id, node string, err error) error {
 	}
 	return statusf(codes.Unavailable, "volume %s: storage fencing could not open its export on the RDS to node %s, so it is not attached: %v", id, node, err)
 }
+
+// CloseUnclaimedExports closes, when storage fencing is on, the exports
+// that are still open to any host although no node claims or attaches
+// their volume: volumes made before storage fencing was turned on, which
+// would otherwise stay open until their next publish. The leader runs it
+// once the index has synced. Only exports open to any host are touched,
+// each conditioned on still being so, so an export a publish on another
+// replica has just opened to its node is left alone. Closing never lets a
+// node write. Returns how many it closed.
+func (s *ControllerServer) CloseUnclaimedExports(ctx context.Context) (int, error) {
+	if !s.d.opts.AllowHostFencing() || s.pub == nil || !s.pub.Synced() {
+		return 0, nil
+	}
+	disks, err := s.d.rds.ListDisks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	closed := 0
+	var errs []error
+	for i := range disks {
+		d := &disks[i]
+		if !s.d.isVolumeDisk(d) || !d.Exported || d.AllowHost != "" {
+			continue
+		}
+		v := s.pub.Index.Volume(d.Slot)
+		if !v.Indexed() || len(v.Claims) > 0 || len(v.Attachments) > 0 {
+			continue // no PV (not ours to judge), or in use
+		}
+		ok, err := s.d.rds.CloseExport(ctx, d.Slot, "")
+		if err != nil && !errors.Is(err, rds.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("volume %s: %w", d.Slot, err))
+			continue
+		}
+		if ok {
+			closed++
+			klog.FromContext(ctx).Info("storage fencing: closed an export open to any host of an unclaimed volume", "volume", d.Slot)
+		}
+	}
+	return closed, errors.Join(errs...)
+}

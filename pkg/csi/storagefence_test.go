@@ -368,3 +368,37 @@ func setReady(t *testing.T, client *fake.Clientset, node string, s corev1.Condit
 		t.Fatal(err)
 	}
 }
+
+// Volumes made before storage fencing was turned on are open to any host;
+// the leader closes those no node claims or attaches, and only those.
+func TestCloseUnclaimedExports(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	idle := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000009", corev1.ReadWriteOnce, false)
+	used := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000010", corev1.ReadWriteOnce, false)
+	for _, id := range []string{idle, used} {
+		d := e.disk(id)
+		d.Exported = true // as created without storage fencing
+		e.rds.putDisk(d)
+	}
+	// used is attached (its claim from before storage fencing has no NQN).
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), used, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":"2026-11-01T00:00:00Z"}`}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(used, "node-a")
+	n, err := e.cs.CloseUnclaimedExports(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("CloseUnclaimedExports = %d, %v; want 1 closed", n, err)
+	}
+	wantExport(t, e, idle, false, "")
+	wantExport(t, e, used, true, "")
+	// Again: nothing left to close.
+	if n, err := e.cs.CloseUnclaimedExports(context.Background()); err != nil || n != 0 {
+		t.Fatalf("second CloseUnclaimedExports = %d, %v; want 0", n, err)
+	}
+}
