@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -320,42 +321,20 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		fenced = append(fenced, f.Node)
 	}
 	// Storage fencing: the RDS lets the node in (and everyone else out)
-	// before the node is told it may write.
-	storage := func() error { return nil }
-	if s.d.opts.AllowHostFencing() {
-		committed := map[string]informers.Claim{}
-		for n, cl := range v.Claims {
-			committed[n] = cl
-		}
-		for _, n := range fenced {
-			delete(committed, n)
-		}
-		committed[node] = claim
-		// One holder: the export moves to it, dropping every other
-		// connection. Two (a live migration): it moves to the target
-		// without dropping the source's connection; if this publish also
-		// fences a third node, the fence reaction must cut that node off
-		// first (a drop now would cut off the source too).
-		drop := len(committed) == 1
-		if !drop && len(fenced) > 0 {
-			s.pub.Reporter.PublishFailed("storage")
-			return nil, statusf(codes.Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, node, len(committed)-1)
-		}
-		storage = func() error {
-			if err := s.fenceExport(ctx, id, committed, exportMove{newest: node, drop: drop, cut: len(fenced) > 0}); err != nil {
-				s.pub.Reporter.PublishFailed("storage")
-				return storageError(id, node, err)
-			}
-			return nil
-		}
-		// A fenced node's claim goes only once its host is cut off: the
-		// export moves first, so a failure leaves the claim (and the
-		// fence to retry), never a dropped claim with a host still in.
-		if len(fenced) > 0 {
-			if err := storage(); err != nil {
-				return nil, err
-			}
-			storage = func() error { return nil }
+	// before the node is told it may write. A fenced node's claim goes only
+	// once its host is cut off, so then the export moves first (a failure
+	// leaves the claim, and the fence to retry); otherwise the claim is
+	// committed first, so a publish that loses the race for the claim never
+	// moves the export away from the winner. On a failure after the commit
+	// the claim stays, as for any publish that fails after recording it:
+	// the attacher retries, or its detach releases it.
+	export, err := p.plannedExport(v, claim, fenced)
+	if err != nil {
+		return nil, err
+	}
+	if export != nil && len(fenced) > 0 {
+		if err := export(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
@@ -365,16 +344,46 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		s.pub.Reporter.PublishFailed("error")
 		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
 	}
-	// Otherwise the claim first: a publish that loses the race for the
-	// claim never moves the export away from the winner. On failure the
-	// claim stays, as for any publish that fails after recording it: the
-	// attacher retries, or its detach releases it.
-	if err := storage(); err != nil {
-		return nil, err
+	if export != nil && len(fenced) == 0 {
+		if err := export(ctx); err != nil {
+			return nil, err
+		}
 	}
 	s.pub.Reporter.Published(v.Ref(), node, decision)
 	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: s.publishContext(id)}, nil
+}
+
+// plannedExport is, with storage fencing, the export change this publish
+// makes (nil without storage fencing). With one holder the export moves to
+// it, dropping every other connection. With two (a live migration) it
+// moves to the target without dropping the source's connection; a publish
+// that would also fence a third node is ABORTED until the fence reaction
+// has cut that node off (a drop now would cut off the source too).
+func (p *publishing) plannedExport(v *informers.Volume, claim informers.Claim, fenced []string) (func(context.Context) error, error) {
+	s, id, node := p.s, p.req.GetVolumeId(), p.ident.Name
+	if !s.d.opts.AllowHostFencing() {
+		return nil, nil
+	}
+	committed := map[string]informers.Claim{node: claim}
+	for n, cl := range v.Claims {
+		if n != node && !slices.Contains(fenced, n) {
+			committed[n] = cl
+		}
+	}
+	single := len(committed) == 1
+	if !single && len(fenced) > 0 {
+		s.pub.Reporter.PublishFailed("storage")
+		return nil, statusf(codes.Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, node, len(committed)-1)
+	}
+	mv := exportMove{newest: node, drop: single, cut: len(fenced) > 0}
+	return func(ctx context.Context) error {
+		if err := s.fenceExport(ctx, id, committed, mv); err != nil {
+			s.pub.Reporter.PublishFailed("storage")
+			return storageError(id, node, err)
+		}
+		return nil
+	}, nil
 }
 
 // ControllerUnpublishVolume releases node's claim on the volume and no
