@@ -557,6 +557,20 @@ func (c *TCPConnector) waitForDevice(ctx context.Context, nqn string) (string, e
 	}
 }
 
+// deviceReady reports whether a device node exists and opens: right after
+// a connect (seen with nvme_core.multipath=N, a controller number just
+// reused) the node can be there before its disk is live, and opening it
+// fails with ENXIO for a moment; NodeStage would then fail on it. Errors
+// other than "no such device" keep the node's mere existence as the test.
+func deviceReady(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err == nil {
+		f.Close()
+		return true
+	}
+	return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENXIO) && !errors.Is(err, syscall.ENODEV)
+}
+
 // pickDevice chooses the device to hand out: a multipath head (or a
 // namespace without multipath) before a single path, lowest namespace ID
 // first, and only one whose /dev node exists.
@@ -566,7 +580,7 @@ func (c *TCPConnector) pickDevice(nqn string, st nqnState) (string, error) {
 	}
 	for _, ns := range st.namespaces {
 		path := filepath.Join(c.cfg.DevRoot, ns.name)
-		if _, err := os.Stat(path); err == nil {
+		if deviceReady(path) {
 			return path, nil
 		}
 	}

@@ -780,3 +780,32 @@ func TestConnectFreshWithoutNamespaceIsUndone(t *testing.T) {
 		t.Errorf("delete_controller = %q, want 1: the fresh controller was left behind", got)
 	}
 }
+
+// A device node that exists but does not open yet (ENXIO: the disk is not
+// live, seen right after a connect with nvme_core.multipath=N) is not
+// handed out; Connect waits for it.
+func TestConnectWaitsForAnOpenableDevice(t *testing.T) {
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+	h.head("nvme-subsys0", "nvme0n1")
+	dev := filepath.Join(h.dev, "nvme0n1")
+	// A socket opens with ENXIO, as such a node does.
+	if err := os.Remove(dev); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.connector()
+	if p, err := c.Connect(expiredCtx(t), Target{Address: "10.0.0.5", NQN: nqnA}); !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("Connect with a device that does not open = %q, %v; want ErrNoDevice", p, err)
+	}
+	l.Close()
+	os.Remove(dev)
+	h.head("nvme-subsys0", "nvme0n1")
+	if p, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA}); err != nil || p != dev {
+		t.Fatalf("Connect = %q, %v; want %s", p, err, dev)
+	}
+}
