@@ -52,9 +52,9 @@ type exportWant struct {
 // wantedExport is the export claims call for; newest names the holder the
 // export goes to when there are two (a publish's requester; otherwise the
 // claim made last).
-func wantedExport(claims map[string]informers.Claim, newest string) (exportWant, error) {
+func wantedExport(claims map[string]informers.Claim, newest string) exportWant {
 	if len(claims) == 0 {
-		return exportWant{}, nil
+		return exportWant{}
 	}
 	if _, ok := claims[newest]; !ok {
 		newest = ""
@@ -64,11 +64,9 @@ func wantedExport(claims map[string]informers.Claim, newest string) (exportWant,
 			}
 		}
 	}
-	c := claims[newest]
-	if c.HostNQN == "" {
-		return exportWant{}, fmt.Errorf("node %s's claim records no host NQN (it was published without storage fencing)", newest)
-	}
-	return exportWant{open: true, host: c.HostNQN}, nil
+	// A claim from before storage fencing was on records no host NQN: its
+	// volume stays open to any host, as it was, until its next publish.
+	return exportWant{open: true, host: claims[newest].HostNQN}
 }
 
 // exportMove says how fenceExport may get there.
@@ -95,10 +93,7 @@ type exportMove struct {
 // fenceExport brings the volume's export in line with claims after a
 // publish, an unpublish or a fence.
 func (s *ControllerServer) fenceExport(ctx context.Context, id string, claims map[string]informers.Claim, mv exportMove) error {
-	want, err := wantedExport(claims, mv.newest)
-	if err != nil {
-		return err
-	}
+	want := wantedExport(claims, mv.newest)
 	logger := klog.FromContext(ctx).WithValues("volume", id)
 	if !want.open {
 		closed, err := s.d.rds.CloseExport(ctx, id, mv.departing)

@@ -402,3 +402,34 @@ func TestCloseUnclaimedExports(t *testing.T) {
 		t.Fatalf("second CloseUnclaimedExports = %d, %v; want 0", n, err)
 	}
 }
+
+// A volume attached before storage fencing was turned on (a claim without
+// a host NQN) stays open to any host when its other node leaves, instead
+// of failing the detach for ever.
+func TestStorageFencingLegacyHolderStaysOpen(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000011", corev1.ReadWriteMany, true)
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","cap":"block/MULTI_NODE_MULTI_WRITER"}}`}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.disk(id)
+	d.Exported = true
+	e.rds.putDisk(d)
+	e.waitClaims(id, "node-a")
+	if _, err := e.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, nqnB)
+	e.waitClaims(id, "node-a", "node-b")
+	if err := e.unpublish(id, nodeB); err != nil {
+		t.Fatalf("unpublish leaving a holder from before storage fencing: %v", err)
+	}
+	wantExport(t, e, id, true, "")
+}
