@@ -17,9 +17,6 @@
 #   ATTACHER_VERSIONS, PROVISIONER_VERSIONS, RESIZER_VERSIONS, SNAPSHOTTER_VERSIONS
 #                     space-separated candidates, first that builds wins
 #   BUILD_KUBECTL     1|0 [1]
-#   SHARED_SIDECARS   1|0 [1]: build each sidecar in a wrapper module on kube's
-#                     dependency versions first (shares the Go build cache with
-#                     kube-apiserver), its own module copy only if that fails
 #   RETRY_FAILED      1 to retry components recorded as failed (otherwise skipped)
 #   ONLY              space-separated subset of: etcd kube-apiserver kube-controller-manager
 #                     kubectl attacher provisioner resizer snapshotter
@@ -41,7 +38,6 @@ PROVISIONER_VERSIONS="${PROVISIONER_VERSIONS:-v6.3.0}"
 RESIZER_VERSIONS="${RESIZER_VERSIONS:-v2.3.0 v2.2.0}"
 SNAPSHOTTER_VERSIONS="${SNAPSHOTTER_VERSIONS:-v8.7.0 v8.6.0}"
 BUILD_KUBECTL="${BUILD_KUBECTL:-1}"
-SHARED_SIDECARS="${SHARED_SIDECARS:-1}"
 RETRY_FAILED="${RETRY_FAILED:-0}"
 ONLY="${ONLY:-}"
 
@@ -285,119 +281,9 @@ build_sidecar() {
       log "$comp: $v failed before ($(cat "$BUILD/failed/$comp-$v")), skipping (RETRY_FAILED=1 to retry)"
       continue
     fi
-    if [[ "$SHARED_SIDECARS" == 1 ]] && build_sidecar_shared "$comp" "$mod" "$v" "$cmds"; then return 0; fi
     if build_sidecar_version "$comp" "$mod" "$v" "$cmds"; then return 0; fi
   done
   log "$comp: no candidate version built ($versions)"
-  return 1
-}
-
-# copy_snapshot_crds <version> <module copy or ""> <log>: the VolumeSnapshot
-# CRDs live in the client/v8 submodule (a separate module zip), or in the main
-# one for older layouts.
-copy_snapshot_crds() {
-  local v=$1 src=$2 lg=$3 crddir=""
-  [[ -n "$src" ]] && crddir="$src/client/config/crd"
-  if [[ -z "$crddir" || ! -d "$crddir" ]]; then
-    local major=${v%%.*} cdir
-    cdir=$(mod_download "github.com/kubernetes-csi/external-snapshotter/client/$major@$v" 2>>"$lg" | awk -F'"' '/"Dir":/{print $4}') || true
-    [[ -n "$cdir" ]] && crddir="$cdir/config/crd"
-  fi
-  if ls "$crddir"/*.yaml >/dev/null 2>&1; then
-    local dst="$CACHE/crds/external-snapshotter-$v"
-    rm -rf "$dst.tmp"; mkdir -p "$dst.tmp"
-    cp "$crddir"/*.yaml "$dst.tmp/"; chmod u+w "$dst.tmp"/*
-    rm -rf "$dst"; mv "$dst.tmp" "$dst"
-    ln -sfn "external-snapshotter-$v" "$CACHE/crds/external-snapshotter"
-    echo "copied CRDs from $crddir" >>"$lg"
-  else
-    echo "no CRD yaml found under $crddir" >>"$lg"; return 1
-  fi
-}
-
-# Local-path replaces ("M ./path") in a go.mod given as a file.
-local_replaces() {
-  go mod edit -json "$1" | awk -F'"' '
-      /"Old":/ {inold=1} /"New":/ {inold=0; innew=1}
-      inold && /"Path":/ {old=$4}
-      innew && /"Path":/ {if ($4 ~ /^\.\.?\//) print old, $4; innew=0}'
-}
-
-# build_sidecar_shared <component> <module> <version> <cmds>
-# The sidecars' own go.mod files ask for newer k8s.io/*, grpc, prometheus, ...
-# than kube $KUBE_VERSION does, so built in their own module copy every package
-# they share with kube-apiserver compiles again. Here the sidecar is built in a
-# wrapper module that pins every module of the kube wrapper's build list to the
-# version kube uses (replace M => M <kube's version>): the shared packages are
-# then the very ones kube-apiserver compiled, hits in the content-addressed Go
-# build cache, and the sidecar costs only its own packages. Needs the sidecar to
-# compile against those (older) versions; when it does not, the caller falls
-# back to the sidecar's own module and later runs skip this attempt
-# (RETRY_FAILED=1 retries).
-build_sidecar_shared() {
-  local comp=$1 mod=$2 v=$3 cmds=$4 c
-  local t0=$(date +%s) lg="$LOGDIR/$comp-$v-shared.log" dir="$BUILD/shared-$comp-$v"
-  if failed_before "$comp" "$v-shared" && [[ "$RETRY_FAILED" != 1 ]]; then
-    log "$comp: $v did not build on kube's versions before, using its own module (RETRY_FAILED=1 retries)"
-    return 1
-  fi
-  : >"$lg"
-  if ! (prepare_kube_wrapper) 2>>"$lg"; then
-    log "$comp: no kube wrapper module, using its own module"; return 1
-  fi
-  log "$comp: building $mod@$v ($cmds) on kube $KUBE_VERSION's dependency versions (log: $lg)"
-  local pins="$KUBE_DIR/buildlist.txt"
-  if [[ ! -s "$pins" ]]; then
-    (cd "$KUBE_DIR" && go list -m -f '{{if not .Main}}{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}{{end}}' all) \
-      >"$pins.tmp" 2>>"$lg" && mv "$pins.tmp" "$pins" || { rm -f "$pins.tmp"; log "$comp: cannot list kube's modules"; return 1; }
-  fi
-  local gomod
-  gomod=$(mod_download "$mod@$v" 2>>"$lg" | awk -F'"' '/"GoMod":/{print $4}') || true
-  if [[ -z "$gomod" || ! -f "$gomod" ]]; then log "$comp: go mod download $mod@$v failed"; return 1; fi
-  rm -rf "$dir"; mkdir -p "$dir"
-  cp "$KUBE_DIR/go.mod" "$KUBE_DIR/go.sum" "$dir/"
-  local args=(-module="rdscsi.local/$comp-build" -require="$mod@$v" -replace="k8s.io/kubernetes=k8s.io/kubernetes@$KUBE_VERSION")
-  local m mv rmod rpath
-  while read -r m mv; do
-    [[ -n "$mv" && "$m" != k8s.io/kubernetes ]] || continue
-    grep -q "^[[:space:]]$m => " "$KUBE_DIR/go.mod" && continue   # the staging replaces
-    args+=(-replace="$m=$m@$mv")
-  done <"$pins"
-  # A nested module the sidecar takes from a local path (external-snapshotter's
-  # client/v8 => ./client) is required at the sidecar's version.
-  while read -r rmod rpath; do
-    args+=(-require="$rmod@$v")
-  done < <(local_replaces "$gomod")
-  {
-    printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for c in $cmds; do printf '\t_ "%s/cmd/%s"\n' "$mod" "$c"; done
-    printf ')\n'
-  } >"$dir/tools.go"
-  local ok=1
-  if ! (cd "$dir" && go mod edit "${args[@]}" && go mod tidy) >>"$lg" 2>&1; then ok=0; fi
-  if [[ $ok == 1 ]]; then
-    for c in $cmds; do
-      echo "=== go build $mod/cmd/$c" >>"$lg"
-      if (cd "$dir" && go build -trimpath -ldflags="-s -w -X main.version=$v" -o "$BIN/$c-$v.tmp" "$mod/cmd/$c") >>"$lg" 2>&1; then
-        mv "$BIN/$c-$v.tmp" "$BIN/$c-$v"
-      else
-        rm -f "$BIN/$c-$v.tmp"; ok=0; break
-      fi
-    done
-  fi
-  if [[ $ok == 1 && "$comp" == snapshotter ]]; then
-    copy_snapshot_crds "$v" "" "$lg" || ok=0
-  fi
-  if [[ $ok == 1 ]]; then
-    for c in $cmds; do link "$c" "$c-$v"; done
-    clear_failed "$comp" "$v"; clear_failed "$comp" "$v-shared"
-    record "$comp" "$v" ok "$(( $(date +%s) - t0 ))" "$mod ($cmds) on kube $KUBE_VERSION's dependency versions"
-    log "$comp: $v built on kube's versions in $(( $(date +%s) - t0 ))s"
-    return 0
-  fi
-  local e; e=$(short_err "$lg"); [[ -n "$e" ]] || e="see $lg"
-  mark_failed "$comp" "$v-shared" "$e"
-  log "$comp: $v does not build on kube's versions ($e); building its own module"
   return 1
 }
 
@@ -431,7 +317,10 @@ build_sidecar_version() { # <component> <module> <version> <cmds>
       echo "replace $rmod => $rpath: $rmod@$v not available, dropping the replace" >>"$lg"
       (cd "$src" && go mod edit -dropreplace="$rmod") >>"$lg" 2>&1
     fi
-  done < <(local_replaces "$src/go.mod")
+  done < <(cd "$src" && go mod edit -json | awk -F'"' '
+      /"Old":/ {inold=1} /"New":/ {inold=0; innew=1}
+      inold && /"Path":/ {old=$4}
+      innew && /"Path":/ {if ($4 ~ /^\.\.?\//) print old, $4; innew=0}')
   local ok=1
   for c in $cmds; do
     echo "=== go build ./cmd/$c" >>"$lg"
@@ -442,7 +331,24 @@ build_sidecar_version() { # <component> <module> <version> <cmds>
     fi
   done
   if [[ $ok == 1 && "$comp" == snapshotter ]]; then
-    copy_snapshot_crds "$v" "$src" "$lg" || ok=0
+    # The CRDs live in the client/v8 submodule (a separate module zip), or in
+    # the main one for older layouts.
+    local crddir="$src/client/config/crd"
+    if [[ ! -d "$crddir" ]]; then
+      local major=${v%%.*} cdir
+      cdir=$(mod_download "github.com/kubernetes-csi/external-snapshotter/client/$major@$v" 2>>"$lg" | awk -F'"' '/"Dir":/{print $4}') || true
+      [[ -n "$cdir" ]] && crddir="$cdir/config/crd"
+    fi
+    if ls "$crddir"/*.yaml >/dev/null 2>&1; then
+      local dst="$CACHE/crds/external-snapshotter-$v"
+      rm -rf "$dst.tmp"; mkdir -p "$dst.tmp"
+      cp "$crddir"/*.yaml "$dst.tmp/"; chmod u+w "$dst.tmp"/*
+      rm -rf "$dst"; mv "$dst.tmp" "$dst"
+      ln -sfn "external-snapshotter-$v" "$CACHE/crds/external-snapshotter"
+      echo "copied CRDs from $crddir" >>"$lg"
+    else
+      echo "no CRD yaml found under $crddir" >>"$lg"; ok=0
+    fi
   fi
   if [[ $ok == 1 ]]; then
     for c in $cmds; do link "$c" "$c-$v"; done
