@@ -17,7 +17,13 @@
 #   ATTACHER_VERSIONS, PROVISIONER_VERSIONS, RESIZER_VERSIONS, SNAPSHOTTER_VERSIONS
 #                     space-separated candidates, first that builds wins
 #   BUILD_KUBECTL     1|0 [1]
+#   SHARED_SIDECARS   space-separated sidecars built in the kube wrapper module, on
+#                     kube's dependency versions [attacher resizer snapshotter]
+#                     (csi-provisioner v6.3.0 needs client-go v0.36 API); "" builds
+#                     every sidecar in its own module copy
 #   RETRY_FAILED      1 to retry components recorded as failed (otherwise skipped)
+#   REBUILD           1 to rebuild the wanted kube commands and sidecars although
+#                     present (each binary is replaced atomically when its build is done)
 #   ONLY              space-separated subset of: etcd kube-apiserver kube-controller-manager
 #                     kubectl attacher provisioner resizer snapshotter
 set -euo pipefail
@@ -38,8 +44,14 @@ PROVISIONER_VERSIONS="${PROVISIONER_VERSIONS:-v6.3.0}"
 RESIZER_VERSIONS="${RESIZER_VERSIONS:-v2.3.0 v2.2.0}"
 SNAPSHOTTER_VERSIONS="${SNAPSHOTTER_VERSIONS:-v8.7.0 v8.6.0}"
 BUILD_KUBECTL="${BUILD_KUBECTL:-1}"
+SHARED_SIDECARS="${SHARED_SIDECARS-attacher resizer snapshotter}"
 RETRY_FAILED="${RETRY_FAILED:-0}"
+REBUILD="${REBUILD:-0}"
 ONLY="${ONLY:-}"
+ATTACHER_MOD=github.com/kubernetes-csi/external-attacher/v4;    ATTACHER_CMDS=csi-attacher
+PROVISIONER_MOD=github.com/kubernetes-csi/external-provisioner/v6; PROVISIONER_CMDS=csi-provisioner
+RESIZER_MOD=github.com/kubernetes-csi/external-resizer/v2;     RESIZER_CMDS=csi-resizer
+SNAPSHOTTER_MOD=github.com/kubernetes-csi/external-snapshotter/v8; SNAPSHOTTER_CMDS="csi-snapshotter snapshot-controller"
 
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 export CGO_ENABLED="${CGO_ENABLED:-0}"
@@ -178,8 +190,79 @@ EOF
 ############################################################################
 KUBE_DIR="$BUILD/kube-$KUBE_VERSION"
 
+# The sidecars' modules and first candidates, "module version cmd..." a line, that
+# the kube wrapper also requires (SHARED_SIDECARS).
+shared_sidecar_modules() {
+  local comp mod vs cmds
+  for comp in $SHARED_SIDECARS; do
+    case $comp in
+      attacher)    mod=$ATTACHER_MOD;    vs=$ATTACHER_VERSIONS;    cmds=$ATTACHER_CMDS ;;
+      provisioner) mod=$PROVISIONER_MOD; vs=$PROVISIONER_VERSIONS; cmds=$PROVISIONER_CMDS ;;
+      resizer)     mod=$RESIZER_MOD;     vs=$RESIZER_VERSIONS;     cmds=$RESIZER_CMDS ;;
+      snapshotter) mod=$SNAPSHOTTER_MOD; vs=$SNAPSHOTTER_VERSIONS; cmds=$SNAPSHOTTER_CMDS ;;
+      *) continue ;;
+    esac
+    set -- $vs
+    [[ -n "${1:-}" ]] && echo "$mod $1 $cmds"
+  done
+}
+
+# The sidecars in the kube wrapper. Built from their own modules, the sidecars
+# take the newer k8s.io/*, grpc, prometheus, x/net, otel ... that their go.mod
+# files ask for, so every package they share with kube-apiserver compiles again
+# for each of them (~4-6 min each on the 2-core machine). Here they are
+# required by the kube wrapper too, and every module of kube's own build list
+# is pinned to the version kube uses (replace M => M <kube's version>, and
+# k8s.io/kubernetes itself, which csi-provisioner requires at a newer minor):
+# kube-apiserver compiles exactly the sources it did without the sidecars,
+# and a sidecar built afterwards in the same module finds the shared packages
+# in the Go build cache (content-addressed: same sources, flags and module
+# version labels) and compiles only its own. The price: the sidecars run on
+# kube's (older) client-go, grpc, ... instead of the versions their release
+# was tested with; a sidecar that does not compile on them falls back to its
+# own module (build_sidecar_shared). With -trimpath the pinned modules' debug
+# file paths, kube-apiserver's too, name the version the sidecars ask for
+# (`go version -m` shows both: "M v_new => M v_kube").
+add_shared_sidecars() { # <log>
+  local lg=$1 want m v rv rmod rpath gomod
+  want=$(shared_sidecar_modules)
+  [[ -n "$want" ]] || return 0
+  cp "$KUBE_DIR/go.mod" "$KUBE_DIR/go.mod.kube"; cp "$KUBE_DIR/go.sum" "$KUBE_DIR/go.sum.kube"
+  cp "$KUBE_DIR/tools.go" "$KUBE_DIR/tools.go.kube"
+  local args=(-replace="k8s.io/kubernetes=k8s.io/kubernetes@$KUBE_VERSION")
+  # Every module of kube's build list that is not replaced already (the staging ones).
+  while read -r m v rv; do
+    [[ -n "$v" && -z "$rv" && "$m" != k8s.io/kubernetes ]] && args+=(-replace="$m=$m@$v")
+  done < <(cd "$KUBE_DIR" && go list -m -f '{{if not .Main}}{{.Path}} {{.Version}} {{with .Replace}}{{.Path}}{{end}}{{end}}' all 2>>"$lg")
+  local imports="" cmds c
+  while read -r m v cmds; do
+    args+=(-require="$m@$v")
+    for c in $cmds; do imports+=$(printf '\t_ "%s/cmd/%s"' "$m" "$c")$'\n'; done
+    gomod=$(mod_download "$m@$v" 2>>"$lg" | awk -F'"' '/"GoMod":/{print $4}') || true
+    [[ -n "$gomod" && -f "$gomod" ]] || continue   # go mod tidy says why
+    # A nested module the sidecar takes from a local path (external-snapshotter's
+    # client/v8 => ./client) at the sidecar's version, when that exists.
+    while read -r rmod rpath; do
+      mod_download "$rmod@$v" >/dev/null 2>>"$lg" && args+=(-require="$rmod@$v")
+    done < <(local_replaces "$gomod")
+  done <<<"$want"
+  { sed '/^)/d' "$KUBE_DIR/tools.go.kube"; printf '%s' "$imports"; echo ")"; } >"$KUBE_DIR/tools.go"
+  echo "adding the sidecars: $(echo $want)" >>"$lg"
+  if (cd "$KUBE_DIR" && go mod edit "${args[@]}" && go mod tidy) >>"$lg" 2>&1; then
+    awk '{print $1, $2}' <<<"$want" >"$KUBE_DIR/sidecars"
+    log "kube: the sidecars share the wrapper module ($(echo "$want" | awk '{printf "%s%s@%s", (NR>1?", ":""), $1, $2}' | sed 's#github.com/kubernetes-csi/##g'))"
+  else
+    log "kube: the sidecars do not fit in the wrapper module ($(short_err "$lg")); they build from their own modules"
+    mv "$KUBE_DIR/go.mod.kube" "$KUBE_DIR/go.mod"; mv "$KUBE_DIR/go.sum.kube" "$KUBE_DIR/go.sum"
+    mv "$KUBE_DIR/tools.go.kube" "$KUBE_DIR/tools.go"
+  fi
+  rm -f "$KUBE_DIR/go.mod.kube" "$KUBE_DIR/go.sum.kube" "$KUBE_DIR/tools.go.kube"
+}
+
 prepare_kube_wrapper() {
-  [[ -f "$KUBE_DIR/.ready" ]] && return 0
+  # .ready holds the sidecars asked for when it was made: other ones, remake it.
+  [[ -f "$KUBE_DIR/.ready" && "$(cat "$KUBE_DIR/.ready")" == "$(shared_sidecar_modules)" ]] && return 0
+  rm -f "$KUBE_DIR/.ready" "$KUBE_DIR/sidecars"
   local t0=$(date +%s) lg="$LOGDIR/kube-$KUBE_VERSION-mod.log"
   log "kube: preparing wrapper module in $KUBE_DIR (log: $lg)"
   mkdir -p "$KUBE_DIR"
@@ -222,7 +305,8 @@ EOF
   if ! (cd "$KUBE_DIR" && go mod tidy) >"$lg" 2>&1; then
     die "kube: go mod tidy failed: $(short_err "$lg")"
   fi
-  touch "$KUBE_DIR/.ready"
+  add_shared_sidecars "$lg"
+  shared_sidecar_modules >"$KUBE_DIR/.ready"
   log "kube: wrapper module ready in $(( $(date +%s) - t0 ))s"
 }
 
@@ -240,7 +324,7 @@ kube_ldflags() {
 
 build_kube_cmd() { # <cmd>
   local cmd=$1 out="$BIN/$1-$KUBE_VERSION"
-  if [[ -x "$out" ]]; then link "$cmd" "$cmd-$KUBE_VERSION"; log "$cmd: $out present"; return 0; fi
+  if [[ -x "$out" && "$REBUILD" != 1 ]]; then link "$cmd" "$cmd-$KUBE_VERSION"; log "$cmd: $out present"; return 0; fi
   if failed_before "$cmd" "$KUBE_VERSION" && [[ "$RETRY_FAILED" != 1 ]]; then
     log "$cmd: $KUBE_VERSION failed before, skipping (RETRY_FAILED=1 to retry)"; return 1
   fi
@@ -266,7 +350,7 @@ build_kube_cmd() { # <cmd>
 build_sidecar() {
   local comp=$1 mod=$2 versions=$3 cmds=$4 v
   # Already have one? (first candidate in order whose binaries all exist)
-  for v in $versions; do
+  [[ "$REBUILD" == 1 ]] || for v in $versions; do
     local have=1 c
     for c in $cmds; do [[ -x "$BIN/$c-$v" ]] || have=0; done
     if [[ $have == 1 ]] && { [[ "$comp" != snapshotter ]] || [[ -d "$CACHE/crds/external-snapshotter-$v" ]]; }; then
@@ -281,9 +365,85 @@ build_sidecar() {
       log "$comp: $v failed before ($(cat "$BUILD/failed/$comp-$v")), skipping (RETRY_FAILED=1 to retry)"
       continue
     fi
+    if [[ " $SHARED_SIDECARS " == *" $comp "* ]] && build_sidecar_shared "$comp" "$mod" "$v" "$cmds"; then return 0; fi
     if build_sidecar_version "$comp" "$mod" "$v" "$cmds"; then return 0; fi
   done
   log "$comp: no candidate version built ($versions)"
+  return 1
+}
+
+# copy_snapshot_crds <version> <module copy or ""> <log>: the VolumeSnapshot
+# CRDs live in the client/v8 submodule (a separate module zip), or in the main
+# one for older layouts.
+copy_snapshot_crds() {
+  local v=$1 src=$2 lg=$3 crddir=""
+  [[ -n "$src" ]] && crddir="$src/client/config/crd"
+  if [[ -z "$crddir" || ! -d "$crddir" ]]; then
+    local major=${v%%.*} cdir
+    cdir=$(mod_download "github.com/kubernetes-csi/external-snapshotter/client/$major@$v" 2>>"$lg" | awk -F'"' '/"Dir":/{print $4}') || true
+    [[ -n "$cdir" ]] && crddir="$cdir/config/crd"
+  fi
+  if ls "$crddir"/*.yaml >/dev/null 2>&1; then
+    local dst="$CACHE/crds/external-snapshotter-$v"
+    rm -rf "$dst.tmp"; mkdir -p "$dst.tmp"
+    cp "$crddir"/*.yaml "$dst.tmp/"; chmod u+w "$dst.tmp"/*
+    rm -rf "$dst"; mv "$dst.tmp" "$dst"
+    ln -sfn "external-snapshotter-$v" "$CACHE/crds/external-snapshotter"
+    echo "copied CRDs from $crddir" >>"$lg"
+  else
+    echo "no CRD yaml found under $crddir" >>"$lg"; return 1
+  fi
+}
+
+# Local-path replaces ("M ./path") in a go.mod given as a file.
+local_replaces() {
+  go mod edit -json "$1" | awk -F'"' '
+      /"Old":/ {inold=1} /"New":/ {inold=0; innew=1}
+      inold && /"Path":/ {old=$4}
+      innew && /"Path":/ {if ($4 ~ /^\.\.?\//) print old, $4; innew=0}'
+}
+
+# build_sidecar_shared <component> <module> <version> <cmds>: build the
+# sidecar in the kube wrapper module, when prepare_kube_wrapper put it there
+# (see there for why). 1 when it is not there or does not build: the caller
+# then builds the sidecar's own module, and later runs skip this attempt
+# (RETRY_FAILED=1 retries).
+build_sidecar_shared() {
+  local comp=$1 mod=$2 v=$3 cmds=$4 c
+  if failed_before "$comp" "$v-shared" && [[ "$RETRY_FAILED" != 1 ]]; then
+    log "$comp: $v did not build in the kube wrapper before, using its own module (RETRY_FAILED=1 retries)"
+    return 1
+  fi
+  if ! (prepare_kube_wrapper); then
+    log "$comp: no kube wrapper module, using its own module"; return 1
+  fi
+  grep -qx "$mod $v" "$KUBE_DIR/sidecars" 2>/dev/null || return 1
+  local t0=$(date +%s) lg="$LOGDIR/$comp-$v.log"
+  log "$comp: building $mod@$v ($cmds) in the kube wrapper module, on kube $KUBE_VERSION's dependency versions (log: $lg)"
+  : >"$lg"
+  local ok=1
+  for c in $cmds; do
+    echo "=== go build $mod/cmd/$c (in $KUBE_DIR)" >>"$lg"
+    if (cd "$KUBE_DIR" && go build -trimpath -ldflags="-s -w -X main.version=$v" -o "$BIN/$c-$v.tmp" "$mod/cmd/$c") >>"$lg" 2>&1; then
+      mv "$BIN/$c-$v.tmp" "$BIN/$c-$v"
+    else
+      rm -f "$BIN/$c-$v.tmp"; ok=0; break
+    fi
+  done
+  if [[ $ok == 1 && "$comp" == snapshotter ]]; then
+    copy_snapshot_crds "$v" "" "$lg" || ok=0
+  fi
+  if [[ $ok == 1 ]]; then
+    for c in $cmds; do link "$c" "$c-$v"; done
+    clear_failed "$comp" "$v"; clear_failed "$comp" "$v-shared"
+    record "$comp" "$v" ok "$(( $(date +%s) - t0 ))" "$mod ($cmds) in the kube wrapper, on kube $KUBE_VERSION's dependency versions"
+    log "$comp: $v built in the kube wrapper in $(( $(date +%s) - t0 ))s"
+    return 0
+  fi
+  local e; e=$(short_err "$lg"); [[ -n "$e" ]] || e="see $lg"
+  mark_failed "$comp" "$v-shared" "$e"
+  mv "$lg" "$LOGDIR/$comp-$v-shared.log"
+  log "$comp: $v does not build on kube's dependency versions ($e; log: $LOGDIR/$comp-$v-shared.log); building its own module"
   return 1
 }
 
@@ -317,10 +477,7 @@ build_sidecar_version() { # <component> <module> <version> <cmds>
       echo "replace $rmod => $rpath: $rmod@$v not available, dropping the replace" >>"$lg"
       (cd "$src" && go mod edit -dropreplace="$rmod") >>"$lg" 2>&1
     fi
-  done < <(cd "$src" && go mod edit -json | awk -F'"' '
-      /"Old":/ {inold=1} /"New":/ {inold=0; innew=1}
-      inold && /"Path":/ {old=$4}
-      innew && /"Path":/ {if ($4 ~ /^\.\.?\//) print old, $4; innew=0}')
+  done < <(local_replaces "$src/go.mod")
   local ok=1
   for c in $cmds; do
     echo "=== go build ./cmd/$c" >>"$lg"
@@ -331,24 +488,7 @@ build_sidecar_version() { # <component> <module> <version> <cmds>
     fi
   done
   if [[ $ok == 1 && "$comp" == snapshotter ]]; then
-    # The CRDs live in the client/v8 submodule (a separate module zip), or in
-    # the main one for older layouts.
-    local crddir="$src/client/config/crd"
-    if [[ ! -d "$crddir" ]]; then
-      local major=${v%%.*} cdir
-      cdir=$(mod_download "github.com/kubernetes-csi/external-snapshotter/client/$major@$v" 2>>"$lg" | awk -F'"' '/"Dir":/{print $4}') || true
-      [[ -n "$cdir" ]] && crddir="$cdir/config/crd"
-    fi
-    if ls "$crddir"/*.yaml >/dev/null 2>&1; then
-      local dst="$CACHE/crds/external-snapshotter-$v"
-      rm -rf "$dst.tmp"; mkdir -p "$dst.tmp"
-      cp "$crddir"/*.yaml "$dst.tmp/"; chmod u+w "$dst.tmp"/*
-      rm -rf "$dst"; mv "$dst.tmp" "$dst"
-      ln -sfn "external-snapshotter-$v" "$CACHE/crds/external-snapshotter"
-      echo "copied CRDs from $crddir" >>"$lg"
-    else
-      echo "no CRD yaml found under $crddir" >>"$lg"; ok=0
-    fi
+    copy_snapshot_crds "$v" "$src" "$lg" || ok=0
   fi
   if [[ $ok == 1 ]]; then
     for c in $cmds; do link "$c" "$c-$v"; done
@@ -373,12 +513,12 @@ done
 if [[ "$BUILD_KUBECTL" == 1 ]] && wanted kubectl; then
   build_kube_cmd kubectl || log "kubectl: optional, continuing"
 fi
-wanted attacher    && { build_sidecar attacher    github.com/kubernetes-csi/external-attacher/v4    "$ATTACHER_VERSIONS"    "csi-attacher" || rc=1; }
-wanted provisioner && { build_sidecar provisioner github.com/kubernetes-csi/external-provisioner/v6 "$PROVISIONER_VERSIONS" "csi-provisioner" || rc=1; }
+wanted attacher    && { build_sidecar attacher    "$ATTACHER_MOD"    "$ATTACHER_VERSIONS"    "$ATTACHER_CMDS" || rc=1; }
+wanted provisioner && { build_sidecar provisioner "$PROVISIONER_MOD" "$PROVISIONER_VERSIONS" "$PROVISIONER_CMDS" || rc=1; }
 # Resizer and snapshotter are optional: the scenarios that need them skip
 # when they did not build, so their failure does not fail the script.
-wanted resizer     && { build_sidecar resizer     github.com/kubernetes-csi/external-resizer/v2     "$RESIZER_VERSIONS"     "csi-resizer" || log "resizer: optional, continuing"; }
-wanted snapshotter && { build_sidecar snapshotter github.com/kubernetes-csi/external-snapshotter/v8 "$SNAPSHOTTER_VERSIONS" "csi-snapshotter snapshot-controller" || log "snapshotter: optional, continuing"; }
+wanted resizer     && { build_sidecar resizer     "$RESIZER_MOD"     "$RESIZER_VERSIONS"     "$RESIZER_CMDS" || log "resizer: optional, continuing"; }
+wanted snapshotter && { build_sidecar snapshotter "$SNAPSHOTTER_MOD" "$SNAPSHOTTER_VERSIONS" "$SNAPSHOTTER_CMDS" || log "snapshotter: optional, continuing"; }
 
 # Final table.
 {

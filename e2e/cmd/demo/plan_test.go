@@ -41,7 +41,7 @@ func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
 			t.Errorf("the plan %q builds %s, which the demo does not run", first, not)
 		}
 	}
-	if !strings.Contains(out, "Estimate: about 24 min") {
+	if !strings.Contains(out, "Estimate: about 15 min") {
 		t.Errorf("no estimate up front:\n%s", out)
 	}
 	// With everything it runs present, nothing is built, whatever else is missing.
