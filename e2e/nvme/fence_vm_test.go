@@ -36,7 +36,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
 	"github.com/srvlab/rds-csi/e2e/nvme/blocktag"
@@ -64,35 +63,14 @@ type fenceSim struct {
 // startFenceSim starts bin/rds-sim with --allow-host-change=mode.
 func startFenceSim(t *testing.T, mode string) *fenceSim {
 	t.Helper()
-	bin := os.Getenv("RDS_NVME_VM_BIN")
-	dir := t.TempDir()
-	key := filepath.Join(dir, "id_ed25519")
-	pub, err := rdssim.WriteClientKey(key, "rds-csi@vm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authKeys := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(authKeys, ssh.MarshalAuthorizedKey(pub), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	knownHosts := filepath.Join(dir, "known_hosts")
-	dataDir := filepath.Join(dir, "pool")
-	addr := startProcess(t, "rds-sim listening on ", filepath.Join(bin, "rds-sim"),
-		"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--pool-size", "1T",
-		"--authorized-keys", authKeys, "--write-known-hosts", knownHosts,
-		"--nvme-export=nvmet", "--allow-host-change="+mode)
-	host, port, _ := strings.Cut(addr, ":")
-	var p int
-	if _, err := fmt.Sscan(port, &p); err != nil {
-		t.Fatalf("rds-sim address %q: %v", addr, err)
-	}
+	sim := startSimProcess(t, t.TempDir(), "--pool-size", "1T", "--allow-host-change="+mode)
 	clock := &answerClock{}
-	c, err := rds.NewClient(rds.Config{Address: host, Port: p, User: "admin", KeyFile: key, KnownHostsFile: knownHosts, Observer: clock.observe})
+	c, err := rds.NewClient(rds.Config{Address: sim.host, Port: sim.port, User: "admin", KeyFile: sim.key, KnownHostsFile: sim.knownHosts, Observer: clock.observe})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &fenceSim{client: c, dataDir: dataDir, clock: clock}
+	return &fenceSim{client: c, dataDir: sim.dataDir, clock: clock}
 }
 
 // answerClock records when (CLOCK_MONOTONIC) the answer to each /disk set

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,37 @@ import (
 
 // startProcess runs a binary until the test ends and returns the first
 // line of its standard output that starts with waitFor (with a deadline).
+// simProcess is bin/rds-sim running with the kernel's nvmet backend, and
+// what a client needs to reach it.
+type simProcess struct {
+	host, key, knownHosts, dataDir string
+	port                           int
+}
+
+// startSimProcess starts bin/rds-sim (nvmet backend) on a loopback port
+// with a fresh client key, its pool under dir; args are added.
+func startSimProcess(t *testing.T, dir string, args ...string) simProcess {
+	t.Helper()
+	s := simProcess{key: filepath.Join(dir, "id_ed25519"), knownHosts: filepath.Join(dir, "known_hosts"), dataDir: filepath.Join(dir, "pool")}
+	pub, err := rdssim.WriteClientKey(s.key, "rds-csi@vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authKeys := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(authKeys, ssh.MarshalAuthorizedKey(pub), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := startProcess(t, "rds-sim listening on ", filepath.Join(os.Getenv("RDS_NVME_VM_BIN"), "rds-sim"),
+		append([]string{"--listen", "127.0.0.1:0", "--data-dir", s.dataDir,
+			"--authorized-keys", authKeys, "--write-known-hosts", s.knownHosts, "--nvme-export=nvmet"}, args...)...)
+	host, port, _ := strings.Cut(addr, ":")
+	s.host = host
+	if s.port, err = strconv.Atoi(port); err != nil {
+		t.Fatalf("rds-sim address %q: %v", addr, err)
+	}
+	return s
+}
+
 func startProcess(t *testing.T, waitFor string, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,24 +128,11 @@ func TestVMSanityBinaries(t *testing.T) {
 	}
 	bin := os.Getenv("RDS_NVME_VM_BIN")
 	dir := t.TempDir()
-	key := filepath.Join(dir, "id_ed25519")
-	pub, err := rdssim.WriteClientKey(key, "rds-csi@vm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	authKeys := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(authKeys, ssh.MarshalAuthorizedKey(pub), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	knownHosts := filepath.Join(dir, "known_hosts")
-	addr := startProcess(t, "rds-sim listening on ", filepath.Join(bin, "rds-sim"),
-		"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "pool"), "--pool-size", "4T",
-		"--authorized-keys", authKeys, "--write-known-hosts", knownHosts, "--nvme-export=nvmet")
-	host, port, _ := strings.Cut(addr, ":")
+	sim := startSimProcess(t, dir, "--pool-size", "4T")
 	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
 	startProcess(t, "", filepath.Join(bin, "rds-csi-driver"),
-		"--mode=all", "--publish=false", "--endpoint="+endpoint, "--node-id=vm-node", "--rds-address="+host, "--rds-port="+port,
-		"--rds-key-file="+key, "--rds-known-hosts-file="+knownHosts, "--shutdown-grace=5s")
+		"--mode=all", "--publish=false", "--endpoint="+endpoint, "--node-id=vm-node", "--rds-address="+sim.host, "--rds-port="+strconv.Itoa(sim.port),
+		"--rds-key-file="+sim.key, "--rds-known-hosts-file="+sim.knownHosts, "--shutdown-grace=5s")
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
