@@ -47,42 +47,27 @@ func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
 			return fmt.Errorf("%w: node %s also has volumes of %s (VolumeAttachment %s), which rds-csi cannot cut off", fencing.ErrNotTainted, node, va.Spec.Attacher, va.Name)
 		}
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return t.updateNode(ctx, node, func(n *corev1.Node) (bool, error) {
 		if nodeState(n).Ready {
-			return fmt.Errorf("%w: node %s is Ready again", fencing.ErrNotTainted, node)
+			return false, fmt.Errorf("%w: node %s is Ready again", fencing.ErrNotTainted, node)
 		}
 		for _, taint := range n.Spec.Taints {
 			if taint.Key == OutOfServiceTaint {
-				return nil
+				return false, nil
 			}
 		}
 		now := metav1.Now()
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute, TimeAdded: &now})
-		_, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
+		return true, nil
 	})
 }
 
 // RemoveTaint removes the driver's out-of-service taint from node once it
 // is Ready again (an operator's taint, of another value, stays).
 func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return t.updateNode(ctx, node, func(n *corev1.Node) (bool, error) {
 		if !nodeState(n).Ready || !hasDriverTaint(n) {
-			return nil
+			return false, nil
 		}
 		kept := n.Spec.Taints[:0:0]
 		for _, taint := range n.Spec.Taints {
@@ -91,6 +76,24 @@ func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
 			}
 		}
 		n.Spec.Taints = kept
+		return true, nil
+	})
+}
+
+// updateNode reads node live and writes it back when change says so,
+// again on a conflict; a node that is gone needs nothing.
+func (t *Tainter) updateNode(ctx context.Context, node string, change func(*corev1.Node) (bool, error)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if write, err := change(n); err != nil || !write {
+			return err
+		}
 		_, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
