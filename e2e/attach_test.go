@@ -51,7 +51,7 @@ type attachOptions struct {
 
 // hostNQN is a node's host NQN in the storage-fencing scenarios.
 func hostNQN(node string) string {
-	return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-" + fmt.Sprintf("%012x", len(node)*7919+int(node[len(node)-1]))
+	return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-00000000000" + node[len(node)-1:] // node-a, node-b: the letter makes it unique
 }
 
 func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attachWorld {
@@ -259,6 +259,22 @@ func TestFailoverNodeDeleted(t *testing.T) {
 	})
 }
 
+// replacementWaits creates pod-b on node-b for the claim pod-a on node-a
+// holds, and waits for Kubernetes' Multi-Attach refusal.
+func (w *attachWorld) replacementWaits(t *testing.T) {
+	t.Helper()
+	ctx, c, tl, ns := w.e.Ctx, w.e.Client, w.e.TL, framework.TestNamespace
+	done := tl.Step("replacement pod-b on node-b waits (Multi-Attach)")
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "pod-b", "node-b", "data"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "Multi-Attach error on pod-b",
+		framework.EventOn(c, ns, "Pod", "pod-b", "FailedAttachVolume", nil, "Multi-Attach")); err != nil {
+		t.Fatal(err)
+	}
+	done()
+}
+
 // testFailover: pod-a holds the claim on node-a and its replacement pod-b
 // waits on node-b (refused by Multi-Attach). node-a's kubelet stops, the
 // node turns Unknown, then fail (the failure action the time is measured
@@ -273,17 +289,9 @@ func testFailover(t *testing.T, what string, fail, podGC func(*attachWorld) erro
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	ns := framework.TestNamespace
 
-	done := tl.Step("replacement pod-b on node-b waits (Multi-Attach)")
-	if _, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "pod-b", "node-b", "data"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "Multi-Attach error on pod-b",
-		framework.EventOn(c, ns, "Pod", "pod-b", "FailedAttachVolume", nil, "Multi-Attach")); err != nil {
-		t.Fatal(err)
-	}
-	done()
+	w.replacementWaits(t)
 
-	done = tl.Step("node-a's kubelet stops")
+	done := tl.Step("node-a's kubelet stops")
 	w.nodes["node-a"].Fail()
 	if _, err := framework.WaitFor(ctx, tl, nodeMonitorGrace+time.Minute, "node-a Unknown", framework.NodeReady(c, "node-a", corev1.ConditionUnknown)); err != nil {
 		t.Fatal(err)

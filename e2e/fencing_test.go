@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
 	"github.com/srvlab/rds-csi/pkg/informers"
@@ -29,23 +28,6 @@ func diskExport(w *attachWorld, exported bool, host string) framework.Condition 
 		}
 		state := fmt.Sprintf("nvme-tcp-export=%t allow-host=%q", d.NVMeTCPExport, d.AllowHostName)
 		return d.NVMeTCPExport == exported && (!exported || d.AllowHostName == host), state, nil
-	}
-}
-
-// nodeOutOfService: the node carries the out-of-service taint with value
-// (any value when value is "").
-func nodeOutOfService(w *attachWorld, node, value string, want bool) framework.Condition {
-	return func(ctx context.Context) (bool, string, error) {
-		n, err := w.e.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, t := range n.Spec.Taints {
-			if t.Key == corev1.TaintNodeOutOfService && (value == "" || t.Value == value) {
-				return want, fmt.Sprintf("tainted %s=%s:%s", t.Key, t.Value, t.Effect), nil
-			}
-		}
-		return !want, "not tainted out of service", nil
 	}
 }
 
@@ -71,15 +53,7 @@ func TestUnattendedFailover(t *testing.T) {
 	}
 	done()
 
-	done = tl.Step("replacement pod-b on node-b waits (Multi-Attach)")
-	if _, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "pod-b", "node-b", "data"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "Multi-Attach error on pod-b",
-		framework.EventOn(c, ns, "Pod", "pod-b", "FailedAttachVolume", nil, "Multi-Attach")); err != nil {
-		t.Fatal(err)
-	}
-	done()
+	w.replacementWaits(t)
 
 	done = tl.Step("node-a stops; nobody acts")
 	t0 := time.Now()
@@ -93,7 +67,7 @@ func TestUnattendedFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tainted, err := framework.WaitFor(ctx, tl, time.Minute, "node-a tainted out of service by the driver", nodeOutOfService(w, "node-a", informers.DriverOutOfServiceValue, true))
+	tainted, err := framework.WaitFor(ctx, tl, time.Minute, "node-a tainted out of service by the driver", framework.NodeTaint(c, "node-a", corev1.TaintNodeOutOfService, informers.DriverOutOfServiceValue, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +104,7 @@ func TestUnattendedFailover(t *testing.T) {
 	if err := w.nodes["node-a"].Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := framework.WaitFor(ctx, tl, time.Minute, "node-a's out-of-service taint removed", nodeOutOfService(w, "node-a", "", false)); err != nil {
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "node-a's out-of-service taint removed", framework.NodeTaint(c, "node-a", corev1.TaintNodeOutOfService, "", false)); err != nil {
 		t.Error(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "export still allows node-b only", diskExport(w, true, hostNQN("node-b"))); err != nil {

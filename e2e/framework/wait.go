@@ -175,3 +175,20 @@ func NodeReady(c kubernetes.Interface, name string, want corev1.ConditionStatus)
 		return false, "no Ready condition", nil
 	}
 }
+
+// NodeTaint holds when the node carries a taint with key (and value,
+// unless value is "") exactly when want says so.
+func NodeTaint(c kubernetes.Interface, name, key, value string, want bool) Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == key && (value == "" || t.Value == value) {
+				return want, fmt.Sprintf("tainted %s=%s:%s", t.Key, t.Value, t.Effect), nil
+			}
+		}
+		return !want, fmt.Sprintf("no %s taint (taints %v)", key, n.Spec.Taints), nil
+	}
+}

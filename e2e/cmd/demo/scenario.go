@@ -306,7 +306,7 @@ func (d *demo) scenario() {
 			dk, _ := sim.Disk(pvName)
 			return dk.AllowHostName != demoNQN("node-b"), fmt.Sprintf("nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName), nil
 		})
-		d.waitFor(e, waitShort, "node-b tainted out of service by the driver", nodeTaintValue(c, "node-b", informers.DriverOutOfServiceValue))
+		d.waitFor(e, waitShort, "node-b tainted out of service by the driver", framework.NodeTaint(c, "node-b", corev1.TaintNodeOutOfService, informers.DriverOutOfServiceValue, true))
 		d.waitFor(e, waitLong, "volume attached to node-a", framework.VolumeAttached(c, pvName, "node-a", nil))
 		attachedAt := time.Now()
 		dk, _ := sim.Disk(pvName)
@@ -357,23 +357,6 @@ func (d *demo) scenario() {
 // demoNQN is a node's host NQN in the demo.
 func demoNQN(node string) string {
 	return "nqn.2014-08.org.nvmexpress:uuid:de300000-0000-4000-8000-00000000000" + node[len(node)-1:]
-}
-
-// nodeTaintValue holds once node carries the out-of-service taint with
-// value.
-func nodeTaintValue(c kubernetes.Interface, node, value string) framework.Condition {
-	return func(ctx context.Context) (bool, string, error) {
-		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, t := range n.Spec.Taints {
-			if t.Key == corev1.TaintNodeOutOfService && t.Value == value {
-				return true, "", nil
-			}
-		}
-		return false, fmt.Sprintf("taints %v", n.Spec.Taints), nil
-	}
 }
 
 // podEvent holds once an event with reason about the pod has a message
