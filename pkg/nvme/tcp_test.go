@@ -205,15 +205,7 @@ func TestConnectOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.kernel = func(string) error {
-		h.controller("", "nvme0", nqnA, "live")
-		h.private("nvme0", "nvme0n1")
-		return nil
-	}
-	if _, err := c.Connect(testCtx(t), Target{Address: "rds.storage.lan", NQN: nqnA}); err != nil {
-		t.Fatal(err)
-	}
-	w := h.fabricsWritten()
+	w := connectWritten(t, h, c, "rds.storage.lan")
 	for _, part := range []string{"traddr=192.168.88.10,", "trsvcid=4420,", ",ctrl_loss_tmo=-1,", ",reconnect_delay=2,", ",keep_alive_tmo=30"} {
 		if !strings.Contains(w, part) {
 			t.Errorf("fabrics %q lacks %q", w, part)
@@ -251,15 +243,7 @@ func TestConnectOptionsFastIOFail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.kernel = func(string) error {
-				h.controller("", "nvme0", nqnA, "live")
-				h.private("nvme0", "nvme0n1")
-				return nil
-			}
-			if _, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA}); err != nil {
-				t.Fatal(err)
-			}
-			w := h.fabricsWritten()
+			w := connectWritten(t, h, c, "10.0.0.5")
 			switch {
 			case tc.want == "" && strings.Contains(w, "fast_io_fail_tmo"):
 				t.Errorf("fabrics %q passes fast_io_fail_tmo", w)
@@ -268,6 +252,22 @@ func TestConnectOptionsFastIOFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// connectWritten connects nqnA at address through a kernel that makes the
+// controller and its namespace, and returns what was written to
+// /dev/nvme-fabrics.
+func connectWritten(t *testing.T, h *fakeHost, c *TCPConnector, address string) string {
+	t.Helper()
+	c.kernel = func(string) error {
+		h.controller("", "nvme0", nqnA, "live")
+		h.private("nvme0", "nvme0n1")
+		return nil
+	}
+	if _, err := c.Connect(testCtx(t), Target{Address: address, NQN: nqnA}); err != nil {
+		t.Fatal(err)
+	}
+	return h.fabricsWritten()
 }
 
 type fakeResolver map[string][]net.IPAddr
