@@ -455,7 +455,14 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		// that this index has not seen yet is released too.
 		released := false
 		for _, pv := range v.PVs {
-			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, before)
+			// The claims are mirrored on every PV of the handle: once the
+			// host is shut out for one, the others' releases need not do
+			// it again (another drop of the remaining holder).
+			shutOut := before
+			if released {
+				shutOut = nil
+			}
+			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, shutOut)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pv.Name, err)
