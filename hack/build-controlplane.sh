@@ -11,16 +11,15 @@
 #
 # Environment knobs (defaults in brackets):
 #   RDS_CSI_CACHE     cache dir [<repo>/.cache]
-#   KUBE_VERSION      [v1.35.4]   (staging modules are taken at v0.<minor>.<patch>)
+#   KUBE_VERSION      [v1.36.3]   (staging modules are taken at v0.<minor>.<patch>)
 #   ETCD_SOURCE       apt|source  [apt]: Debian's etcd-server, or build etcd from Go modules
 #   ETCD_VERSION      [v3.6.16]   only used with ETCD_SOURCE=source
 #   ATTACHER_VERSIONS, PROVISIONER_VERSIONS, RESIZER_VERSIONS, SNAPSHOTTER_VERSIONS
 #                     space-separated candidates, first that builds wins
 #   BUILD_KUBECTL     1|0 [1]
 #   SHARED_SIDECARS   space-separated sidecars built in the kube wrapper module, on
-#                     kube's dependency versions [attacher resizer snapshotter]
-#                     (csi-provisioner v6.3.0 needs client-go v0.36 API); "" builds
-#                     every sidecar in its own module copy
+#                     kube's dependency versions [attacher provisioner resizer snapshotter];
+#                     "" builds every sidecar in its own module copy
 #   RETRY_FAILED      1 to retry components recorded as failed (otherwise skipped)
 #   REBUILD           1 to rebuild the wanted kube commands and sidecars although
 #                     present (each binary is replaced atomically when its build is done)
@@ -35,7 +34,7 @@ BUILD="$CACHE/build"
 LOGDIR="$BUILD/logs"
 STATUS="$BUILD/status.tsv"
 
-KUBE_VERSION="${KUBE_VERSION:-v1.35.4}"
+KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
 ETCD_SOURCE="${ETCD_SOURCE:-apt}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
@@ -44,7 +43,7 @@ PROVISIONER_VERSIONS="${PROVISIONER_VERSIONS:-v6.3.0}"
 RESIZER_VERSIONS="${RESIZER_VERSIONS:-v2.3.0 v2.2.0}"
 SNAPSHOTTER_VERSIONS="${SNAPSHOTTER_VERSIONS:-v8.7.0 v8.6.0}"
 BUILD_KUBECTL="${BUILD_KUBECTL:-1}"
-SHARED_SIDECARS="${SHARED_SIDECARS-attacher resizer snapshotter}"
+SHARED_SIDECARS="${SHARED_SIDECARS-attacher provisioner resizer snapshotter}"
 RETRY_FAILED="${RETRY_FAILED:-0}"
 REBUILD="${REBUILD:-0}"
 ONLY="${ONLY:-}"
@@ -208,21 +207,23 @@ shared_sidecar_modules() {
 }
 
 # The sidecars in the kube wrapper. Built from their own modules, the sidecars
-# take the newer k8s.io/*, grpc, prometheus, x/net, otel ... that their go.mod
-# files ask for, so every package they share with kube-apiserver compiles again
-# for each of them (~4-6 min each on the 2-core machine). Here they are
-# required by the kube wrapper too, and every module of kube's own build list
-# is pinned to the version kube uses (replace M => M <kube's version>, and
-# k8s.io/kubernetes itself, which csi-provisioner requires at a newer minor):
-# kube-apiserver compiles exactly the sources it did without the sidecars,
-# and a sidecar built afterwards in the same module finds the shared packages
-# in the Go build cache (content-addressed: same sources, flags and module
-# version labels) and compiles only its own. The price: the sidecars run on
-# kube's (older) client-go, grpc, ... instead of the versions their release
-# was tested with; a sidecar that does not compile on them falls back to its
-# own module (build_sidecar_shared). With -trimpath the pinned modules' debug
-# file paths, kube-apiserver's too, name the version the sidecars ask for
-# (`go version -m` shows both: "M v_new => M v_kube").
+# take the newer grpc, prometheus, x/net, otel ... that their go.mod files ask
+# for, so every package they share with kube-apiserver compiles again for each
+# of them (~4-6 min each on the 2-core machine). Here they are required by the
+# kube wrapper too, and every module of kube's own build list is pinned to the
+# version kube uses (replace M => M <kube's version>, and k8s.io/kubernetes
+# itself, which csi-provisioner requires at another version): kube-apiserver
+# compiles exactly the sources it did without the sidecars, and a sidecar
+# built afterwards in the same module finds the shared packages in the Go
+# build cache (content-addressed: same sources, flags and module version
+# labels) and compiles only its own. KUBE_VERSION is chosen so that its
+# staging modules (client-go, api, apimachinery ... at v0.37.2 for v1.36.3)
+# are at least the versions the sidecars ask for (v0.36.1-v0.37.1); the price
+# left is that they run on kube's grpc, prometheus, x/net ..., older than the
+# versions their release was tested with. A sidecar that does not compile on
+# them falls back to its own module (build_sidecar_shared). With -trimpath the
+# pinned modules' debug file paths, kube-apiserver's too, name the version the
+# sidecars ask for (`go version -m` shows both: "M v_new => M v_kube").
 add_shared_sidecars() { # <log>
   local lg=$1 want m v rv rmod rpath gomod
   want=$(shared_sidecar_modules)

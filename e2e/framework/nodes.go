@@ -90,7 +90,7 @@ func NewNodeWithNQN(ctx context.Context, tl *Timeline, client kubernetes.Interfa
 		Allocatable: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
 		},
-		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.35.4", OperatingSystem: "linux", Architecture: "amd64"},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64"},
 	}
 	// kube-controller-manager may change the new Node first (the not-ready
 	// taint): post the status on the fresh object, as a kubelet retries.
