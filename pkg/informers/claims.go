@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
@@ -247,7 +246,7 @@ func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, 
 // read of the PV, says so; the write is conditional on that read.
 func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error)) (bool, error) {
 	released := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retryConflicts(ctx, func() error {
 		released = false
 		pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

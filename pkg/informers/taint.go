@@ -8,7 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
@@ -83,7 +82,7 @@ func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
 // updateNode reads node live and writes it back when change says so,
 // again on a conflict; a node that is gone needs nothing.
 func (t *Tainter) updateNode(ctx context.Context, node string, change func(*corev1.Node) (bool, error)) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retryConflicts(ctx, func() error {
 		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
