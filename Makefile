@@ -16,11 +16,8 @@ PKGS := ./...
 
 all: build
 
-# Static and path-free, as in the Dockerfile; also how hack/build-controlplane.sh
-# builds kube-apiserver, so the packages both compile (client-go, grpc, the
-# standard library ...) are one Go build cache entry (hack/README.md).
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # Every test the repo has: unit and integration tests with the race detector
 # (the RDS simulator over real SSH, loop devices where root), csi-sanity

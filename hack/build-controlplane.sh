@@ -25,7 +25,6 @@
 #                     present (each binary is replaced atomically when its build is done)
 #   ONLY              space-separated subset of: etcd kube-apiserver kube-controller-manager
 #                     kubectl attacher provisioner resizer snapshotter
-#   WRAPPER_ONLY      1 to only (re)make the kube wrapper module and print its directory
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -218,14 +217,13 @@ shared_sidecar_modules() {
 # built afterwards in the same module finds the shared packages in the Go
 # build cache (content-addressed: same sources, flags and module version
 # labels) and compiles only its own. KUBE_VERSION is chosen so that its
-# staging modules (client-go, api, apimachinery ... at v0.36.3 for v1.36.3)
-# are ones all four sidecars compile on (they ask for v0.36.1-v0.37.1). The
-# modules the driver also uses (grpc, prometheus, x/net ...) are then taken
-# at the driver's versions where newer (align_with_driver), which are at
-# least what the sidecars' releases were tested with. A sidecar that does
-# not compile in the wrapper falls back to its own module
-# (build_sidecar_shared). With -trimpath the pinned modules' debug file
-# paths name the version asked for (`go version -m` shows both: "M v_new => M v_kube").
+# staging modules (client-go, api, apimachinery ... at v0.37.2 for v1.36.3)
+# are at least the versions the sidecars ask for (v0.36.1-v0.37.1); the price
+# left is that they run on kube's grpc, prometheus, x/net ..., older than the
+# versions their release was tested with. A sidecar that does not compile on
+# them falls back to its own module (build_sidecar_shared). With -trimpath the
+# pinned modules' debug file paths, kube-apiserver's too, name the version the
+# sidecars ask for (`go version -m` shows both: "M v_new => M v_kube").
 add_shared_sidecars() { # <log>
   local lg=$1 want m v rv rmod rpath gomod
   want=$(shared_sidecar_modules)
@@ -262,64 +260,9 @@ add_shared_sidecars() { # <log>
   rm -f "$KUBE_DIR/go.mod.kube" "$KUBE_DIR/go.sum.kube" "$KUBE_DIR/tools.go.kube"
 }
 
-# The driver's module versions for the modules its programs share with kube
-# (grpc, x/net, protobuf, prometheus, otel ...): where go.mod has a newer one
-# than the wrapper selected, the wrapper is pinned to go.mod's. k8s.io/client-go,
-# api and apimachinery are pinned in go.mod to this KUBE_VERSION's staging
-# version, so with both built CGO_ENABLED=0 and -trimpath (Makefile,
-# Dockerfile, here) every package bin/ shares with kube-apiserver is one Go
-# build cache entry: whichever compiles first, the other only links it (most
-# of bin/'s ~490 CPU-seconds cold, hack/README.md). Kept as they are: the
-# staging modules, and the modules in KEEP_KUBE_VERSION: the CSI spec, since
-# kube-controller-manager's pkg/volume/csi does not compile on the driver's
-# v1.13.0 (no NodeGetVolumeStatsResponse.VolumeCondition); kube-apiserver
-# does not compile it, so nothing is lost. Where the wrapper's version is the
-# newer one, go.mod has to follow: e2e/alignment_test.go fails when a module
-# compiled into both the driver and kube-apiserver differs.
-KEEP_KUBE_VERSION="${KEEP_KUBE_VERSION-github.com/container-storage-interface/spec}"
-
-# semver_gt <a> <b>: a is the higher version (release > its pre-releases and
-# pseudo-versions, as in Go's module versions; +incompatible not handled).
-semver_gt() {
-  local a=$1 b=$2 ca=${1%%-*} cb=${2%%-*} pa pb
-  [[ "$a" != "$b" ]] || return 1
-  if [[ "$ca" != "$cb" ]]; then
-    [[ "$(printf '%s\n' "$ca" "$cb" | sort -V | tail -1)" == "$ca" ]]; return
-  fi
-  pa=${a#"$ca"}; pb=${b#"$cb"}
-  [[ -n "$pa" ]] || return 0
-  [[ -n "$pb" ]] || return 1
-  [[ "$(printf '%s\n' "$pa" "$pb" | sort -V | tail -1)" == "$pa" ]]
-}
-
-align_with_driver() { # <log> <staging modules>
-  local lg=$1 m v args=()
-  local -A sel=() keep=() used=()
-  while read -r m v; do sel[$m]=$v; done < <(cd "$KUBE_DIR" && go list -m -f '{{if not .Main}}{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}{{end}}' all 2>>"$lg")
-  for m in $2 $KEEP_KUBE_VERSION k8s.io/kubernetes; do keep[$m]=1; done
-  # The modules the driver's programs compile (not its test-only ones).
-  while read -r m; do used[$m]=1; done < <(cd "$ROOT" && go list -deps -f '{{with .Module}}{{if not .Main}}{{.Path}}{{end}}{{end}}' ./cmd/... ./e2e/cmd/demo 2>>"$lg" | sort -u)
-  while read -r m v; do
-    [[ -n "$v" && -n "${used[$m]:-}" && -n "${sel[$m]:-}" && -z "${keep[$m]:-}" ]] || continue
-    semver_gt "$v" "${sel[$m]}" && args+=(-replace="$m=$m@$v")
-  done < <(cd "$ROOT" && go list -m -f '{{if not .Main}}{{.Path}} {{.Version}}{{end}}' all 2>>"$lg")
-  [[ ${#args[@]} -gt 0 ]] || return 0
-  echo "pinning ${#args[@]} modules to the driver's newer versions: ${args[*]}" >>"$lg"
-  (cd "$KUBE_DIR" && go mod edit "${args[@]}" && go mod tidy) >>"$lg" 2>&1 \
-    || die "kube: go mod tidy failed after aligning with the driver's go.mod: $(short_err "$lg")"
-  log "kube: ${#args[@]} modules the driver shares with it taken at the driver's newer versions"
-}
-
-# What the wrapper was made from: the sidecars, the pins kept, the driver's
-# go.mod and this script.
-wrapper_inputs() {
-  shared_sidecar_modules; echo "keep $KEEP_KUBE_VERSION"
-  sha256sum <"$ROOT/go.mod"; sha256sum <"${BASH_SOURCE[0]}"
-}
-
 prepare_kube_wrapper() {
-  # .ready holds what it was made from: other sidecars or another go.mod, remake it.
-  [[ -f "$KUBE_DIR/.ready" && "$(cat "$KUBE_DIR/.ready")" == "$(wrapper_inputs)" ]] && return 0
+  # .ready holds the sidecars asked for when it was made: other ones, remake it.
+  [[ -f "$KUBE_DIR/.ready" && "$(cat "$KUBE_DIR/.ready")" == "$(shared_sidecar_modules)" ]] && return 0
   rm -f "$KUBE_DIR/.ready" "$KUBE_DIR/sidecars"
   local t0=$(date +%s) lg="$LOGDIR/kube-$KUBE_VERSION-mod.log"
   log "kube: preparing wrapper module in $KUBE_DIR (log: $lg)"
@@ -364,8 +307,7 @@ EOF
     die "kube: go mod tidy failed: $(short_err "$lg")"
   fi
   add_shared_sidecars "$lg"
-  align_with_driver "$lg" "$staging"
-  wrapper_inputs >"$KUBE_DIR/.ready"
+  shared_sidecar_modules >"$KUBE_DIR/.ready"
   log "kube: wrapper module ready in $(( $(date +%s) - t0 ))s"
 }
 
@@ -564,13 +506,6 @@ build_sidecar_version() { # <component> <module> <version> <cmds>
 }
 
 ############################################################################
-# WRAPPER_ONLY=1: (re)make the kube wrapper module for the current go.mod and
-# sidecars, print its directory, build nothing (e2e/alignment_test.go).
-if [[ "${WRAPPER_ONLY:-0}" == 1 ]]; then
-  prepare_kube_wrapper
-  echo "$KUBE_DIR"
-  exit 0
-fi
 rc=0
 wanted etcd && { build_etcd || rc=1; }
 for cmd in kube-apiserver kube-controller-manager; do

@@ -2,8 +2,8 @@
 # make demo: the driver on a real, kubelet-less control plane. Builds what is
 # missing of what the demo runs (hack/build-controlplane.sh: etcd,
 # kube-apiserver, kube-controller-manager, csi-attacher, csi-provisioner,
-# csi-snapshotter; not kubectl or csi-resizer) after bin/ (`make build`) and
-# the demo program, whose packages it then finds compiled; then runs e2e/cmd/demo, which
+# csi-snapshotter; not kubectl or csi-resizer) in the background while bin/
+# (`make build`) and the demo program compile, then runs e2e/cmd/demo, which
 # starts the control plane, the RDS simulator and the driver with its
 # sidecars (as the e2e suite does) and walks a volume through provision ->
 # attach -> node failure -> fenced handoff -> snapshot -> unattended
@@ -41,28 +41,27 @@ for c in "${components[@]}"; do
     fi
   done
 done
-# bin/ and the demo program compile first: their cold time counts too when
-# anything is to be built (a machine without the control plane is most likely
-# one without Go's build cache).
+# bin/ and the demo program compile beside the control plane on the same
+# cores: their cold time counts too when anything is to be built (a machine
+# without the control plane is most likely one without Go's build cache).
 programs=210
 [ ${#missing[@]} -gt 0 ] && estimate=$((estimate + programs))
 
-# bin/ and the demo program. CGO_ENABLED=0 and -trimpath as in `make build`
-# and the control-plane build, so that the demo program and kube-apiserver
-# find client-go, grpc, the standard library ... compiled by bin/ in Go's
-# build cache (another setting is another cache key: everything again).
+# bin/ and the demo program, in the foreground. -trimpath as in `make build`,
+# so the demo program finds client-go, grpc ... compiled by it in Go's build
+# cache (a build without it is another cache key: everything again).
 build_programs() {
   make --no-print-directory build
   mkdir -p "$cache/demo"
-  CGO_ENABLED=0 go build -trimpath -o "$cache/demo/rds-csi-demo" ./e2e/cmd/demo
+  go build -trimpath -o "$cache/demo/rds-csi-demo" ./e2e/cmd/demo
 }
 
 if [ ${#missing[@]} -gt 0 ]; then
   cat <<EOF
 == building what the demo runs: ${only[*]} (missing ${missing[*]} in $cache/bin)
    Estimate: about $(( (estimate + 59) / 60 )) min on a fresh 2-core machine with nothing else running
-   (measured per component, hack/README.md; bin/ and the demo program first,
-   then the control plane), plus module downloads; about 1 min with a warm Go build cache;
+   (measured per component, hack/README.md, with bin/ and the demo program
+   compiling beside them), plus module downloads; about 1 min with a warm Go build cache;
    later runs reuse $cache and start in seconds. Other builds on the same cores
    stretch it. kubectl and csi-resizer are left for 'make test'. Progress
    below; the full log of each component is in $cache/build/logs/. Ctrl-C
@@ -70,26 +69,23 @@ if [ ${#missing[@]} -gt 0 ]; then
 EOF
   [ "${DEMO_PLAN_ONLY:-0}" = 1 ] && exit 0
   t0=$(date +%s)
+  # In a session of its own, so that one kill stops the go commands it runs
+  # too (they would hold the build lock); the EXIT trap does that when this
+  # script stops early (Ctrl-C, or bin/ failed to build).
+  ONLY="${only[*]}" BUILD_KUBECTL=0 setsid ./hack/build-controlplane.sh 2>&1 &
+  build=$!
   # A heartbeat during the long silent compiles (kube-apiserver prints
   # nothing for minutes).
   (
     while sleep 60; do
-      kill -0 $$ 2>/dev/null || exit 0
+      kill -0 "$build" 2>/dev/null || exit 0
       printf '   … still building: %d min elapsed (estimate ≈%d min)\n' $(( ($(date +%s) - t0) / 60 )) $(( (estimate + 59) / 60 ))
     done
   ) &
   beat=$!
-  build=""
-  trap 'kill "$beat" 2>/dev/null; [ -z "$build" ] || kill -- -"$build" 2>/dev/null || true' EXIT
-  # bin/ first, then the control plane: run side by side, both would compile
-  # the packages they share at the same time, each for itself.
+  trap 'kill "$beat" 2>/dev/null; kill -- -"$build" 2>/dev/null || true' EXIT
   build_programs
-  echo "== bin/ and the demo program built in $(( $(date +%s) - t0 )) s; now the control plane"
-  # In a session of its own, so that one kill stops the go commands it runs
-  # too (they would hold the build lock); the EXIT trap does that when this
-  # script stops early (Ctrl-C).
-  ONLY="${only[*]}" BUILD_KUBECTL=0 setsid ./hack/build-controlplane.sh 2>&1 &
-  build=$!
+  echo "== bin/ and the demo program built in $(( $(date +%s) - t0 )) s; the control plane is still building"
   rc=0
   wait "$build" || rc=$?
   kill "$beat" 2>/dev/null || true
