@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,5 +63,62 @@ func TestDemoBuildsOnlyWhatItRuns(t *testing.T) {
 	}
 	if out := demoPlan(t, cache); !strings.Contains(out, "nothing to build") {
 		t.Errorf("with the demo's binaries present:\n%s", out)
+	}
+}
+
+func readRepoFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// lineWith is the first line of text holding every one of subs.
+func lineWith(t *testing.T, text, what string, subs ...string) string {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			return l
+		}
+	}
+	t.Fatalf("no line with %q in %s", subs, what)
+	return ""
+}
+
+// The demo program is built with the settings of `make build` that are part
+// of Go's build cache keys, so that it links the packages bin/ compiled just
+// before. Built without -trimpath it compiled client-go, grpc and the
+// standard library a second time: 246 s of a cold `make demo`.
+func TestDemoProgramBuiltLikeBin(t *testing.T) {
+	mk := lineWith(t, readRepoFile(t, "Makefile"), "Makefile", "build", "./cmd/...")
+	demo := lineWith(t, readRepoFile(t, "hack/demo.sh"), "hack/demo.sh", "go build", "./e2e/cmd/demo")
+	for _, flag := range []string{"-trimpath", "-race", "-tags", "-gcflags", "-asmflags", "CGO_ENABLED", "-buildmode", "-cover"} {
+		if strings.Contains(mk, flag) != strings.Contains(demo, flag) {
+			t.Errorf("%s differs between make build (%q) and the demo program's build (%q)", flag, strings.TrimSpace(mk), strings.TrimSpace(demo))
+		}
+	}
+	if !strings.Contains(readRepoFile(t, "hack/demo.sh"), "make --no-print-directory build") {
+		t.Error("hack/demo.sh does not build bin/ with make build")
+	}
+}
+
+// By default all four sidecars build in the kube wrapper module, where
+// they compile only their own packages (8-24 s each, cold); from their own
+// modules each takes 4-6 min on the 2-core machine.
+func TestAllSidecarsShareTheKubeWrapper(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^SHARED_SIDECARS="\$\{SHARED_SIDECARS-([^}]*)\}"`).FindStringSubmatch(readRepoFile(t, "hack/build-controlplane.sh"))
+	if m == nil {
+		t.Fatal("no SHARED_SIDECARS default in hack/build-controlplane.sh")
+	}
+	got := strings.Fields(m[1])
+	sort.Strings(got)
+	if want := []string{"attacher", "provisioner", "resizer", "snapshotter"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("SHARED_SIDECARS defaults to %q, want %q", got, want)
 	}
 }
