@@ -211,12 +211,7 @@ func TestFencerConfirmsWithALiveRead(t *testing.T) {
 			if err := fencer.NodeStale(context.Background(), fencing.StaleHolder{Node: "node-a", Reason: fencing.FenceOutOfService, Volumes: []fencing.VolumeRef{vol}}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cl, _ := DecodeClaims(got)
-			if _, kept := cl["node-a"]; kept == tc.released {
+			if _, kept := apiClaims(t, client, "pv-1")["node-a"]; kept == tc.released {
 				t.Fatalf("claim kept %t, want released %t", kept, tc.released)
 			}
 			// The reason is the live one, not the index's: the same release

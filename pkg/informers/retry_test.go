@@ -66,12 +66,7 @@ func TestReleaseRetriesConflicts(t *testing.T) {
 			if released != tc.wantReleased || (err == nil) != tc.wantReleased {
 				t.Fatalf("after %d conflicts: ReleaseUnpublished = %t, %v", tc.conflicts, released, err)
 			}
-			got, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cl, _ := DecodeClaims(got)
-			if _, kept := cl["node-a"]; kept == tc.wantReleased {
+			if _, kept := apiClaims(t, client, "pv-1")["node-a"]; kept == tc.wantReleased {
 				t.Errorf("claim kept %t after %d conflicts", kept, tc.conflicts)
 			}
 		})
@@ -89,4 +84,18 @@ func TestTaintDoesNotSwallowATimedOutRead(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("updateNode = %v, want the read's deadline error", err)
 	}
+}
+
+// apiClaims are the claims on PV name as the (fake) API server has them.
+func apiClaims(t *testing.T, client *fake.Clientset, name string) map[string]Claim {
+	t.Helper()
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := DecodeClaims(pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
