@@ -216,11 +216,12 @@ shared_sidecar_modules() {
 # compiles exactly the sources it did without the sidecars, and a sidecar
 # built afterwards in the same module finds the shared packages in the Go
 # build cache (content-addressed: same sources, flags and module version
-# labels) and compiles only its own. KUBE_VERSION is chosen so that its
-# staging modules (client-go, api, apimachinery ... at v0.37.2 for v1.36.3)
-# are at least the versions the sidecars ask for (v0.36.1-v0.37.1); the price
-# left is that they run on kube's grpc, prometheus, x/net ..., older than the
-# versions their release was tested with. A sidecar that does not compile on
+# labels) and compiles only its own. KUBE_VERSION is chosen so that all four
+# sidecars compile on its staging modules (client-go, api, apimachinery ... at
+# v0.36.3 for v1.36.3, where they ask for v0.36.1-v0.37.1); the price is that
+# they run on those and on kube's grpc, prometheus, x/net ..., older than the
+# versions their release was tested with. The replaces also keep bin/ from
+# sharing these packages with kube-apiserver (hack/README.md). A sidecar that does not compile on
 # them falls back to its own module (build_sidecar_shared). With -trimpath the
 # pinned modules' debug file paths, kube-apiserver's too, name the version the
 # sidecars ask for (`go version -m` shows both: "M v_new => M v_kube").

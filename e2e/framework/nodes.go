@@ -32,6 +32,10 @@ const ControllerManagedAttachAnnotation = "volumes.kubernetes.io/controller-mana
 // TopologyKey is the node label and CSINode topology key of the driver.
 const TopologyKey = "topology." + DriverName + "/rds"
 
+// fakeKubeletVersion is what the fake kubelets report: the control plane's
+// version (KUBE_VERSION in hack/build-controlplane.sh).
+const fakeKubeletVersion = "v1.36.3"
+
 // FakeKubelet stands in for a node's kubelet and node-driver-registrar: it
 // owns a Node (Ready, controller-managed attach/detach, the driver's
 // topology label), its CSINode (driver registered with node ID = node
@@ -90,7 +94,7 @@ func NewNodeWithNQN(ctx context.Context, tl *Timeline, client kubernetes.Interfa
 		Allocatable: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
 		},
-		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64"},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: fakeKubeletVersion, OperatingSystem: "linux", Architecture: "amd64"},
 	}
 	// kube-controller-manager may change the new Node first (the not-ready
 	// taint): post the status on the fresh object, as a kubelet retries.

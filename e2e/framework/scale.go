@@ -187,7 +187,7 @@ func scaleNode(name string, now metav1.Time) *corev1.Node {
 			}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}},
 			Capacity:  corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
-			NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64"},
+			NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: fakeKubeletVersion, OperatingSystem: "linux", Architecture: "amd64"},
 		},
 	}
 }
