@@ -252,3 +252,87 @@ func describeExport(d *Disk) string {
 	}
 	return "exported to " + hostLabel(d.AllowHost)
 }
+
+// ExportState is a disk's export as storage fencing sees it: open or not,
+// and the allowed host name (kept while closed). Storage fencing gives
+// every attachment its own host NQN and every close a fresh one that no
+// host has (a tombstone), so a state, once left, never comes back: a
+// command conditioned on an old state can never match again.
+type ExportState struct {
+	Open bool
+	Host string // "" = any host
+}
+
+func (e ExportState) String() string {
+	if !e.Open {
+		if e.Host != "" {
+			return "closed (allowed host " + e.Host + ")"
+		}
+		return "closed"
+	}
+	return "open to " + hostLabel(e.Host)
+}
+
+// StateOf is the export state of d.
+func StateOf(d *Disk) ExportState { return ExportState{Open: d.Exported, Host: d.AllowHost} }
+
+// SwapExport moves slot's export from `from` to `to` in ONE command,
+// `/disk set [find where slot=S and nvme-tcp-server-allow-host-name=F and
+// nvme-tcp-export=yes|no] nvme-tcp-export=... nvme-tcp-server-allow-host-name=...`,
+// which RouterOS applies only while the disk is still in `from`: a command
+// that lands late, after some other change, matches nothing and changes
+// nothing (compare-and-swap). Turning the export off drops every
+// established connection. The disk is read back afterwards and its state
+// returned; anything but `to` is ErrExportChanged (nothing was
+// overwritten: re-read and decide again). A missing disk is ErrNotFound.
+// Both hosts are validated (ValidateNQN) unless "".
+//
+// Whether RouterOS applies both properties of one set together is assumed
+// (docs/routeros.md); the safety argument does not rest on their order:
+// either intermediate state is closed, or open to a host that either
+// state allowed.
+func (c *Client) SwapExport(ctx context.Context, slot string, from, to ExportState) (ExportState, error) {
+	if err := ValidateSlot(slot); err != nil {
+		return ExportState{}, err
+	}
+	for _, h := range []string{from.Host, to.Host} {
+		if h != "" {
+			if err := ValidateNQN(h); err != nil {
+				return ExportState{}, err
+			}
+		}
+	}
+	if from == to {
+		d, err := c.GetDisk(ctx, slot)
+		if err != nil {
+			return ExportState{}, err
+		}
+		return checkSwap(slot, from, to, StateOf(d))
+	}
+	_, err := c.exec(ctx, "/disk set [find where slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export="+yesNo(from.Open)+"] nvme-tcp-export="+yesNo(to.Open)+" nvme-tcp-server-allow-host-name=%s",
+		slot, from.Host, to.Host)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		// Timed out or failed: it may still land (or have landed); the
+		// read back below cannot tell a late landing from none, so the
+		// caller re-reads before deciding again.
+		return ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w", slot, from, to, err)
+	}
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return ExportState{}, err
+	}
+	after := StateOf(d)
+	if _, err := checkSwap(slot, from, to, after); err != nil {
+		return after, err
+	}
+	klog.FromContext(ctx).Info("RDS export swapped", "slot", slot, "from", from.String(), "to", to.String())
+	return after, nil
+}
+
+func checkSwap(slot string, from, to, after ExportState) (ExportState, error) {
+	if after != to {
+		return after, fmt.Errorf("%w: disk %q should be %s, found %s (expected to move it from %s); another controller replica or an operator changed it and nothing was overwritten",
+			ErrExportChanged, slot, to, after, from)
+	}
+	return after, nil
+}
