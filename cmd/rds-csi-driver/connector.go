@@ -28,10 +28,23 @@ type connectorOptions struct {
 	Kind        string
 	LoopDataDir string
 	NVMeDir     string // the host's /etc/nvme: hostnqn, hostid
-	// FastIOFail: nvme-tcp's fast_io_fail_tmo (0: unset, I/O waits for the
+	// CtrlLoss: nvme-tcp's ctrl_loss_tmo, how long a lost connection is
+	// reconnected before the device goes.
+	CtrlLoss time.Duration
+	// FastIOFail: nvme-tcp's fast_io_fail_tmo (0: off, I/O waits for the
 	// reconnect up to ctrl_loss_tmo).
 	FastIOFail time.Duration
 }
+
+// Ranges of the NVMe/TCP timers (docs/node.md says why the defaults).
+// ctrl_loss_tmo is bounded both ways: below, it must still outlast short
+// outages and several reconnect attempts; above, a fenced or lost
+// connection must give up within the hour.
+const (
+	minCtrlLoss   = 30 * time.Second
+	maxCtrlLoss   = time.Hour
+	minFastIOFail = time.Second
+)
 
 // defaultNVMeDir is where nvme-cli and the distributions keep the host
 // identity; the node DaemonSet mounts the host's at the same path.
@@ -40,7 +53,8 @@ const defaultNVMeDir = "/etc/nvme"
 func (o *connectorOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node service connects volumes: tcp (NVMe/TCP, the only choice for real clusters) or loop (labs and demos: a loop device over the RDS simulator's backing file on this machine; needs --node-loop-data-dir)")
 	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir on this machine")
-	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", 0, "with --node-connector=tcp: fail I/O this long after a volume's connection is lost instead of holding it until the reconnect (or ctrl_loss_tmo, 10 min): a node cut off by storage fencing then sees I/O errors at once rather than hung writes, at the cost of failing I/O in any RDS outage longer than this (0: off, the kernel's default; rounded up to whole seconds)")
+	fs.DurationVar(&o.CtrlLoss, "nvme-ctrl-loss-timeout", nvme.DefaultCtrlLossTimeout, "with --node-connector=tcp: how long the kernel keeps reconnecting a volume's lost NVMe/TCP connection (ctrl_loss_tmo) before it gives up and the device goes; it must outlast an RDS reboot, which docs/node.md assumes takes 1-3 min ("+minCtrlLoss.String()+" to "+maxCtrlLoss.String()+", rounded up to whole seconds)")
+	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", nvme.DefaultFastIOFailTimeout, "with --node-connector=tcp: fail I/O this long after a volume's connection is lost instead of holding it until the reconnect (fast_io_fail_tmo): an attachment cut off by storage fencing then gets I/O errors rather than writes hung until --nvme-ctrl-loss-timeout, at the cost of failing I/O in any RDS outage longer than this, such as a reboot (0: off, I/O waits up to --nvme-ctrl-loss-timeout, needed on kernels before 5.10; else at least "+minFastIOFail.String()+" and shorter than --nvme-ctrl-loss-timeout, rounded up to whole seconds)")
 	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the directory of this host's NVMe identity (hostnqn, hostid), created there at start when missing; it must be the host's and persist across restarts, since the host NQN is the node's identity on the RDS")
 }
 
@@ -55,8 +69,16 @@ func (o *connectorOptions) validate(mode string) error {
 		if o.NVMeDir == "" {
 			return errors.New("invalid configuration: --node-nvme-dir is empty (default " + defaultNVMeDir + ")")
 		}
-		if o.FastIOFail < 0 {
+		if o.CtrlLoss < minCtrlLoss || o.CtrlLoss > maxCtrlLoss {
+			return fmt.Errorf("invalid configuration: --nvme-ctrl-loss-timeout=%v is outside %v..%v: shorter gives up on the RDS during a reboot, longer keeps a lost or fenced connection for hours (default %v)", o.CtrlLoss, minCtrlLoss, maxCtrlLoss, nvme.DefaultCtrlLossTimeout)
+		}
+		switch {
+		case o.FastIOFail < 0:
 			return errors.New("invalid configuration: --nvme-fast-io-fail-timeout must not be negative (0: off)")
+		case o.FastIOFail > 0 && o.FastIOFail < minFastIOFail:
+			return fmt.Errorf("invalid configuration: --nvme-fast-io-fail-timeout=%v is shorter than %v; 0 turns it off", o.FastIOFail, minFastIOFail)
+		case o.FastIOFail >= o.CtrlLoss:
+			return fmt.Errorf("invalid configuration: --nvme-fast-io-fail-timeout=%v must be shorter than --nvme-ctrl-loss-timeout=%v (I/O fails when the connection is given up anyway); 0 turns it off", o.FastIOFail, o.CtrlLoss)
 		}
 	case connectorLoop:
 		if mode == csi.ModeController {
@@ -80,7 +102,7 @@ func (o *connectorOptions) validate(mode string) error {
 // connector builds the node's connector.
 func (o *connectorOptions) connector(ctx context.Context, opts csi.Options) (csi.Connector, error) {
 	if o.Kind != connectorLoop {
-		c, err := nvme.NewTCPConnector(nvme.Config{NQNPrefix: opts.NQNPrefix, EtcNVMeDir: o.NVMeDir, FastIOFailTimeout: o.FastIOFail})
+		c, err := nvme.NewTCPConnector(o.tcpConfig(opts.NQNPrefix))
 		if err != nil {
 			return nil, fmt.Errorf("NVMe/TCP connector: %w", err)
 		}
@@ -89,6 +111,15 @@ func (o *connectorOptions) connector(ctx context.Context, opts csi.Options) (csi
 	klog.FromContext(ctx).Info("WARNING: --node-connector=loop: volumes are loop devices over the RDS simulator's files in this machine's --node-loop-data-dir; for labs and demos only, never for a real RDS",
 		"dataDir", o.LoopDataDir)
 	return nvme.NewLoopConnector(nvme.LoopConfig{NQNPrefix: opts.NQNPrefix, Resolve: simulatorFile(o.LoopDataDir, opts)})
+}
+
+// tcpConfig is the NVMe/TCP connector's configuration from the flags.
+func (o *connectorOptions) tcpConfig(nqnPrefix string) nvme.Config {
+	fastIOFail := o.FastIOFail
+	if fastIOFail == 0 {
+		fastIOFail = nvme.HoldIOUntilCtrlLoss // the flag's "off"
+	}
+	return nvme.Config{NQNPrefix: nqnPrefix, EtcNVMeDir: o.NVMeDir, CtrlLossTimeout: o.CtrlLoss, FastIOFailTimeout: fastIOFail}
 }
 
 // simulatorFile maps a volume's NQN to its backing file in the simulator's

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/nvme"
@@ -38,7 +39,12 @@ func TestNodeConnectorChoice(t *testing.T) {
 		{"a hostnqn that is no NQN", []string{"--node-nvme-dir=" + badNQN}, badNQN + "/hostnqn"},
 		{"an NVMe dir that is a file", []string{"--node-nvme-dir=" + badNQN + "/hostnqn"}, "host's /etc/nvme"},
 		{"a negative fast I/O fail timeout", []string{"--nvme-fast-io-fail-timeout=-1s"}, "--nvme-fast-io-fail-timeout must not be negative"},
-		{"a fast I/O fail timeout beyond ctrl_loss_tmo", []string{"--node-nvme-dir=" + dir, "--nvme-fast-io-fail-timeout=11m"}, "longer than the ctrl loss timeout"},
+		{"a fast I/O fail timeout beyond the default ctrl loss timeout", []string{"--nvme-fast-io-fail-timeout=6m"}, "--nvme-fast-io-fail-timeout=6m0s must be shorter than --nvme-ctrl-loss-timeout=5m0s"},
+		{"a fast I/O fail timeout as long as the ctrl loss timeout", []string{"--nvme-ctrl-loss-timeout=1m", "--nvme-fast-io-fail-timeout=1m"}, "must be shorter than --nvme-ctrl-loss-timeout=1m0s"},
+		{"a fast I/O fail timeout under a second", []string{"--nvme-fast-io-fail-timeout=500ms"}, "shorter than 1s; 0 turns it off"},
+		{"a ctrl loss timeout too short to ride out an outage", []string{"--nvme-ctrl-loss-timeout=10s", "--nvme-fast-io-fail-timeout=5s"}, "--nvme-ctrl-loss-timeout=10s is outside 30s..1h0m0s"},
+		{"a ctrl loss timeout of forever", []string{"--nvme-ctrl-loss-timeout=-1s"}, "--nvme-ctrl-loss-timeout=-1s is outside"},
+		{"a ctrl loss timeout of hours", []string{"--nvme-ctrl-loss-timeout=2h"}, "--nvme-ctrl-loss-timeout=2h0m0s is outside"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), append(node, tc.args...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
@@ -78,4 +84,40 @@ func newFlagSet(o *connectorOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	o.addFlags(fs)
 	return fs
+}
+
+// The NVMe/TCP timers: bounded by default (docs/node.md says why), both
+// overridable, and the fast I/O fail timeout's 0 is "off": I/O waits up to
+// the ctrl loss timeout.
+func TestNVMeTimerFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		args                 []string
+		ctrlLoss, fastIOFail time.Duration
+	}{
+		{"defaults", nil, nvme.DefaultCtrlLossTimeout, nvme.DefaultFastIOFailTimeout},
+		{"both set", []string{"--nvme-ctrl-loss-timeout=10m", "--nvme-fast-io-fail-timeout=2m"}, 10 * time.Minute, 2 * time.Minute},
+		{"fast I/O fail off", []string{"--nvme-fast-io-fail-timeout=0"}, nvme.DefaultCtrlLossTimeout, nvme.HoldIOUntilCtrlLoss},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o connectorOptions
+			if err := newFlagSet(&o).Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(csi.ModeNode); err != nil {
+				t.Fatal(err)
+			}
+			cfg := o.tcpConfig("nqn.2000-02.com.mikrotik:")
+			if cfg.CtrlLossTimeout != tc.ctrlLoss || cfg.FastIOFailTimeout != tc.fastIOFail {
+				t.Errorf("ctrl loss %v, fast I/O fail %v; want %v, %v", cfg.CtrlLossTimeout, cfg.FastIOFailTimeout, tc.ctrlLoss, tc.fastIOFail)
+			}
+			if _, err := nvme.NewTCPConnector(cfg); err != nil {
+				t.Errorf("the connector refuses the flags' configuration: %v", err)
+			}
+		})
+	}
+	if nvme.DefaultFastIOFailTimeout >= nvme.DefaultCtrlLossTimeout || nvme.DefaultCtrlLossTimeout < 3*time.Minute {
+		t.Errorf("defaults: fast I/O fail %v must be shorter than ctrl loss %v, and ctrl loss must outlast a 3-minute RDS reboot",
+			nvme.DefaultFastIOFailTimeout, nvme.DefaultCtrlLossTimeout)
+	}
 }

@@ -302,8 +302,8 @@ func TestVMFenceCutsWriter(t *testing.T) {
 	}{
 		{"keep", nvme.FailIOAtOnce},
 		{"drop", nvme.FailIOAtOnce},
-		{"keep", 0},
-		{"drop", 0},
+		{"keep", nvme.HoldIOUntilCtrlLoss},
+		{"drop", nvme.HoldIOUntilCtrlLoss},
 	} {
 		name := fmt.Sprintf("sim=%s/fast_io_fail=%s", tc.sim, fastIOFailLabel(tc.fastIOFail))
 		t.Run(name, func(t *testing.T) { fenceCutsWriter(t, tc.sim, tc.fastIOFail) })
@@ -314,7 +314,7 @@ func fastIOFailLabel(d time.Duration) string {
 	switch {
 	case d == nvme.FailIOAtOnce:
 		return "0"
-	case d == 0:
+	case d == nvme.HoldIOUntilCtrlLoss:
 		return "unset"
 	}
 	return d.String()
@@ -325,7 +325,7 @@ func fenceCutsWriter(t *testing.T, simMode string, fastIOFail time.Duration) {
 	defer cancel()
 	sim := startFenceSim(t, simMode)
 	slot := "fence-" + simMode + "-failfast"
-	if fastIOFail == 0 {
+	if fastIOFail == nvme.HoldIOUntilCtrlLoss {
 		slot = "fence-" + simMode + "-queued"
 	}
 	nqn := fenceNQNPrefix + slot

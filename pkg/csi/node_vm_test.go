@@ -59,7 +59,8 @@ func vmTCPConnector(t testing.TB, d *Driver, etc string) *nvme.TCPConnector {
 		EtcNVMeDir: etc,
 		// Long enough to ride out the port bounce below, short enough
 		// that unmounting a deleted volume (its last writes wait for the
-		// path) does not hang a test for the default 10 minutes.
+		// path) does not hang a test for the default 5 minutes. The fast
+		// I/O fail timeout defaults to the same 20 s here.
 		CtrlLossTimeout: 20 * time.Second,
 		ReconnectDelay:  time.Second,
 	})

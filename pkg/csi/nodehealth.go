@@ -26,8 +26,9 @@ const (
 	// HealthPathInaccessible: a mounted path fails with an I/O error.
 	HealthPathInaccessible = "PathInaccessible"
 	// HealthPathDown: the volume's device is there but none of its
-	// NVMe/TCP controllers is live: the kernel is reconnecting, and I/O
-	// waits until the RDS answers again or ctrl_loss_tmo runs out.
+	// NVMe/TCP controllers is live: the kernel is reconnecting; I/O waits
+	// until the RDS answers again or fast_io_fail_tmo runs out, and the
+	// device stays until ctrl_loss_tmo runs out.
 	HealthPathDown = "PathDown"
 	// HealthFilesystemReadOnly: the kernel turned a read-write
 	// filesystem read-only after an error.
@@ -114,7 +115,7 @@ func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 		}
 		if total > 0 && live == 0 {
 			add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthPathDown,
-				"volume %s: its NVMe/TCP connection to the RDS is down (%d controller(s) reconnecting); I/O waits and resumes if the RDS is reachable again within ctrl_loss_tmo, and fails after it",
+				"volume %s: its NVMe/TCP connection to the RDS is down (%d controller(s) reconnecting); I/O waits, and fails once fast_io_fail_tmo has passed; the path resumes on the same device if the RDS is reachable again within ctrl_loss_tmo",
 				id, total)
 		}
 	}

@@ -42,8 +42,9 @@ type Config struct {
 	}
 
 	// CtrlLossTimeout: how long the kernel keeps reconnecting a lost
-	// controller before giving up and failing I/O. Default 10m (nvme-cli's
-	// default), long enough to ride out an RDS reboot; negative means
+	// controller before it gives up, fails all I/O and removes the device.
+	// Default 5m (DefaultCtrlLossTimeout): longer than an RDS reboot, so a
+	// healthy attachment survives one (docs/node.md); negative means
 	// reconnect forever. Whole seconds, rounded up.
 	CtrlLossTimeout time.Duration
 	// ReconnectDelay between reconnect attempts. Default 5s.
@@ -51,11 +52,15 @@ type Config struct {
 	// FastIOFailTimeout: how long I/O waits on a controller that lost its
 	// connection before it fails with an error, while the kernel keeps
 	// reconnecting until CtrlLossTimeout (the kernel's fast_io_fail_tmo).
-	// Zero, the default, passes nothing: the kernel's default, I/O waits
-	// for the whole CtrlLossTimeout. FailIOAtOnce fails it as soon as the
-	// connection is lost (fast_io_fail_tmo=0); storage fencing makes a
-	// fenced node's writes fail instead of hanging. Whole seconds, rounded
-	// up.
+	// Zero: DefaultFastIOFailTimeout, or CtrlLossTimeout when that is
+	// shorter. FailIOAtOnce fails I/O as soon as the connection is lost
+	// (fast_io_fail_tmo=0). HoldIOUntilCtrlLoss passes nothing (the
+	// kernel's default, needed on kernels before 5.10, which lack the
+	// option): I/O waits for the whole CtrlLossTimeout. A fenced
+	// attachment's writes can never land (its host NQN is refused for
+	// good), so this bounds how long its application waits for the error;
+	// the price is that an RDS outage longer than it fails I/O that would
+	// have completed after the reconnect. Whole seconds, rounded up.
 	FastIOFailTimeout time.Duration
 	// KeepAliveTimeout for the admin queue. Default 5s (the kernel's default).
 	KeepAliveTimeout time.Duration
@@ -64,17 +69,24 @@ type Config struct {
 	PollInterval time.Duration
 }
 
-// Defaults for Config.
+// Defaults for Config. docs/node.md says why these timers.
 const (
-	DefaultCtrlLossTimeout  = 10 * time.Minute
-	DefaultReconnectDelay   = 5 * time.Second
-	DefaultKeepAliveTimeout = 5 * time.Second
-	DefaultPollInterval     = 100 * time.Millisecond
+	DefaultCtrlLossTimeout   = 5 * time.Minute
+	DefaultFastIOFailTimeout = 30 * time.Second
+	DefaultReconnectDelay    = 5 * time.Second
+	DefaultKeepAliveTimeout  = 5 * time.Second
+	DefaultPollInterval      = 100 * time.Millisecond
 )
 
-// FailIOAtOnce as Config.FastIOFailTimeout: I/O fails as soon as the
-// connection is lost (fast_io_fail_tmo=0).
-const FailIOAtOnce time.Duration = -1
+// Special values of Config.FastIOFailTimeout.
+const (
+	// FailIOAtOnce: I/O fails as soon as the connection is lost
+	// (fast_io_fail_tmo=0).
+	FailIOAtOnce time.Duration = -1
+	// HoldIOUntilCtrlLoss: fast_io_fail_tmo is not passed; I/O waits until
+	// the reconnect or CtrlLossTimeout.
+	HoldIOUntilCtrlLoss time.Duration = -2
+)
 
 // TCPConnector connects this node to RDS volumes over NVMe/TCP.
 //
@@ -141,14 +153,20 @@ func NewTCPConnector(cfg Config) (*TCPConnector, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.FastIOFailTimeout == 0 {
+		cfg.FastIOFailTimeout = DefaultFastIOFailTimeout
+		if cfg.CtrlLossTimeout > 0 && cfg.CtrlLossTimeout < cfg.FastIOFailTimeout {
+			cfg.FastIOFailTimeout = cfg.CtrlLossTimeout
+		}
+	}
 	if cfg.ReconnectDelay < 0 || cfg.KeepAliveTimeout < 0 {
 		return nil, fmt.Errorf("%w: reconnect delay and keep-alive timeout must be positive", ErrInvalidArgument)
 	}
 	if cfg.CtrlLossTimeout > 0 && cfg.CtrlLossTimeout < cfg.ReconnectDelay {
 		return nil, fmt.Errorf("%w: ctrl loss timeout %v is shorter than the reconnect delay %v: the kernel would never reconnect", ErrInvalidArgument, cfg.CtrlLossTimeout, cfg.ReconnectDelay)
 	}
-	if cfg.FastIOFailTimeout < 0 && cfg.FastIOFailTimeout != FailIOAtOnce {
-		return nil, fmt.Errorf("%w: fast I/O fail timeout %v: want 0 (unset), FailIOAtOnce or a positive duration", ErrInvalidArgument, cfg.FastIOFailTimeout)
+	if cfg.FastIOFailTimeout < 0 && cfg.FastIOFailTimeout != FailIOAtOnce && cfg.FastIOFailTimeout != HoldIOUntilCtrlLoss {
+		return nil, fmt.Errorf("%w: fast I/O fail timeout %v: want 0 (the default), FailIOAtOnce, HoldIOUntilCtrlLoss or a positive duration", ErrInvalidArgument, cfg.FastIOFailTimeout)
 	}
 	if cfg.CtrlLossTimeout > 0 && cfg.FastIOFailTimeout > cfg.CtrlLossTimeout {
 		return nil, fmt.Errorf("%w: fast I/O fail timeout %v is longer than the ctrl loss timeout %v: I/O would fail at ctrl loss anyway", ErrInvalidArgument, cfg.FastIOFailTimeout, cfg.CtrlLossTimeout)
@@ -418,7 +436,7 @@ func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentit
 	case c.cfg.FastIOFailTimeout > 0:
 		opts += fmt.Sprintf(",fast_io_fail_tmo=%d", kernelSeconds(c.cfg.FastIOFailTimeout))
 	}
-	return opts
+	return opts // HoldIOUntilCtrlLoss: the kernel's default
 }
 
 // kernelSeconds rounds up to whole seconds; negative means "forever" (-1).
@@ -513,10 +531,13 @@ func (c *TCPConnector) connectError(ctx context.Context, nqn, addr string, port 
 		}
 	}
 	// The kernel's fabrics code answers EINVAL for a transport it has no
-	// module for.
+	// module for, and for an option it does not know.
 	if errors.Is(err, syscall.EINVAL) {
 		if _, serr := os.Stat(filepath.Join(c.cfg.SysRoot, "module", "nvme_tcp")); errors.Is(serr, fs.ErrNotExist) {
 			return fmt.Errorf("%w: connecting %s at %s: %w: the nvme-tcp kernel module is not loaded on this node; run `modprobe nvme-tcp` there (and list nvme-tcp in /etc/modules-load.d/ so it survives a reboot)", ErrConnectFailed, nqn, target, err)
+		}
+		if c.cfg.FastIOFailTimeout != HoldIOUntilCtrlLoss {
+			return fmt.Errorf("%w: connecting %s at %s: %w; the node's kernel log (dmesg) has the reason: a kernel before Linux 5.10 does not know fast_io_fail_tmo (set --nvme-fast-io-fail-timeout=0 there)", ErrConnectFailed, nqn, target, err)
 		}
 	}
 	// The target refused the connect. Ask its discovery controller whether

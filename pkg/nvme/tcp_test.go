@@ -185,7 +185,7 @@ func TestConnectFresh(t *testing.T) {
 	}
 	want := "transport=tcp,traddr=10.0.0.5,trsvcid=4420,nqn=" + nqnA +
 		",hostnqn=" + testHostNQN + ",hostid=" + testHostID +
-		",ctrl_loss_tmo=600,reconnect_delay=5,keep_alive_tmo=5"
+		",ctrl_loss_tmo=300,reconnect_delay=5,keep_alive_tmo=5,fast_io_fail_tmo=30"
 	if w := h.fabricsWritten(); w != want {
 		t.Errorf("fabrics got\n%q\nwant\n%q", w, want)
 	}
@@ -213,26 +213,33 @@ func TestConnectOptions(t *testing.T) {
 	}
 }
 
-// fast_io_fail_tmo is passed only when configured: unset keeps the
-// kernel's default (I/O waits for ctrl_loss_tmo).
+// fast_io_fail_tmo is bounded by default (30 s, within a shorter
+// ctrl_loss_tmo); HoldIOUntilCtrlLoss passes none, the kernel's default
+// (I/O waits for ctrl_loss_tmo).
 func TestConnectOptionsFastIOFail(t *testing.T) {
 	tests := []struct {
-		name    string
-		timeout time.Duration
-		want    string // "" = absent
-		badCfg  bool
+		name     string
+		timeout  time.Duration
+		ctrlLoss time.Duration
+		want     string // "" = absent
+		badCfg   bool
 	}{
-		{"unset", 0, "", false},
-		{"at once", FailIOAtOnce, ",fast_io_fail_tmo=0", false},
-		{"rounded up", 1500 * time.Millisecond, ",fast_io_fail_tmo=2", false},
-		{"other negative", -2 * time.Second, "", true},
-		{"longer than ctrl loss", 11 * time.Minute, "", true},
+		{name: "default", want: ",fast_io_fail_tmo=30"},
+		{name: "default within a shorter ctrl loss", ctrlLoss: 20 * time.Second, want: ",fast_io_fail_tmo=20"},
+		{name: "default with ctrl loss forever", ctrlLoss: -1, want: ",fast_io_fail_tmo=30"},
+		{name: "at once", timeout: FailIOAtOnce, want: ",fast_io_fail_tmo=0"},
+		{name: "rounded up", timeout: 1500 * time.Millisecond, want: ",fast_io_fail_tmo=2"},
+		{name: "hold until ctrl loss", timeout: HoldIOUntilCtrlLoss},
+		{name: "other negative", timeout: -3 * time.Second, badCfg: true},
+		{name: "longer than the default ctrl loss", timeout: 6 * time.Minute, badCfg: true},
+		{name: "longer than ctrl loss", timeout: time.Minute, ctrlLoss: 30 * time.Second, badCfg: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFakeHost(t)
 			cfg := h.config()
 			cfg.FastIOFailTimeout = tc.timeout
+			cfg.CtrlLossTimeout = tc.ctrlLoss
 			c, err := NewTCPConnector(cfg)
 			if tc.badCfg {
 				if !errors.Is(err, ErrInvalidArgument) {
