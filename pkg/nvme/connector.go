@@ -13,8 +13,11 @@ import (
 // and LoopConnector (tests) implement it. Consumers declare their own,
 // possibly smaller, interface; this one documents the contract:
 //
-//   - Connect is idempotent: an NQN that is already connected is success, and
-//     the current device path is returned. It waits for the device with ctx.
+//   - Connect is idempotent: an NQN that is already connected with the same
+//     host NQN is success, and the current device path is returned. It
+//     waits for the device with ctx. A controller of the NQN connected with
+//     another host NQN belongs to an earlier attachment: it is disconnected
+//     first, never shared (TCPConnector; a loop device has no host).
 //   - DevicePath resolves the NQN to its device now, without connecting, and
 //     returns ErrNotConnected or ErrNoDevice when there is none. Device names
 //     change across reconnects; callers must not cache them.
@@ -33,11 +36,18 @@ type SizeRefresher interface {
 	RefreshSize(ctx context.Context, nqn string) error
 }
 
-// Target is one RDS volume's NVMe/TCP export.
+// Target is one RDS volume's NVMe/TCP export, and who connects to it.
 type Target struct {
 	Address string // the RDS data address: an IP, or a host name resolved at connect time
 	Port    int    // NVMe/TCP service port; 0 means 4420
 	NQN     string // the volume's subsystem NQN
+
+	// HostNQN, when set, is the attachment's own host NQN (storage fencing
+	// gives every attachment one, in ControllerPublish's publish_context):
+	// the connect presents it, with the host ID AttachmentHostIdentity
+	// derives from it. Empty: the node's own host NQN and host ID
+	// (/etc/nvme), as for attachments made without one.
+	HostNQN string
 }
 
 // InUseFunc reports whether any volume staged on this node still uses the

@@ -3,9 +3,13 @@ package nvme
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // fakeHost is a node's NVMe view on disk: a sysfs tree laid out like the
@@ -76,11 +80,18 @@ func (h *fakeHost) subsystem(sub, nqn string) {
 	h.write(filepath.Join(h.subsysDir(sub), "model"), "RDS\n")
 }
 
-// controller creates class/nvme/<ctrl> and links it from the subsystem (if
-// sub is not empty), as the kernel does.
+// controller creates class/nvme/<ctrl>, connected as the node's own host
+// NQN, and links it from the subsystem (if sub is not empty), as the
+// kernel does.
 func (h *fakeHost) controller(sub, ctrl, nqn, state string) {
+	h.controllerAs(sub, ctrl, nqn, testHostNQN, state)
+}
+
+// controllerAs is controller connected as hostNQN.
+func (h *fakeHost) controllerAs(sub, ctrl, nqn, hostNQN, state string) {
 	d := h.ctrlDir(ctrl)
 	h.write(filepath.Join(d, "subsysnqn"), nqn+"\n")
+	h.write(filepath.Join(d, "hostnqn"), hostNQN+"\n")
 	h.write(filepath.Join(d, "state"), state+"\n")
 	h.write(filepath.Join(d, "transport"), "tcp\n")
 	h.write(filepath.Join(d, "delete_controller"), "")
@@ -147,4 +158,125 @@ func (h *fakeHost) write(path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// reapDeleted plays the kernel's part in deleting controllers until the
+// test ends: a controller whose delete_controller was written, or whose
+// state is already "deleting", leaves sysfs with its namespaces' device
+// nodes, and a subsystem with no controller left goes with its heads. It
+// returns what delete_controller held when each controller was reaped.
+func (h *fakeHost) reapDeleted() func() map[string]string {
+	var (
+		mu     sync.Mutex
+		reaped = map[string]string{}
+		stop   = make(chan struct{})
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			ctrls, _ := os.ReadDir(filepath.Join(h.sys, "class", "nvme"))
+			for _, e := range ctrls {
+				d := h.ctrlDir(e.Name())
+				del, _ := os.ReadFile(filepath.Join(d, "delete_controller"))
+				state, _ := os.ReadFile(filepath.Join(d, "state"))
+				if string(del) != "1" && !strings.HasPrefix(string(state), stateDeleting) {
+					continue
+				}
+				// Recorded first: whoever sees it gone finds it here.
+				mu.Lock()
+				reaped[e.Name()] = string(del)
+				mu.Unlock()
+				h.removeController(e.Name())
+			}
+		}
+	}()
+	h.t.Cleanup(func() { close(stop); <-done })
+	return func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(reaped)
+	}
+}
+
+// removeController is the end of a controller's deletion, in the kernel's
+// order: its namespaces' device nodes, its link in its subsystem and the
+// subsystem with its heads when no controller is left in it, and only
+// then the controller's own directory. It reports failures with Errorf:
+// it runs outside the test's goroutine.
+func (h *fakeHost) removeController(ctrl string) {
+	rm := func(p string) {
+		if err := os.RemoveAll(p); err != nil {
+			h.t.Errorf("removing %s: %v", p, err)
+		}
+	}
+	entries, _ := os.ReadDir(h.ctrlDir(ctrl))
+	for _, e := range entries {
+		if namespaceName.MatchString(e.Name()) {
+			rm(filepath.Join(h.dev, e.Name()))
+		}
+	}
+	subs, _ := os.ReadDir(filepath.Join(h.sys, "class", "nvme-subsystem"))
+	for _, sub := range subs {
+		dir := h.subsysDir(sub.Name())
+		if _, err := os.Lstat(filepath.Join(dir, ctrl)); err != nil {
+			continue // not this controller's subsystem
+		}
+		rm(filepath.Join(dir, ctrl))
+		entries, _ := os.ReadDir(dir)
+		left := false
+		for _, e := range entries {
+			left = left || controllerName.MatchString(e.Name())
+		}
+		if left {
+			continue
+		}
+		for _, e := range entries {
+			if namespaceName.MatchString(e.Name()) {
+				rm(filepath.Join(h.dev, e.Name()))
+			}
+		}
+		rm(dir)
+	}
+	// The directory goes at once, as sysfs shows it: the test then never
+	// sees a controller half gone (the connector copes with that anyway).
+	trash, err := os.MkdirTemp(filepath.Dir(h.sys), "deleted-")
+	if err != nil {
+		h.t.Errorf("removing %s: %v", ctrl, err)
+		return
+	}
+	if err := os.Rename(h.ctrlDir(ctrl), filepath.Join(trash, ctrl)); err != nil {
+		h.t.Errorf("removing %s: %v", ctrl, err)
+	}
+	rm(trash)
+}
+
+// connectingKernel plays the kernel's part in a connect: it makes
+// controller ctrl in subsystem sub, connected as the options' hostnqn,
+// with a multipath head ns, and records the options it saw.
+func (h *fakeHost) connectingKernel(sub, ctrl, ns string, saw *[]string) func(string) error {
+	return func(opts string) error {
+		*saw = append(*saw, opts)
+		h.subsystem(sub, optionValue(opts, "nqn"))
+		h.controllerAs(sub, ctrl, optionValue(opts, "nqn"), optionValue(opts, "hostnqn"), "live")
+		h.head(sub, ns)
+		return nil
+	}
+}
+
+// optionValue is key's value in a fabrics option string.
+func optionValue(opts, key string) string {
+	for _, kv := range strings.Split(opts, ",") {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

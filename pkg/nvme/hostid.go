@@ -2,6 +2,7 @@ package nvme
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -158,4 +159,56 @@ func newUUID() (string, error) {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// hostIDNamespace is the UUID namespace of host IDs derived from host NQNs
+// that carry no UUID of their own (a fixed, random UUID: the derivation
+// must give every node and every release the same ID for one NQN).
+var hostIDNamespace = [16]byte{0x0c, 0xa6, 0x08, 0x9a, 0xc3, 0x82, 0x4f, 0xef, 0x95, 0x9c, 0x5d, 0x03, 0xbf, 0xe0, 0x66, 0x06}
+
+// AttachmentHostIdentity is the identity one attachment connects with:
+// the host NQN the controller derived for it under storage fencing, and
+// a host ID that belongs to that NQN alone. The kernel refuses one host ID
+// under two host NQNs (and one NQN under two IDs), so the node's own
+// /etc/nvme/hostid is never paired with it:
+//
+//   - the UUID form nqn.2014-08.org.nvmexpress:uuid:<u> gets host ID u,
+//     as nvme-cli derives it;
+//   - any other NQN gets a name-based (version 5) UUID of the NQN, the
+//     same on every node and every call.
+//
+// The NQN is validated strictly, since it goes into the fabrics option
+// string. Errors never quote it: it is the attachment's fencing token, and
+// error texts end up in events that more people can read.
+func AttachmentHostIdentity(nqn string) (HostIdentity, error) {
+	switch {
+	case nqn == "":
+		return HostIdentity{}, fmt.Errorf("%w: the attachment's host NQN is empty", ErrInvalidArgument)
+	case len(nqn) > maxNQNLength:
+		return HostIdentity{}, fmt.Errorf("%w: the attachment's host NQN is %d bytes, more than the %d an NQN may have", ErrInvalidArgument, len(nqn), maxNQNLength)
+	case !nqnPattern.MatchString(nqn):
+		return HostIdentity{}, fmt.Errorf("%w: the attachment's host NQN is not an NVMe qualified name (nqn.<yyyy-mm>.<reverse domain>[:<name>], no ',', '=' or whitespace)", ErrInvalidArgument)
+	case strings.EqualFold(nqn, discoveryNQN):
+		return HostIdentity{}, fmt.Errorf("%w: the attachment's host NQN is the discovery subsystem's NQN", ErrInvalidArgument)
+	}
+	if u, ok := strings.CutPrefix(nqn, uuidNQNPrefix); ok {
+		u = strings.ToLower(u)
+		if !uuidPattern.MatchString(u) {
+			return HostIdentity{}, fmt.Errorf("%w: the attachment's host NQN has the UUID form's prefix (%s) but no UUID after it", ErrInvalidArgument, uuidNQNPrefix)
+		}
+		return HostIdentity{NQN: nqn, ID: u}, nil
+	}
+	return HostIdentity{NQN: nqn, ID: nameUUID(hostIDNamespace, nqn)}, nil
+}
+
+// nameUUID is the name-based, SHA-1 (version 5) UUID of name in namespace
+// ns (RFC 9562, section 5.5).
+func nameUUID(ns [16]byte, name string) string {
+	h := sha1.New()
+	h.Write(ns[:])
+	h.Write([]byte(name))
+	b := h.Sum(nil)[:16]
+	b[6] = b[6]&0x0f | 0x50
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

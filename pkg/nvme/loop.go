@@ -63,10 +63,16 @@ func NewLoopConnector(cfg LoopConfig) (*LoopConnector, error) {
 }
 
 // Connect attaches the NQN's backing file to a loop device, or returns the
-// loop device already attached to it. Address and port are not used.
+// loop device already attached to it. Address and port are not used; a
+// loop device presents no host, so a host NQN is only validated.
 func (l *LoopConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if err := l.guard.check(t.NQN); err != nil {
 		return "", err
+	}
+	if t.HostNQN != "" {
+		if _, err := AttachmentHostIdentity(t.HostNQN); err != nil {
+			return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
+		}
 	}
 	unlock, err := l.locks.lock(ctx, t.NQN)
 	if err != nil {

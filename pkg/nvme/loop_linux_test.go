@@ -131,8 +131,9 @@ func TestLoopConnectorLifecycle(t *testing.T) {
 		t.Fatalf("backing file has %q (%v), want %q", got, err, payload)
 	}
 
-	// Idempotent, also for a fresh instance (a restarted node plugin).
-	if again, err := l.Connect(ctx, Target{NQN: nqnA}); err != nil || again != dev {
+	// Idempotent, also for a fresh instance (a restarted node plugin), and
+	// an attachment's host NQN changes nothing: a loop device has no host.
+	if again, err := l.Connect(ctx, Target{NQN: nqnA, HostNQN: attachA}); err != nil || again != dev {
 		t.Fatalf("second Connect = %q, %v; want %q", again, err, dev)
 	}
 	l2 := newLoopConnector(t, vols)

@@ -30,6 +30,11 @@ func TestLoopConnectorGuards(t *testing.T) {
 	if _, err := l.Connect(ctx, Target{NQN: nqnForeign}); !errors.Is(err, ErrForeignNQN) {
 		t.Errorf("Connect(foreign) = %v", err)
 	}
+	// A loop device presents no host, but a malformed host NQN is refused
+	// as by the NVMe/TCP connector.
+	if _, err := l.Connect(ctx, Target{NQN: nqnA, HostNQN: "nqn.2024-01.lan.example:a,b"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Connect(malformed host NQN) = %v", err)
+	}
 	if err := l.Disconnect(ctx, nqnForeign, notInUse); !errors.Is(err, ErrForeignNQN) {
 		t.Errorf("Disconnect(foreign) = %v", err)
 	}

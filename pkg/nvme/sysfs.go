@@ -17,7 +17,7 @@ import (
 //	/sys/class/nvme-subsystem/nvme-subsysS/subsysnqn
 //	/sys/class/nvme-subsystem/nvme-subsysS/nvmeX        -> the controller (symlink)
 //	/sys/class/nvme-subsystem/nvme-subsysS/nvmeSnN      native multipath head (/dev/nvmeSnN)
-//	/sys/class/nvme/nvmeX/{subsysnqn,state,delete_controller,rescan_controller}
+//	/sys/class/nvme/nvmeX/{subsysnqn,state,hostnqn,delete_controller,rescan_controller}
 //	/sys/class/nvme/nvmeX/nvmeScXnN                     one path of a multipath head (hidden, no /dev node)
 //	/sys/class/nvme/nvmeX/nvmeXnN                       namespace without multipath (/dev/nvmeXnN)
 var (
@@ -165,6 +165,29 @@ func (s sysfs) lookup(nqn string) (nqnState, error) {
 // action to another subsystem's controller.
 func (s sysfs) controllerNQN(c string) (string, error) {
 	return readAttr(filepath.Join(s.controllerDir(c), "subsysnqn"))
+}
+
+// errNoHostNQN: a controller shows no hostnqn attribute, although it is
+// there. The kernel removes a controller's attributes one by one when it
+// deletes it, so this is usually a moment in a deletion.
+var errNoHostNQN = errors.New("shows no hostnqn in sysfs")
+
+// controllerHostNQN reads the host NQN a controller connected with (the
+// kernel shows it for every fabrics controller). ok is false when the
+// controller has gone meanwhile; errNoHostNQN when it is there without
+// the attribute.
+func (s sysfs) controllerHostNQN(c string) (nqn string, ok bool, err error) {
+	nqn, err = readAttr(filepath.Join(s.controllerDir(c), "hostnqn"))
+	if err == nil {
+		return nqn, true, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", false, err
+	}
+	if _, serr := os.Stat(filepath.Join(s.controllerDir(c), "state")); errors.Is(serr, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	return "", false, fmt.Errorf("controller %s %w", c, errNoHostNQN)
 }
 
 // writeControllerAttr writes "1" to a controller attribute such as

@@ -2,6 +2,7 @@ package nvme
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -192,8 +193,10 @@ func (c *TCPConnector) HostIdentity() (HostIdentity, error) {
 	return id, nil
 }
 
-// Connect connects the node to t (unless a live controller for t.NQN already
-// exists) and waits, bounded by ctx, for the namespace block device.
+// Connect connects t.NQN as t's host (unless a live controller of that
+// host already exists) and waits, bounded by ctx, for the namespace block
+// device. Controllers of t.NQN connected as another host are disconnected
+// first (removeEarlierAttachments).
 func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if err := c.guard.check(t.NQN); err != nil {
 		return "", err
@@ -205,6 +208,10 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if port < 1 || port > 65535 {
 		return "", fmt.Errorf("%w: port %d for %s", ErrInvalidArgument, t.Port, t.NQN)
 	}
+	id, err := c.hostFor(t)
+	if err != nil {
+		return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
+	}
 	logger := klog.FromContext(ctx).WithValues("nqn", t.NQN)
 
 	unlock, err := c.locks.lock(ctx, t.NQN)
@@ -213,6 +220,9 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	}
 	defer func() { unlock() }()
 
+	if err := c.removeEarlierAttachments(ctx, t.NQN, id); err != nil {
+		return "", err
+	}
 	st, err := c.sys.lookup(t.NQN)
 	if err != nil {
 		return "", err
@@ -226,10 +236,6 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
 	}
-	id, err := c.HostIdentity()
-	if err != nil {
-		return "", fmt.Errorf("connecting %s: host identity: %w", t.NQN, err)
-	}
 	opts := c.options(addr, port, t.NQN, id)
 
 	results, err := c.startFabricsWrite(ctx, opts)
@@ -242,7 +248,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		switch {
 		case r.err == nil:
 			fresh = true
-			logger.Info("connected", "address", addr, "port", port, "reply", r.reply)
+			logger.Info("connected", "address", addr, "port", port, "as", c.hostLabel(id.NQN), "reply", r.reply)
 		case errors.Is(r.err, syscall.EALREADY):
 			logger.Info("kernel reports the controller already exists", "address", addr, "port", port)
 		default:
@@ -278,6 +284,107 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		}
 	}
 	return dev, err
+}
+
+// hostFor is the identity t is connected with: the attachment's own host
+// NQN (with the host ID derived from it) when t names one, else the
+// node's.
+func (c *TCPConnector) hostFor(t Target) (HostIdentity, error) {
+	own, err := c.HostIdentity()
+	if err != nil {
+		return HostIdentity{}, fmt.Errorf("host identity: %w", err)
+	}
+	if t.HostNQN == "" || t.HostNQN == own.NQN {
+		return own, nil
+	}
+	id, err := AttachmentHostIdentity(t.HostNQN)
+	if err != nil {
+		return HostIdentity{}, err
+	}
+	if id.ID == own.ID {
+		return HostIdentity{}, fmt.Errorf("%w: the attachment's host NQN maps to host ID %s, this node's own (%s); the kernel refuses one host ID under two host NQNs", ErrInvalidArgument, id.ID, filepath.Join(c.cfg.EtcNVMeDir, hostIDFile))
+	}
+	return id, nil
+}
+
+// hostLabel names a host NQN for logs and errors. The node's own NQN is
+// public (it is in the node ID); an attachment's is its fencing token, so
+// only a fingerprint of it is shown.
+func (c *TCPConnector) hostLabel(nqn string) string {
+	if own, err := c.HostIdentity(); err == nil && nqn == own.NQN {
+		return "this node's host NQN " + nqn
+	}
+	sum := sha256.Sum256([]byte(nqn))
+	return fmt.Sprintf("attachment host NQN sha256:%x", sum[:6])
+}
+
+// removeEarlierAttachments disconnects every controller of subsystem nqn
+// that connected as another host than id, and waits, bounded by ctx, until
+// all of them have left sysfs. Such a controller belongs to an earlier
+// attachment of the volume: one fenced since (still reconnecting, its
+// writes queued), or one made before the upgrade on the node's own NQN.
+// The new controller would join its kernel subsystem, and with native
+// multipath its namespace head, where the old attachment's queued writes
+// are requeued onto the new, live path and land. The caller holds nqn's
+// lock.
+func (c *TCPConnector) removeEarlierAttachments(ctx context.Context, nqn string, id HostIdentity) error {
+	logger := klog.FromContext(ctx).WithValues("nqn", nqn)
+	asked := map[string]bool{}
+	var ticker *time.Ticker
+	for {
+		st, err := c.sys.lookup(nqn)
+		if err != nil {
+			return err
+		}
+		var left, unknown []string
+		for _, ctrl := range st.controllers {
+			host, ok, err := c.sys.controllerHostNQN(ctrl.name)
+			if errors.Is(err, errNoHostNQN) {
+				// Whose it is cannot be told: neither shared nor deleted.
+				unknown = append(unknown, ctrl.name)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("connecting %s: %w", nqn, err)
+			}
+			if !ok || host == id.NQN {
+				continue
+			}
+			left = append(left, ctrl.name)
+			if asked[ctrl.name] || strings.HasPrefix(ctrl.state, stateDeleting) {
+				continue // on its way out
+			}
+			if got, err := c.sys.controllerNQN(ctrl.name); err != nil || got != nqn {
+				continue // gone or renumbered since the scan; the next one tells
+			}
+			asked[ctrl.name] = true
+			err = c.sys.writeControllerAttr(ctrl.name, "delete_controller")
+			switch {
+			case err == nil:
+				logger.Info("disconnected a controller of an earlier attachment before connecting a new one: they never share a controller or multipath head, so writes the old one holds cannot reach the volume",
+					"controller", ctrl.name, "state", ctrl.state, "itsHost", c.hostLabel(host), "connectingAs", c.hostLabel(id.NQN))
+			case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.EBUSY):
+				// Gone, or already being deleted: wait for it below.
+			default:
+				return fmt.Errorf("connecting %s: disconnecting controller %s of an earlier attachment (%s): %w", nqn, ctrl.name, c.hostLabel(host), err)
+			}
+		}
+		if len(left) == 0 && len(unknown) == 0 {
+			return nil
+		}
+		if ticker == nil {
+			ticker = time.NewTicker(c.cfg.PollInterval)
+			defer ticker.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			if len(left) == 0 {
+				return fmt.Errorf("connecting %s: controller(s) %v of the subsystem show no hostnqn in sysfs, so whether they belong to an earlier attachment cannot be told (a kernel without the attribute?); refusing to share them: %w", nqn, unknown, ctx.Err())
+			}
+			return fmt.Errorf("connecting %s: controller(s) %v of an earlier attachment are still being removed; the new attachment must not share them: %w", nqn, append(left, unknown...), ctx.Err())
+		case <-ticker.C:
+		}
+	}
 }
 
 // DevicePath returns /dev/<namespace> for nqn as sysfs shows it now.
@@ -545,7 +652,7 @@ func (c *TCPConnector) connectError(ctx context.Context, nqn, addr string, port 
 	if errors.Is(err, syscall.EIO) && c.discover != nil {
 		offered, derr := c.discover(ctx, addr, port, id)
 		if derr == nil && !slices.Contains(offered, nqn) {
-			return fmt.Errorf("%w: the target at %s does not offer %s to this node (host NQN %s): the volume is not exported there, or this node is not its allowed host; the target offers %d other subsystem(s) to it", ErrSubsystemNotFound, target, nqn, id.NQN, len(offered))
+			return fmt.Errorf("%w: the target at %s does not offer %s to this node as %s: the volume is not exported there, or this host is not its allowed host (a fenced or ended attachment's host NQN never is again); the target offers %d other subsystem(s) to it", ErrSubsystemNotFound, target, nqn, c.hostLabel(id.NQN), len(offered))
 		}
 		if derr != nil {
 			klog.FromContext(ctx).V(2).Info("discovery after a refused connect failed", "nqn", nqn, "err", derr)

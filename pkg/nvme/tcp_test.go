@@ -816,3 +816,47 @@ func TestConnectWaitsForAnOpenableDevice(t *testing.T) {
 		t.Fatalf("Connect = %q, %v; want %s", p, err, dev)
 	}
 }
+
+// A controller of the volume's subsystem that connected as another host
+// belongs to an earlier attachment: here one with its own host NQN, still
+// live on this node after it was fenced, writes queued. Connect must never
+// hand out its device or connect beside it (the new controller would join
+// its kernel subsystem and multipath head, and its queued writes would go
+// out on the new path): it disconnects it, waits until it is gone, and
+// only then connects. Controllers of other subsystems are not touched.
+func TestConnectNeverReusesAnotherHostsController(t *testing.T) {
+	const earlier = "nqn.2014-08.org.nvmexpress:uuid:7d1c9a52-4e3b-4f60-a1d2-3c4b5a697887"
+	h := newFakeHost(t)
+	h.subsystem("nvme-subsys0", nqnA)
+	h.controllerAs("nvme-subsys0", "nvme0", nqnA, earlier, "live")
+	h.head("nvme-subsys0", "nvme0n1")
+	h.subsystem("nvme-subsys1", nqnB)
+	h.controllerAs("nvme-subsys1", "nvme1", nqnB, earlier, "live")
+	h.head("nvme-subsys1", "nvme1n1")
+	reaped := h.reapDeleted()
+	c := h.connector()
+	var saw []string
+	kernel := h.connectingKernel("nvme-subsys2", "nvme2", "nvme2n1", &saw)
+	c.kernel = func(opts string) error {
+		if _, err := os.Stat(h.ctrlDir("nvme0")); err == nil {
+			t.Error("the kernel was asked to connect while the earlier attachment's controller nvme0 was still there")
+		}
+		return kernel(opts)
+	}
+	got, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(h.dev, "nvme2n1"); got != want {
+		t.Errorf("Connect = %q, want the new controller's %q: the earlier attachment's controller was reused", got, want)
+	}
+	if del := reaped()["nvme0"]; del != "1" {
+		t.Errorf("nvme0 (connected as another host) was not disconnected (delete_controller %q)", del)
+	}
+	if len(saw) != 1 || optionValue(saw[0], "hostnqn") != testHostNQN {
+		t.Errorf("connects %q, want one as the node's host NQN", saw)
+	}
+	if got := h.ctrlAttr("nvme1", "delete_controller"); got != "" {
+		t.Errorf("volume B's controller was deleted (%q)", got)
+	}
+}

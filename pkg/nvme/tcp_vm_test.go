@@ -418,6 +418,79 @@ func TestVMAllowedHostChange(t *testing.T) {
 	}
 }
 
+// A new attachment of a volume never shares the kernel's controller or
+// multipath head with an earlier one: connected as host A (the UUID form),
+// Connect as host B (another form) disconnects A's controller before it
+// connects B's, each with the host ID derived from its own NQN; B again is
+// idempotent. The export admits any host, so only the connector decides.
+func TestVMConnectAsNewAttachment(t *testing.T) {
+	requireVM(t)
+	const (
+		hostA = "nqn.2014-08.org.nvmexpress:uuid:3f2b8c1d-6e4a-4b5c-9d8e-7f6a5b4c3d2e"
+		hostB = "nqn.2024-01.lan.example:attachment-b"
+	)
+	nqn := testPrefix + "vm-attachments"
+	vmExport(t, 16<<20, "", nqn)
+	c := vmConnector(t)
+	ctx := vmCtx(t, 2*time.Minute)
+	t.Cleanup(func() { deleteAll(t, nqn) })
+	// hosts lists each controller of nqn as "nvmeX hostnqn hostid".
+	hosts := func() []string {
+		t.Helper()
+		var out []string
+		for _, ctrl := range controllersOf(t, nqn) {
+			hn, _ := readAttr(filepath.Join("/sys/class/nvme", ctrl, "hostnqn"))
+			hid, _ := readAttr(filepath.Join("/sys/class/nvme", ctrl, "hostid"))
+			out = append(out, ctrl+" "+hn+" "+hid)
+		}
+		return out
+	}
+	idA, err := AttachmentHostIdentity(hostA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := AttachmentHostIdentity(hostB)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := c.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqn, HostNQN: hostA}); err != nil {
+		t.Fatal(err)
+	}
+	got := hosts()
+	if len(got) != 1 || !strings.HasSuffix(got[0], " "+idA.NQN+" "+idA.ID) {
+		t.Fatalf("controllers after connecting as A: %q, want one as %s with host ID %s", got, idA.NQN, idA.ID)
+	}
+
+	devB, err := c.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqn, HostNQN: hostB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = hosts()
+	if len(got) != 1 || !strings.HasSuffix(got[0], " "+idB.NQN+" "+idB.ID) {
+		t.Fatalf("controllers after connecting as B: %q, want only B's (%s, host ID %s): A's must be gone", got, idB.NQN, idB.ID)
+	}
+	f, err := os.OpenFile(devB, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("written by attachment B")
+	if _, err := f.WriteAt(msg, 8192); err != nil {
+		t.Errorf("writing through B's device %s: %v", devB, err)
+	} else if err := f.Sync(); err != nil {
+		t.Errorf("syncing B's device %s: %v", devB, err)
+	}
+	f.Close()
+
+	again, err := c.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqn, HostNQN: hostB})
+	if err != nil || again != devB {
+		t.Errorf("Connect as B again = %q, %v; want %q", again, err, devB)
+	}
+	if after := hosts(); len(after) != 1 || after[0] != got[0] {
+		t.Errorf("controllers after connecting as B again: %q, want %q", after, got)
+	}
+}
+
 // A node whose nvme-tcp module is not loaded gets an error that names the
 // fix. The module is loaded again from the unpacked kernel package. Last
 // of the tests: unloading needs every nvme-tcp controller gone.
