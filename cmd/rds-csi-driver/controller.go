@@ -52,6 +52,7 @@ type controllerOptions struct {
 	OrphanedClaimThreshold time.Duration
 	WatchStallThreshold    time.Duration
 	ReactionTimeout        time.Duration
+	ExportReconcilePeriod  time.Duration
 
 	// OutOfServiceTaint: taint a node out of service once a NotReady fence
 	// has cut it off (storage fencing only).
@@ -74,6 +75,7 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
 	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
 	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
+	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with --storage-fencing=allow-host: how often the leader compares every export on the RDS with its volume's live claims and fixes a mismatch (also at start and after each takeover); one /disk print plus, per mismatch only, a PV read")
 	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
 }
 
@@ -108,6 +110,9 @@ func (o *controllerOptions) validate() error {
 	}
 	if o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 || o.OrphanedClaimThreshold < 0 {
 		problems = append(problems, "--not-ready-threshold and --orphaned-claim-threshold must not be negative, --migration-timeout must be positive")
+	}
+	if o.ExportReconcilePeriod < time.Second {
+		problems = append(problems, fmt.Sprintf("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod))
 	}
 	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
 		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
@@ -154,17 +159,18 @@ func rdsObserver(m *metrics.Metrics) func(rds.CommandRecord) {
 // server: the informers' index, the Fencer, leader election, the HTTP
 // endpoint.
 type controllerProcess struct {
-	opts    controllerOptions
-	driver  csi.Options
-	client  kubernetes.Interface
-	index   *informers.AttachmentIndex
-	ctrl    *informers.Controller
-	metrics *metrics.Metrics
-	health  *health.Server
-	leader  atomic.Bool
-	events  record.EventBroadcaster
-	rec     record.EventRecorder
-	cs      *csi.ControllerServer
+	opts     controllerOptions
+	driver   csi.Options
+	client   kubernetes.Interface
+	index    *informers.AttachmentIndex
+	ctrl     *informers.Controller
+	metrics  *metrics.Metrics
+	health   *health.Server
+	leader   atomic.Bool
+	events   record.EventBroadcaster
+	rec      record.EventRecorder
+	reporter *fencing.Reporter
+	cs       *csi.ControllerServer
 }
 
 // newControllerProcess wires the index, claims, Fencer and reporter, and
@@ -174,11 +180,12 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	p.events = record.NewBroadcaster()
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
 	reporter := fencing.NewReporter(p.rec, m)
+	p.reporter = reporter
 	claims := informers.NewClaims(client, driverOpts.DriverName)
 	if driverOpts.AllowHostFencing() {
 		// A fence cuts the node's host off the RDS before it releases
 		// the claim; failing that, the claim stays and the fence retries.
-		claims.CutStorageOnFence(cs.CutOff)
+		claims.CutStorageOnFence(cs)
 	}
 	fencer := fencing.NewFencer(claims, reporter, p.isLeader, opts.policy(), nil)
 	var recovered func(context.Context, string) error
@@ -253,27 +260,40 @@ func (p *controllerProcess) run(ctx context.Context) {
 		start(func() { p.elect(ctx, start) })
 	} else {
 		p.setLeader(true)
-		start(func() { p.closeUnclaimedExports(ctx) })
+		start(func() { p.reconcileExports(ctx) })
 	}
 	wg.Wait()
 }
 
-// closeUnclaimedExports runs the leader's one-time pass of storage
-// fencing over volumes made before it was on (csi.CloseUnclaimedExports),
-// once the index has synced.
-func (p *controllerProcess) closeUnclaimedExports(ctx context.Context) {
+// reconcileExports runs storage fencing's reconcile of every export
+// against the live claims (csi.ReconcileExports) while this replica
+// leads: once the index has synced (at start and after each takeover),
+// then every --export-reconcile-period. ctx is the leadership's: losing
+// the lease stops the pass before its next RDS write.
+func (p *controllerProcess) reconcileExports(ctx context.Context) {
 	if !p.driver.AllowHostFencing() || !p.ctrl.WaitForSync(ctx) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	n, err := p.cs.CloseUnclaimedExports(rctx)
-	if err != nil {
-		logger.Error(err, "storage fencing: closing the exports of unclaimed volumes", "closed", n)
-		return
+	report := func(m csi.Mismatch) {
+		logger.Info("storage fencing: export did not match the live claims", "volume", m.Volume, "pv", m.PV, "found", m.Found.String(), "now", m.Now.String(), "err", m.Err)
+		p.reporter.ExportMismatch(fencing.VolumeRef{PV: m.PV, Handle: m.Volume}, m.Found.String(), m.Now.String(), m.Err)
 	}
-	logger.Info("storage fencing: exports of unclaimed volumes open to any host closed", "closed", n)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, p.opts.ExportReconcilePeriod+5*time.Minute)
+		n, err := p.cs.ReconcileExports(rctx, report)
+		cancel()
+		if err != nil {
+			logger.Error(err, "storage fencing: reconciling exports with claims", "fixed", n)
+		} else {
+			logger.V(2).Info("storage fencing: exports reconciled with claims", "fixed", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(p.opts.ExportReconcilePeriod):
+		}
+	}
 }
 
 func (p *controllerProcess) reportIndexSize(ctx context.Context) {
@@ -330,13 +350,13 @@ func (p *controllerProcess) elect(ctx context.Context, start func(func())) {
 			ReleaseOnCancel: true,
 			Name:            lock.LeaseMeta.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
+				OnStartedLeading: func(leading context.Context) {
 					p.setLeader(true)
 					logger.Info("became the leader: running node-failure fencing", "identity", id)
 					// Failures that happened while another replica led (or
 					// none did) are fenced now.
 					p.ctrl.RefenceStale()
-					start(func() { p.closeUnclaimedExports(ctx) })
+					start(func() { p.reconcileExports(leading) })
 				},
 				OnStoppedLeading: func() {
 					p.setLeader(false)

@@ -67,7 +67,7 @@ func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
 	opts := controllerOptions{
 		LeaderElection: true, LeaderElectionNamespace: "rds-csi",
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
-		MigrationTimeout: 5 * time.Minute, WatchStallThreshold: 30 * time.Second, ReactionTimeout: 15 * time.Second,
+		MigrationTimeout: 5 * time.Minute, WatchStallThreshold: 30 * time.Second, ReactionTimeout: 15 * time.Second, ExportReconcilePeriod: time.Minute,
 	}
 	if err := opts.validate(); err != nil {
 		t.Fatal(err)

@@ -93,6 +93,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return fail("invalid configuration: Kubernetes client: %v", err)
 			}
 		}
+		if opts.AllowHostFencing() {
+			key, err := csi.LoadAttachmentKey(opts.AttachmentKeyFile, opts.RDSKeyFile)
+			if err != nil {
+				return fail("invalid configuration: storage fencing: %v", err)
+			}
+			opts.AttachmentKey = key
+		}
 		m := metrics.New()
 		rdsCfg := opts.RDSConfig()
 		rdsCfg.Observer = rdsObserver(m)

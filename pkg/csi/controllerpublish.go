@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -58,8 +59,14 @@ type ClaimStore interface {
 	Commit(ctx context.Context, v *informers.Volume, node string, claim informers.Claim, fenced []string) error
 	// ReleaseUnpublished drops node's claim on a PV unless a live,
 	// non-deleting VolumeAttachment of the handle on node stands on it.
-	// before (may be nil) runs just before the claim goes.
-	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before informers.StorageCut) (bool, error)
+	// before (may be nil) runs just before the claim goes; its error
+	// keeps the claim.
+	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (bool, error)
+	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
+	// of handle on node exists.
+	LiveAttachment(ctx context.Context, handle, node string) (bool, error)
+	// Withdraw drops node's claim if it is still the one committed.
+	Withdraw(ctx context.Context, pvName, node string, committed informers.Claim) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.
 	LiveNode(ctx context.Context, name string) (fencing.NodeState, error)
 	// LiveClaims reads a PV's claims from the API server.
@@ -304,12 +311,34 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		return nil, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
 			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
 	}
+	fencingOn := s.d.opts.AllowHostFencing()
+	if p.mode == fencing.MultiNodeMultiWriter && !claimed && !decision.MigrationStart && len(v.Claims) > 0 {
+		// The policy sees this node's VolumeAttachment (which exists
+		// before every publish) as a holding already; without a claim it
+		// is the migration target joining.
+		others := make([]string, 0, len(v.Claims))
+		for n := range v.Claims {
+			others = append(others, n)
+		}
+		sort.Strings(others)
+		decision.MigrationStart = true
+		decision.Verdict = fencing.Allow
+		decision.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", id, strings.Join(others, ", "), node)
+	}
 	if !claimed || claim.NodeUID != p.self.UID {
-		// A first claim, or one of an earlier incarnation of this node.
-		claim = informers.Claim{At: now.UTC().Truncate(time.Second)}
+		// A first claim, or one of an earlier incarnation of this node:
+		// a new attachment, with its own host NQN under storage fencing.
+		claim = informers.Claim{At: newClaimTime(now, v.Claims)}
+		if fencingOn {
+			if claim.Nonce, err = newNonce(); err != nil {
+				return nil, statusf(codes.Internal, "volume %s: %v", id, err)
+			}
+		}
 	}
 	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
-	if s.d.opts.AllowHostFencing() {
+	if fencingOn && claim.Nonce == "" {
+		// An attachment made before per-attachment host NQNs keeps the
+		// node's own NQN until it ends.
 		claim.HostNQN = p.ident.HostNQN
 	}
 	// Every success is a write, a repeated publish too: a concurrent
@@ -320,22 +349,24 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	for _, f := range decision.Fence {
 		fenced = append(fenced, f.Node)
 	}
-	// Storage fencing: the RDS lets the node in (and everyone else out)
-	// before the node is told it may write. A fenced node's claim goes only
-	// once its host is cut off, so then the export moves first (a failure
-	// leaves the claim, and the fence to retry); otherwise the claim is
-	// committed first, so a publish that loses the race for the claim never
-	// moves the export away from the winner. On a failure after the commit
-	// the claim stays, as for any publish that fails after recording it:
-	// the attacher retries, or its detach releases it.
-	export, err := p.plannedExport(v, claim, fenced)
-	if err != nil {
-		return nil, err
-	}
-	if export != nil && len(fenced) > 0 {
-		if err := export(ctx); err != nil {
-			return nil, err
+	if fencingOn {
+		holders := 1
+		for n := range v.Claims {
+			if n != node && !slices.Contains(fenced, n) {
+				holders++
+			}
 		}
+		if holders > 1 && len(fenced) > 0 {
+			// Joining a holder (a migration) moves the export without a
+			// drop, which would leave the fenced node connected.
+			s.pub.Reporter.PublishFailed("storage")
+			return nil, statusf(codes.Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, node, holders-1)
+		}
+	}
+	// A claim stands on a live VolumeAttachment: a replica that wakes up
+	// after the attachment was detached must not leave one behind.
+	if err := p.requireAttachment(ctx); err != nil {
+		return nil, err
 	}
 	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
 		if errors.Is(err, informers.ErrConflict) {
@@ -344,46 +375,108 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		s.pub.Reporter.PublishFailed("error")
 		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
 	}
-	if export != nil && len(fenced) == 0 {
-		if err := export(ctx); err != nil {
-			return nil, err
+	// Confirmed after the commit: the VolumeAttachment is still live, and
+	// the node is still the incarnation the claim names (a Node deleted
+	// and re-created in between is another node). Otherwise the claim is
+	// taken back and nothing is answered.
+	if err := p.confirmCommitted(ctx, v, claim, !claimed || v.Claims[node].NodeUID != p.self.UID); err != nil {
+		return nil, err
+	}
+	pc := s.publishContext(id)
+	if fencingOn {
+		// The RDS lets the attachment in (and everyone else out) before the
+		// node is told it may write; fenced nodes' claims are gone with the
+		// commit, so their hosts are dropped.
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node})
+		if err != nil {
+			s.pub.Reporter.PublishFailed("storage")
+			return nil, storageError(id, node, err)
+		}
+		live, ok := res.claims[node]
+		if !ok || live.Nonce != claim.Nonce || live.NodeUID != claim.NodeUID {
+			s.pub.Reporter.PublishFailed("conflict")
+			return nil, statusf(codes.Aborted, "volume %s: node %s's claim was released or replaced while its export was being opened (a concurrent unpublish or fence); the export follows the live claims, and the request is retried", id, node)
+		}
+		if live.Nonce != "" {
+			// Without it (an attachment from before per-attachment host
+			// NQNs) the node connects with its own NQN.
+			pc[PublishContextHostNQN] = s.d.claimHost(id, node, live)
 		}
 	}
 	s.pub.Reporter.Published(v.Ref(), node, decision)
 	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
-	return &csi.ControllerPublishVolumeResponse{PublishContext: s.publishContext(id)}, nil
+	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
 }
 
-// plannedExport is, with storage fencing, the export change this publish
-// makes (nil without storage fencing). With one holder the export moves to
-// it, dropping every other connection. With two (a live migration) it
-// moves to the target without dropping the source's connection; a publish
-// that would also fence a third node is ABORTED until the fence reaction
-// has cut that node off (a drop now would cut off the source too).
-func (p *publishing) plannedExport(v *informers.Volume, claim informers.Claim, fenced []string) (func(context.Context) error, error) {
+// newClaimTime is when a new claim is made: now, to the second, but
+// always after every other claim's time, so that "the newest claim" (the
+// one the export goes to, a migration's target) is never a tie.
+func newClaimTime(now time.Time, others map[string]informers.Claim) time.Time {
+	at := now.UTC().Truncate(time.Second)
+	for _, c := range others {
+		if !at.After(c.At) {
+			at = c.At.UTC().Add(time.Second)
+		}
+	}
+	return at
+}
+
+// requireAttachment: a live, non-deleting VolumeAttachment of the volume
+// on the node exists (read from the API server).
+func (p *publishing) requireAttachment(ctx context.Context) error {
+	id, node := p.req.GetVolumeId(), p.ident.Name
+	ok, err := p.s.pub.Claims.LiveAttachment(ctx, id, node)
+	if err != nil {
+		p.s.pub.Reporter.PublishFailed("unconfirmed")
+		return statusf(codes.Unavailable, "volume %s: cannot confirm its VolumeAttachment on node %s with the API server (%v); retry", id, node, err)
+	}
+	if !ok {
+		p.s.pub.Reporter.PublishFailed("no-attachment")
+		return statusf(codes.Aborted, "volume %s: no live VolumeAttachment of it on node %s (it was detached or is being deleted, e.g. this request comes from an attacher that lost its lease); nothing was recorded", id, node)
+	}
+	return nil
+}
+
+// confirmCommitted re-reads the VolumeAttachment and the Node after a
+// commit; if either no longer stands, nothing is answered, and a claim
+// this call created is withdrawn. A claim that was there before (a
+// repeated publish of an attachment already answered) stays: its
+// attachment's detach releases it, and until then that node may be
+// writing.
+func (p *publishing) confirmCommitted(ctx context.Context, v *informers.Volume, claim informers.Claim, created bool) error {
 	s, id, node := p.s, p.req.GetVolumeId(), p.ident.Name
-	if !s.d.opts.AllowHostFencing() {
-		return nil, nil
+	n, err := s.liveNode(ctx, id, node)
+	if err != nil {
+		return err
 	}
-	committed := map[string]informers.Claim{node: claim}
-	for n, cl := range v.Claims {
-		if n != node && !slices.Contains(fenced, n) {
-			committed[n] = cl
+	why := ""
+	switch {
+	case !n.Exists:
+		why = "its Node was deleted"
+	case n.UID != claim.NodeUID:
+		why = "its Node was deleted and re-created"
+	default:
+		if err := p.requireAttachment(ctx); err != nil {
+			if status.Code(err) != codes.Aborted {
+				return err
+			}
+			why = "its VolumeAttachment was detached"
 		}
 	}
-	single := len(committed) == 1
-	if !single && len(fenced) > 0 {
-		s.pub.Reporter.PublishFailed("storage")
-		return nil, statusf(codes.Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, node, len(committed)-1)
-	}
-	mv := exportMove{newest: node, drop: single, cut: len(fenced) > 0}
-	return func(ctx context.Context) error {
-		if err := s.fenceExport(ctx, id, committed, mv); err != nil {
-			s.pub.Reporter.PublishFailed("storage")
-			return storageError(id, node, err)
-		}
+	if why == "" {
 		return nil
-	}, nil
+	}
+	if !created {
+		s.pub.Reporter.PublishFailed("no-attachment")
+		return statusf(codes.Aborted, "volume %s: the attachment to node %s no longer stands (%s); nothing was answered, and its detach releases the claim", id, node, why)
+	}
+	for _, pv := range v.PVs {
+		if _, err := s.pub.Claims.Withdraw(ctx, pv.Name, node, claim); err != nil {
+			return statusf(codes.Unavailable, "volume %s: the attachment to node %s no longer stands (%s) and taking its claim back on PV %s failed: %v; retry", id, node, why, pv.Name, err)
+		}
+	}
+	s.pub.Reporter.PublishFailed("no-attachment")
+	return statusf(codes.Aborted, "volume %s: the attachment to node %s no longer stands (%s); its claim was taken back and nothing was answered", id, node, why)
 }
 
 // ControllerUnpublishVolume releases node's claim on the volume and no
@@ -435,39 +528,56 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	}
 	nodes := []string{node}
 	if node == "" {
-		// CSI: an empty node_id unpublishes from every node.
+		// CSI: an empty node_id unpublishes from every node. The claims
+		// are read live: a claim committed a moment ago that this index
+		// has not seen yet is released too.
+		seen := map[string]bool{}
 		nodes = nodes[:0]
-		for n := range v.Claims {
-			nodes = append(nodes, n)
+		for _, pv := range v.PVs {
+			claims, err := s.pub.Claims.LiveClaims(ctx, pv.Name)
+			if err != nil {
+				s.pub.Reporter.UnpublishFailed("error")
+				return nil, statusf(codes.Unavailable, "volume %s: reading the claims on PV %s to unpublish it from every node: %v; retry", id, pv.Name, err)
+			}
+			for n := range claims {
+				if !seen[n] {
+					seen[n] = true
+					nodes = append(nodes, n)
+				}
+			}
 		}
 		sort.Strings(nodes)
 	}
 	holders := v.Holders()
-	var before informers.StorageCut
-	if s.d.opts.AllowHostFencing() {
-		// The node's host is shut out before its claim goes: a failure
-		// keeps the claim (and the request is retried), never a released
-		// claim with the host still let in.
-		before = s.shutOutDeparting
-	}
 	for _, n := range nodes {
 		// The release reads the PV live, so a claim committed a moment ago
 		// that this index has not seen yet is released too.
 		released := false
 		for _, pv := range v.PVs {
-			// The claims are mirrored on every PV of the handle: once the
-			// host is shut out for one, the others' releases need not do
-			// it again (another drop of the remaining holder).
-			shutOut := before
-			if released {
-				shutOut = nil
+			var before func(context.Context) error
+			if s.d.opts.AllowHostFencing() && !released {
+				// The node's host is shut out before its claim goes: a
+				// failure keeps the claim (and the detach is retried),
+				// never a released claim with the host still let in. The
+				// claims are mirrored on every PV: once is enough.
+				before = func(ctx context.Context) error { return s.shutOut(ctx, id, pv.Name, n) }
 			}
-			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, shutOut)
+			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, before)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pv.Name, err)
 			}
 			released = released || ok
+		}
+		if s.d.opts.AllowHostFencing() {
+			// The export follows the claims the release left; once more
+			// after a release, so that no open of the retired attachment
+			// that was in flight can land. A failure is retried by the
+			// attacher (the export is re-derived from the live claims).
+			if err := s.retireExport(ctx, id, v.PVName, released); err != nil {
+				s.pub.Reporter.UnpublishFailed("storage")
+				return nil, err
+			}
 		}
 		// One line per answered unpublish (the e2e checker reads them):
 		// released=false is no claim, or a live VolumeAttachment of the
@@ -482,35 +592,36 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
 
-// shutOutDeparting brings the export in line with the claims an
-// unpublish leaves (informers.StorageCut, run before the claim goes):
-// closed when none is left; with one, moved to that holder. Connections
-// are dropped unless a live read shows the departing node Ready and not
-// out of service: Kubernetes detaches from such a node only after its
-// kubelet unstaged the volume (disconnected). From any other node (a
-// force-detach after 6 minutes or on the out-of-service taint, a node
-// that is gone) the departing host may still be connected, so the export
-// is turned off and on again and the remaining holder reconnects. With
-// two others left (a migration, whose export is its target's) nothing
-// changes.
-func (s *ControllerServer) shutOutDeparting(ctx context.Context, handle, node string, departing informers.Claim, remaining map[string]informers.Claim) error {
-	if len(remaining) > 1 {
-		return nil
-	}
-	cut := true
-	if len(remaining) > 0 {
-		n, err := s.pub.Claims.LiveNode(ctx, node)
-		if err != nil {
-			return err
-		}
-		cut = !(n.Exists && n.Ready && !n.OutOfService)
-	}
-	err := s.fenceExport(ctx, handle, remaining, exportMove{departing: departing.HostNQN, drop: cut, cut: cut})
-	if errors.Is(err, rds.ErrNotFound) {
-		return nil
-	}
+// shutOut cuts node's attachment off the export before its claim is
+// released for an unpublish: the export is re-derived from the live
+// claims without node's. Connections are dropped unless a live read shows
+// the node Ready and not out of service: Kubernetes detaches from such a
+// node only after its kubelet unstaged the volume (disconnected). From
+// any other node (a force-detach after 6 minutes or on the out-of-service
+// taint, a node that is gone) its host may still be connected, so a
+// remaining holder's export is dropped and reopened, and it reconnects.
+func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string) error {
+	n, err := s.pub.Claims.LiveNode(ctx, node)
 	if err != nil {
+		return err
+	}
+	cut := !(n.Exists && n.Ready && !n.OutOfService)
+	_, err = s.syncExport(ctx, id, exportGoal{pv: pvName, exclude: node, retire: true, cut: cut})
+	if err != nil && !errors.Is(err, rds.ErrNotFound) {
 		return fmt.Errorf("storage fencing could not shut node %s's host out on the RDS: %w", node, err)
+	}
+	return nil
+}
+
+// retireExport brings the export in line with the live claims after an
+// unpublish. After a release the state changes once more when the export
+// stays closed (a fresh tombstone). Without one (no claim, or a late
+// unpublish whose node's live VolumeAttachment still stands on it) the
+// export is only brought in line with the live claims, never cut.
+func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, released bool) error {
+	_, err := s.syncExport(ctx, id, exportGoal{pv: pvName, retire: released})
+	if err != nil && !errors.Is(err, rds.ErrNotFound) {
+		return statusf(codes.Unavailable, "volume %s: storage fencing could not bring its export in line with its claims on the RDS: %v; the detach is retried", id, err)
 	}
 	return nil
 }

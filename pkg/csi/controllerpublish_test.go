@@ -10,11 +10,14 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // publishNow is the publisher's clock in these tests; VolumeAttachment
@@ -41,13 +44,83 @@ func (e *publishEnv) newVolume(client *fake.Clientset, name string, mode corev1.
 	return id
 }
 
+// publish is the attacher's ControllerPublish for a VolumeAttachment of
+// id on node: as in Kubernetes, the VolumeAttachment exists first (made
+// here, labelled autoVALabel, unless the test made one).
 func (e *publishEnv) publish(id, node string, c *csi.VolumeCapability) (*csi.ControllerPublishVolumeResponse, error) {
-	return e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: c})
+	e.t.Helper()
+	made := e.ensureVA(id, node)
+	resp, err := e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: c})
+	if err != nil && made {
+		// The test asks what the refused or failed publish left; the
+		// VolumeAttachment made for it is not part of that.
+		e.dropAutoVA(id, node)
+	}
+	return resp, err
 }
 
+// unpublish is the attacher's ControllerUnpublish after the detach began:
+// a VolumeAttachment publish made is deleted first; one the test made
+// stays as the test left it (a late unpublish).
 func (e *publishEnv) unpublish(id, node string) error {
+	e.t.Helper()
+	e.dropAutoVA(id, node)
 	_, err := e.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
 	return err
+}
+
+const autoVALabel = "rds-csi-test/auto"
+
+func vaNodeName(nodeID string) string {
+	name, _, _ := strings.Cut(nodeID, "/")
+	return name
+}
+
+func (e *publishEnv) ensureVA(id, nodeID string) (made bool) {
+	e.t.Helper()
+	node := vaNodeName(nodeID)
+	if node == "" || e.client == nil {
+		return false
+	}
+	now := testClock
+	if e.cs != nil && e.cs.pub != nil {
+		now = e.cs.pub.Clock.Now()
+	}
+	va := testVA(id, node, now)
+	va.Labels = map[string]string{autoVALabel: "true"}
+	_, err := e.client.StorageV1().VolumeAttachments().Create(context.Background(), va, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+func (e *publishEnv) dropAutoVA(id, nodeID string) {
+	e.t.Helper()
+	node := vaNodeName(nodeID)
+	if node == "" || e.client == nil {
+		return
+	}
+	name := informers.VolumeAttachmentName(id, DefaultDriverName, node)
+	va, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || va.Labels[autoVALabel] != "true" {
+		return
+	}
+	if err := e.client.StorageV1().VolumeAttachments().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, "the index to see the VolumeAttachment gone", func() bool {
+		v := e.index.Volume(id)
+		if v == nil {
+			return true
+		}
+		for _, a := range v.Attachments {
+			if a.VAName == name {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // waitClaims waits until the index shows exactly these claims on id.
@@ -122,7 +195,7 @@ func TestPublishRules(t *testing.T) {
 	if c := claimsOf(t, client, pv); len(c) != 1 || c["node-a"].At.IsZero() {
 		t.Fatalf("claims after publish: %v", c)
 	}
-	if _, err := client.StorageV1().VolumeAttachments().Create(ctx, testVA(pv, "node-a", publishNow.Add(-time.Minute)), metav1.CreateOptions{}); err != nil {
+	if _, err := putVA(ctx, client, testVA(pv, "node-a", publishNow.Add(-time.Minute))); err != nil {
 		t.Fatal(err)
 	}
 	e.waitClaims(id, "node-a")
@@ -161,7 +234,7 @@ func TestPublishRules(t *testing.T) {
 	// not a hold: the holder may still publish again.
 	refusedVA := testVA(pv, "node-b", publishNow)
 	refusedVA.Status.Attached = false
-	if _, err := client.StorageV1().VolumeAttachments().Create(ctx, refusedVA, metav1.CreateOptions{}); err != nil {
+	if _, err := putVA(ctx, client, refusedVA); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the refused VolumeAttachment in the index", func() bool { return len(e.index.Volume(id).Attachments) == 2 })
@@ -241,7 +314,7 @@ func TestPublishWaitsForCompletedDetach(t *testing.T) {
 	del := metav1.NewTime(publishNow.Add(-time.Second))
 	va.DeletionTimestamp = &del
 	va.Finalizers = []string{"external-attacher/rds-csi-srvlab-io"}
-	va, err := client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
+	va, err := putVA(ctx, client, va)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +378,7 @@ func TestPublishLiveMigration(t *testing.T) {
 	pv2 := "pvc-0a1b2c3d-0000-4000-8000-000000000022"
 	id2 := e.newVolume(client, pv2, corev1.ReadWriteMany, true)
 	for node, age := range map[string]time.Duration{"node-a": time.Hour, "node-b": 6 * time.Minute} {
-		if _, err := client.StorageV1().VolumeAttachments().Create(ctx, testVA(pv2, node, publishNow.Add(-age)), metav1.CreateOptions{}); err != nil {
+		if _, err := putVA(ctx, client, testVA(pv2, node, publishNow.Add(-age))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -439,4 +512,20 @@ func TestRepeatedPublishSucceeds(t *testing.T) {
 			t.Fatalf("claims of %s: %v", name, c)
 		}
 	}
+}
+
+// putVA creates va, or replaces the one publish made for the test (which
+// then stands as the test made it).
+func putVA(ctx context.Context, client *fake.Clientset, va *storagev1.VolumeAttachment) (*storagev1.VolumeAttachment, error) {
+	got, err := client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return got, err
+	}
+	cur, err := client.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	va = va.DeepCopy()
+	va.ResourceVersion = cur.ResourceVersion
+	return client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{})
 }

@@ -34,6 +34,7 @@ func testOptions() Options {
 		RDSAddress: "10.0.0.5", RDSUser: "csi", RDSKeyFile: "/k", RDSKnownHostsFile: "/kh",
 		RDSPool: "storage-pool", VolumePath: testVolumePath, RDSName: testRDSName,
 		NVMePort: 4420, NQNPrefix: testNQNPrefix,
+		AttachmentKey: []byte("a test attachment key of 32 bytes or more"),
 	}
 	if err := o.Validate(); err != nil {
 		panic(err)

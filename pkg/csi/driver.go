@@ -23,8 +23,9 @@ type RDS interface {
 	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
 	Probe(ctx context.Context) (*rds.SystemInfo, error)
 	// Storage fencing (--storage-fencing=allow-host).
-	SetExportHost(ctx context.Context, slot, host string, drop bool) (rds.ExportChange, error)
-	CloseExport(ctx context.Context, slot, expectHost string) (bool, error)
+	// SwapExport changes the export from one state to another in one
+	// conditional command (rds.Client.SwapExport).
+	SwapExport(ctx context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error)
 }
 
 // ReadinessCheck reports why the driver cannot serve yet (nil: ready).

@@ -94,6 +94,7 @@ func enforceResourceVersions(client *fake.Clientset) *fake.Clientset {
 // the claims, and a ControllerServer serving publish on a fake RDS.
 type publishEnv struct {
 	t      *testing.T
+	client *fake.Clientset
 	cs     *ControllerServer
 	rds    *fakeRDS
 	index  *informers.AttachmentIndex
@@ -133,7 +134,7 @@ func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, p
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &publishEnv{t: t, rds: rdsFake, index: index, ctrl: ctrl, events: events, stop: cancel, done: make(chan struct{})}
+	e := &publishEnv{t: t, client: client, rds: rdsFake, index: index, ctrl: ctrl, events: events, stop: cancel, done: make(chan struct{})}
 	go func() { ctrl.Run(ctx); close(e.done) }()
 	t.Cleanup(e.close)
 	if !ctrl.WaitForSync(ctx) {

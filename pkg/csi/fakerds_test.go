@@ -178,49 +178,31 @@ func sameExportFake(d rds.Disk, e *rds.Export) bool {
 	return (d.Exported || e.Closed) && d.Port == e.Port && d.NQN == e.NQN
 }
 
-// SetExportHost and CloseExport model rds.Client's: conditioned on the
-// host read first, counting the drops (export off and on again) per slot.
-func (f *fakeRDS) SetExportHost(_ context.Context, slot, host string, drop bool) (rds.ExportChange, error) {
-	err := f.enter("SetExportHost")
+// SwapExport models rds.Client's: one compare-and-swap on the export
+// state, evaluated when the call lands (after any hold), read back
+// afterwards; turning an export off counts a drop. A held call therefore
+// lands late exactly as a slow RouterOS command does.
+func (f *fakeRDS) SwapExport(_ context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error) {
+	err := f.enter("SwapExport")
 	defer f.mu.Unlock()
 	if err != nil {
-		return rds.ExportChange{}, err
+		return rds.ExportState{}, err
 	}
 	d, ok := f.disks[slot]
 	if !ok {
-		return rds.ExportChange{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+		return rds.ExportState{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
 	}
-	change := rds.ExportChange{Before: d}
-	if d.Exported && d.AllowHost == host {
-		return change, nil
+	if rds.StateOf(&d) == from {
+		if d.Exported && !to.Open {
+			f.drops[slot]++
+		}
+		d.Exported, d.AllowHost = to.Open, to.Host
+		f.disks[slot] = d
 	}
-	change.Changed = true
-	if d.Exported && host != "" && drop {
-		change.Dropped = true
-		f.drops[slot]++
+	if after := rds.StateOf(&d); after != to {
+		return after, fmt.Errorf("%w: disk %q is %s, not %s", rds.ErrExportChanged, slot, after, to)
 	}
-	d.Exported, d.AllowHost = true, host
-	f.disks[slot] = d
-	return change, nil
-}
-
-func (f *fakeRDS) CloseExport(_ context.Context, slot, expectHost string) (bool, error) {
-	err := f.enter("CloseExport")
-	defer f.mu.Unlock()
-	if err != nil {
-		return false, err
-	}
-	d, ok := f.disks[slot]
-	if !ok {
-		return false, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
-	}
-	if !d.Exported || d.AllowHost != expectHost {
-		return false, nil
-	}
-	d.Exported, d.AllowHost = false, ""
-	f.disks[slot] = d
-	f.drops[slot]++
-	return true, nil
+	return to, nil
 }
 
 func (f *fakeRDS) CreateDisk(_ context.Context, req rds.CreateDiskRequest) (*rds.Disk, error) {

@@ -53,6 +53,13 @@ type Options struct {
 	// export open only to the host NQN of the node that holds the volume;
 	// docs/attachments.md, "Storage fencing").
 	StorageFencing string
+	// AttachmentKey derives each attachment's host NQN under storage
+	// fencing (LoadAttachmentKey; never logged). Required with allow-host
+	// in controller mode.
+	AttachmentKey []byte
+	// AttachmentKeyFile: where AttachmentKey is read from ("" derives it
+	// from RDSKeyFile).
+	AttachmentKeyFile string
 
 	// ShutdownGrace bounds how long in-flight RPCs may run after SIGTERM.
 	ShutdownGrace time.Duration
@@ -94,6 +101,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
 	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may attach (0: no limit)")
 	fs.StringVar(&o.StorageFencing, "storage-fencing", StorageFencingOff, "off, or allow-host: each volume's NVMe/TCP export is open only to the host NQN of the node it is published to, closed while unpublished, and a fence cuts the fenced host off (semantics of RouterOS' allow-host assumed, docs/routeros.md)")
+	fs.StringVar(&o.AttachmentKeyFile, "attachment-key-file", "", "with --storage-fencing=allow-host: a file of at least 32 secret bytes (mounted from a Secret) that each attachment's own host NQN is derived from; default: derived from --rds-key-file. Changing it changes the NQN of every live attachment: change it only with no volume attached")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight RPCs may finish after SIGTERM")
 }
 

@@ -59,7 +59,7 @@ func TestRestartGivesIdenticalDecisions(t *testing.T) {
 			obj.DeletionTimestamp = &del
 			obj.Finalizers = []string{"external-attacher/rds-csi-srvlab-io"}
 		}
-		if _, err := client.StorageV1().VolumeAttachments().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if _, err := putVA(ctx, client, obj); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -95,6 +95,7 @@ type model struct {
 	fenced   bool
 	rds      *fakeRDS
 	conns    map[string]map[string]bool // volume -> nodes possibly connected
+	connHost map[string]string          // volume/node -> host NQN it connected with
 	drops    map[string]int             // volume -> rds drops seen
 	seed     int64
 	rng      *rand.Rand
@@ -121,7 +122,7 @@ type model struct {
 
 func newModel(t *testing.T, seed int64, fenced bool) *model {
 	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced,
-		conns: map[string]map[string]bool{}, drops: map[string]int{},
+		conns: map[string]map[string]bool{}, connHost: map[string]string{}, drops: map[string]int{},
 		watches: map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
 		uid: map[string]string{}, oos: map[string]bool{}, incarn: map[string]int{},
 		holds: map[string][]modelHold{}, stats: map[string]int{}}
@@ -154,7 +155,7 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Clock: clk})
 		r.cs = NewControllerServer(NewDriver(opts, rdsFake))
 		if fenced {
-			claims.CutStorageOnFence(r.cs.CutOff)
+			claims.CutStorageOnFence(r.cs)
 		}
 		r.cs.ServePublish(&Publisher{
 			Index: r.index, Claims: claims, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
@@ -213,13 +214,30 @@ func (m *model) exportState(v *modelVolume) string {
 	if d.Exported {
 		host = "any"
 		if d.AllowHost != "" {
-			host = "n" + d.AllowHost[len(d.AllowHost)-2:len(d.AllowHost)-1]
+			host = d.AllowHost[len(d.AllowHost)-4:]
 		}
 	}
 	m.rds.mu.Lock()
 	drops := m.rds.drops[v.id]
 	m.rds.mu.Unlock()
-	return fmt.Sprintf(" [export %s, drops %d, conns %v]", host, drops, keys(m.conns[v.id]))
+	var claims []string
+	for _, pv := range v.pvs {
+		for n, c := range claimsOf(m.t, m.api, pv) {
+			claims = append(claims, pv[len(pv)-2:]+"/"+n+":"+m.rds.hostLabel(v.id, n, c))
+		}
+	}
+	sort.Strings(claims)
+	return fmt.Sprintf(" [export %s, drops %d, conns %v, claims %v]", host, drops, keys(m.conns[v.id]), claims)
+}
+
+// hostLabel is the last four characters of the host NQN claim c of node
+// on handle allows, as exportState prints allowed hosts.
+func (f *fakeRDS) hostLabel(handle, node string, c informers.Claim) string {
+	h := (&Driver{opts: allowHostOptions()}).claimHost(handle, node, c)
+	if len(h) < 4 {
+		return "any"
+	}
+	return h[len(h)-4:]
 }
 
 // observeDrops: every connection to a volume the RDS dropped (its export
@@ -242,18 +260,31 @@ func (m *model) observeDrops() {
 // (whatever the RDS later allows: the pessimistic reading of RouterOS'
 // allow-host, as Linux nvmet behaves) until the RDS drops connections or
 // the node unstages. The RDS must let it in at that moment.
-func (m *model) connect(v *modelVolume, node string) {
+func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 	if !m.fenced {
 		return
 	}
+	// The node connects with its attachment's host NQN, or its own when
+	// publish_context carries none.
+	host := pc[PublishContextHostNQN]
+	if host == "" {
+		host = modelNQN(node)
+	}
+	if m.conns[v.id][node] && m.connHost[v.id+"/"+node] == host {
+		// Already connected as this attachment (a repeated publish; a
+		// migration source keeps its connection while the export allows
+		// the target).
+		return
+	}
 	d, _ := m.rds.disk(v.id)
-	if !d.Exported || !(d.AllowHost == modelNQN(node) || (v.multi && d.AllowHost == "")) {
+	if !d.Exported || !(d.AllowHost == host || (v.multi && d.AllowHost == "")) {
 		m.fail("node %s was told it may write volume %s, but the RDS export is nvme-tcp-export=%t allow-host=%q", node, v.id, d.Exported, d.AllowHost)
 	}
 	if m.conns[v.id] == nil {
 		m.conns[v.id] = map[string]bool{}
 	}
 	m.conns[v.id][node] = true
+	m.connHost[v.id+"/"+node] = host
 }
 
 // disconnect: an attachment of node ended by a detach. Kubernetes detaches
@@ -402,14 +433,14 @@ func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
 			m.t.Fatal(err)
 		}
 	}
-	_, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})
+	resp, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})
 	m.logf("%s publish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
 	m.stats["publish "+codeOf(err)]++
 	m.observeDrops()
 	if err != nil {
 		return
 	}
-	m.connect(v, node)
+	m.connect(v, node, resp.GetPublishContext())
 	m.startHold(v, node)
 	if !va.Status.Attached {
 		m.toAttach = append(m.toAttach, va.Name)
@@ -650,7 +681,7 @@ func (m *model) randomStep() {
 	case op < 80 && m.fenced:
 		// The RDS refuses the next export change (SSH down, or another
 		// replica changed it first).
-		method := []string{"SetExportHost", "CloseExport"}[m.rng.Intn(2)]
+		method := []string{"SwapExport", "GetDisk"}[m.rng.Intn(2)]
 		m.rds.failNext(method, []error{errors.New("injected: ssh: connection refused"), rds.ErrExportChanged}[m.rng.Intn(2)])
 		m.logf("the RDS fails the next %s", method)
 	case op < 90:
@@ -719,6 +750,13 @@ func (m *model) heal() {
 	for i, v := range m.vols {
 		node := live[i%len(live)]
 		r := m.replicas[i%2]
+		if m.getVA(v, node) == nil {
+			va := testVA(v.pvs[len(v.pvs)-1], node, publishNow)
+			va.Name = m.vaName(v, node)
+			if _, err := m.api.StorageV1().VolumeAttachments().Create(m.ctx, va, metav1.CreateOptions{}); err != nil {
+				m.t.Fatal(err)
+			}
+		}
 		var err error
 		for try := 0; try < 3; try++ {
 			_, err = r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})

@@ -92,3 +92,26 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 	cs.ServePublish(&Publisher{Index: index, Claims: claims, Synced: ctrl.Synced, Policy: fencing.DefaultConfig()})
 	return &provisioningController{ControllerServer: cs, t: t, client: client, index: index}
 }
+
+// ControllerPublishVolume plays the attach/detach controller too: as in a
+// cluster, the VolumeAttachment exists before the attacher publishes.
+func (p *provisioningController) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	if ident, err := ParseNodeID(req.GetNodeId()); err == nil && isVolumeID(req.GetVolumeId()) {
+		va := testVA(req.GetVolumeId(), ident.Name, testClock)
+		if _, err := p.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+	}
+	return p.ControllerServer.ControllerPublishVolume(ctx, req)
+}
+
+// ControllerUnpublishVolume: the detach deletes the VolumeAttachment first.
+func (p *provisioningController) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	if ident, err := ParseNodeID(req.GetNodeId()); err == nil && ident.Name != "" && isVolumeID(req.GetVolumeId()) {
+		name := informers.VolumeAttachmentName(req.GetVolumeId(), DefaultDriverName, ident.Name)
+		if err := p.client.StorageV1().VolumeAttachments().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return p.ControllerServer.ControllerUnpublishVolume(ctx, req)
+}

@@ -13,173 +13,279 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
-// Storage fencing (--storage-fencing=allow-host) keeps each volume's
-// NVMe/TCP export open to the hosts its claims name, and to no one else:
+// Storage fencing (--storage-fencing=allow-host): the export follows the
+// claims.
 //
-//   - no claim: export off (a new volume is created so);
-//   - one claim: exported to that node's host NQN alone;
-//   - two claims (a raw-block ReadWriteMany volume during a KubeVirt live
-//     migration): exported to the newer holder, the migration target,
-//     without dropping connections. RouterOS takes one allowed host name
-//     per disk; the source keeps the connection it has (Linux nvmet checks
-//     the allowed hosts only at connect; RouterOS is assumed to do the
-//     same), and no third host, a fenced one included, can connect. If
-//     RouterOS does drop established connections when the allowed host
-//     changes, the source loses its connection: an availability problem
-//     for that migration, never a second writer. Opening the export to any
-//     host instead would let a fenced node that is still running
-//     reconnect. A publish that makes a second holder while it fences a
-//     third node is ABORTED until the fence has cut that node off (the
-//     drop would cut off the source too).
+// The claims on the PV are the truth; the RDS export is derived from
+// them: closed when no node claims the volume; otherwise open to the host
+// NQN of the newest claim's attachment (attachment.go) and to no one else.
+// Two claims are a raw-block ReadWriteMany volume in a KubeVirt live
+// migration: the export goes to the newer one, the target, without
+// dropping the source's established connection (RouterOS takes one
+// allowed host per disk; Linux nvmet checks it only at connect, RouterOS
+// is assumed to do the same, docs/routeros.md).
 //
-// A publish changes the export before it answers success, so a node is
-// told it may write only once the RDS lets it and nobody else in; when it
-// moves the export away from another host it turns the export off first
-// (dropping established connections, whatever RouterOS does to them when
-// the allowed host changes), sets the host, and turns it on. A fence cuts
-// the fenced host off before its claim is released. Every change is
-// conditioned on the allowed host read before it (rds.ErrExportChanged
-// otherwise), so a replica acting on old state never undoes a newer
-// change. Nothing here reads the API server: the claims given are the ones
-// the caller just committed or read live.
+// Every change is one compare-and-swap on the RDS (rds.Client.SwapExport),
+// made by syncExport in rounds of: read the export, THEN read the live
+// claims, then swap from the state read to the state those claims call
+// for. Every state is unique: each attachment has its own host NQN and
+// each close writes a fresh tombstone host, so a state once left never
+// comes back, and a swap that lands late (any RDS command may land up to
+// its timeout late) matches nothing once anything changed. A retirement
+// (an unpublish, a fence) always changes the state at least once. So a
+// round that opens the export to attachment X succeeds only if no state
+// change happened between its read of the export and its swap; and since
+// it read the claims after the export, a retirement of X (release, then a
+// state change) that finished before it read the claims is seen, and one
+// that had not changed the state yet will change it after the open and so
+// undo it before the retirement reports done. No write of a retired
+// attachment can land after its retirement completed. Each round re-reads
+// the claims after the previous swap landed: a step whose claim is gone
+// or replaced is undone by the next round.
 
-// exportWant is the export the claims call for.
-type exportWant struct {
-	open bool   // exported at all
-	host string // allowed host when open; "" = any host
-}
+// syncRounds bounds syncExport; each round makes at most one swap.
+const syncRounds = 8
 
-// wantedExport is the export claims call for; newest names the holder the
-// export goes to when there are two (a publish's requester; otherwise the
-// claim made last).
-func wantedExport(claims map[string]informers.Claim, newest string) exportWant {
-	if len(claims) == 0 {
-		return exportWant{}
-	}
-	if _, ok := claims[newest]; !ok {
-		newest = ""
-		for node, c := range claims {
-			if best, ok := claims[newest]; !ok || c.At.After(best.At) || (c.At.Equal(best.At) && node > newest) {
-				newest = node
-			}
-		}
-	}
-	// A claim from before storage fencing was on records no host NQN: its
-	// volume stays open to any host, as it was, until its next publish.
-	return exportWant{open: true, host: claims[newest].HostNQN}
-}
-
-// exportMove says how fenceExport may get there.
-type exportMove struct {
-	// newest: the holder the export goes to when two hold it (a publish's
-	// requester).
-	newest string
-	// departing is the host NQN of the node that gave up its claim ("" when
-	// none or unknown): closing is conditioned on it, so an export some
-	// concurrent publish already moved on is left alone.
-	departing string
-	// drop: moving the export from another host, or from any host, drops
-	// every established connection first.
-	drop bool
-	// cut: a node that may still be connected is being shut out (a fence,
-	// a detach from a node that did not unstage): connections are dropped
-	// even when the allowed host is already the wanted one, since with
-	// RouterOS keeping established connections (as nvmet does) the
-	// allowed host does not tell who is connected. The remaining holder
-	// reconnects.
+// exportGoal is what one syncExport call is for.
+type exportGoal struct {
+	// pv is the PersistentVolume whose live claims are read (every PV of
+	// a handle carries the same claims).
+	pv string
+	// exclude: a node whose claim is treated as gone (a fence cutting it
+	// off before its claim is released).
+	exclude string
+	// prefer: a publish's requester. With two holders (a migration) the
+	// export must allow the requester: a node is told it may write only
+	// once the RDS lets it in. Without it, any holder's host will do.
+	prefer string
+	// retire: an attachment is being retired; the state changes at least
+	// once (a fresh tombstone when closed stays closed; with cut, a drop
+	// and reopen when the wanted host is already allowed).
+	retire bool
+	// cut: connections are dropped even where the allowed host would not
+	// change (the departing host may still be connected: a migration
+	// source, or a node that did not unstage).
 	cut bool
 }
 
-// fenceExport brings the volume's export in line with claims after a
-// publish, an unpublish or a fence.
-func (s *ControllerServer) fenceExport(ctx context.Context, id string, claims map[string]informers.Claim, mv exportMove) error {
-	want := wantedExport(claims, mv.newest)
-	logger := klog.FromContext(ctx).WithValues("volume", id)
-	if !want.open {
-		closed, err := s.d.rds.CloseExport(ctx, id, mv.departing)
-		if err == nil && !closed && mv.departing != "" {
-			// Open to any host (made before storage fencing was on) is
-			// closed too.
-			closed, err = s.d.rds.CloseExport(ctx, id, "")
-		}
-		if err != nil {
-			return err
-		}
-		if closed {
-			logger.Info("storage fencing: export closed", "host", mv.departing)
-		}
-		return nil
-	}
-	change, err := s.d.rds.SetExportHost(ctx, id, want.host, mv.drop || mv.cut)
-	if err != nil {
-		return err
-	}
-	if change.Changed {
-		logger.Info("storage fencing: export set", "host", orAnyHost(want.host), "was", orAnyHost(change.Before.AllowHost),
-			"wasExported", change.Before.Exported, "dropped", change.Dropped, "gap", change.Gap)
-	}
-	if mv.cut && !change.Dropped {
-		// Already allowed to the wanted host: turn it off and on again.
-		if _, err := s.d.rds.CloseExport(ctx, id, want.host); err != nil {
-			return err
-		}
-		if _, err := s.d.rds.SetExportHost(ctx, id, want.host, false); err != nil {
-			return err
-		}
-		logger.Info("storage fencing: connections dropped", "host", want.host)
-	}
-	return nil
+// exportResult is the export and the claims syncExport left it matching.
+type exportResult struct {
+	state  rds.ExportState
+	claims map[string]informers.Claim
 }
 
-// CutOff cuts a fenced node's host off a volume on the RDS before its
-// claim is released (informers.StorageCut): with no other holder the
-// export is closed (it was open to the fenced host, or to any host); with
-// one, it is moved to that holder, dropping every connection (the holder
-// reconnects). Two others cannot hold it besides the fenced node.
-func (s *ControllerServer) CutOff(ctx context.Context, handle, node string, fenced informers.Claim, remaining map[string]informers.Claim) error {
+// wanted is the export claims call for, and the node it is open to.
+func (d *Driver) wanted(handle string, claims map[string]informers.Claim) (rds.ExportState, string) {
+	newest := ""
+	for node, c := range claims {
+		if best, ok := claims[newest]; !ok || c.At.After(best.At) || (c.At.Equal(best.At) && node > newest) {
+			newest = node
+		}
+	}
+	if newest == "" {
+		return rds.ExportState{}, ""
+	}
+	return rds.ExportState{Open: true, Host: d.claimHost(handle, newest, claims[newest])}, newest
+}
+
+// matches: the export is what want calls for (a closed export's host is
+// a tombstone and does not matter).
+func matches(cur, want rds.ExportState) bool {
+	if !want.Open {
+		return !cur.Open
+	}
+	return cur == want
+}
+
+// closedState is a fresh closed state.
+func closedState() (rds.ExportState, error) {
+	t, err := tombstoneNQN()
+	return rds.ExportState{Host: t}, err
+}
+
+// syncExport brings the volume's export in line with its live claims
+// (see the top of this file). It stops before its next RDS write once ctx
+// is done (a leader that lost its lease passes its leading context).
+func (s *ControllerServer) syncExport(ctx context.Context, handle string, g exportGoal) (exportResult, error) {
+	logger := klog.FromContext(ctx).WithValues("volume", handle)
+	changed := false
+	for round := 0; round < syncRounds; round++ {
+		d, err := s.d.rds.GetDisk(ctx, handle)
+		if err != nil {
+			return exportResult{}, err
+		}
+		cur := rds.StateOf(d)
+		claims, err := s.liveClaims(ctx, handle, g.pv)
+		if err != nil {
+			return exportResult{}, err
+		}
+		if g.exclude != "" {
+			claims = without(claims, g.exclude)
+		}
+		want, holder := s.d.wanted(handle, claims)
+		if c, ok := claims[g.prefer]; ok && g.prefer != "" {
+			want, holder = rds.ExportState{Open: true, Host: s.d.claimHost(handle, g.prefer, c)}, g.prefer
+		} else if g.prefer == "" && cur.Open && len(claims) > 1 && s.d.holderHost(handle, claims, cur.Host) {
+			want = cur // a migration's export allows one of its holders: left alone
+		}
+		var next rds.ExportState
+		switch {
+		case matches(cur, want) && (changed || !g.retire || (want.Open && !g.cut)):
+			return exportResult{state: cur, claims: claims}, nil
+		case !want.Open, cur.Open && (g.cut && !changed || !s.d.holderHost(handle, claims, cur.Host)):
+			// Close, or drop before opening to another host: a fresh
+			// tombstone (every connection goes with the export).
+			if next, err = closedState(); err != nil {
+				return exportResult{}, err
+			}
+		default:
+			// Open (from closed), or move between two live holders
+			// without a drop (a migration).
+			next = want
+		}
+		if err := ctx.Err(); err != nil {
+			return exportResult{}, fmt.Errorf("stopped before changing the export of volume %s: %w", handle, err)
+		}
+		after, err := s.d.rds.SwapExport(ctx, handle, cur, next)
+		switch {
+		case errors.Is(err, rds.ErrExportChanged):
+			logger.V(2).Info("storage fencing: the export changed under a swap; deciding again", "found", after.String())
+			continue
+		case err != nil:
+			return exportResult{}, err
+		}
+		changed = true
+		logger.Info("storage fencing: export changed", "from", cur.String(), "to", exportLabel(next), "holder", holder)
+	}
+	return exportResult{}, fmt.Errorf("%w: the export of volume %s kept changing for %d rounds (other controller replicas or an operator)", rds.ErrExportChanged, handle, syncRounds)
+}
+
+// liveClaims reads the claims of every PersistentVolume of handle this
+// replica knows, and pv, from the API server, and joins them: a PV made
+// again for the same handle (a Retained volume's PV re-created) starts
+// with none, and a claim on any PV stands. Where two PVs disagree on a
+// node's claim, the newer (time, then publish count) is taken.
+func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (map[string]informers.Claim, error) {
+	names := []string{pv}
+	if v := s.pub.Index.Volume(handle); v.Indexed() {
+		for _, p := range v.PVs {
+			if p.Name != pv {
+				names = append(names, p.Name)
+			}
+		}
+	}
+	var out map[string]informers.Claim
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		claims, err := s.pub.Claims.LiveClaims(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		for n, c := range claims {
+			if out == nil {
+				out = map[string]informers.Claim{}
+			}
+			if cur, ok := out[n]; !ok || c.At.After(cur.At) || (c.At.Equal(cur.At) && c.Gen > cur.Gen) {
+				out[n] = c
+			}
+		}
+	}
+	return out, nil
+}
+
+// holderHost: host is the allowed host of one of claims' attachments
+// (moving from it to another holder needs no drop: a migration).
+func (d *Driver) holderHost(handle string, claims map[string]informers.Claim, host string) bool {
+	for node, c := range claims {
+		if d.claimHost(handle, node, c) == host {
+			return true
+		}
+	}
+	return false
+}
+
+func exportLabel(e rds.ExportState) string {
+	if !e.Open {
+		return "closed"
+	}
+	return e.String()
+}
+
+func without(claims map[string]informers.Claim, node string) map[string]informers.Claim {
+	if _, ok := claims[node]; !ok {
+		return claims
+	}
+	out := make(map[string]informers.Claim, len(claims))
+	for n, c := range claims {
+		if n != node {
+			out[n] = c
+		}
+	}
+	return out
+}
+
+// CutOff cuts a fenced node's attachment off a volume on the RDS before
+// its claim is released (informers.StorageFence): the export is re-derived
+// from the live claims without the fenced node's, dropping every
+// connection. Two others cannot hold it besides the fenced node.
+func (s *ControllerServer) CutOff(ctx context.Context, pvName, handle, node string) error {
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	if len(remaining) > 1 {
-		nodes := make([]string, 0, len(remaining))
-		for n := range remaining {
-			nodes = append(nodes, n)
-		}
-		sort.Strings(nodes)
-		return fmt.Errorf("volume %s is exported to any host while %v hold it besides %s: the RDS cannot shut out one host (one allowed host per disk)", handle, nodes, node)
-	}
-	err := s.fenceExport(ctx, handle, remaining, exportMove{departing: fenced.HostNQN, drop: true, cut: true})
+	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, exclude: node, retire: true, cut: true})
 	if errors.Is(err, rds.ErrNotFound) {
 		return nil // no disk, no export
 	}
 	return err
 }
 
-func orAnyHost(h string) string {
-	if h == "" {
-		return "any host"
+// Settle re-derives a volume's export from its live claims after a fence
+// released one (informers.StorageFence), changing its state once more so
+// that no open of the fenced attachment that was in flight can land.
+func (s *ControllerServer) Settle(ctx context.Context, pvName, handle string) error {
+	if !isVolumeID(handle) {
+		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	return h
+	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, retire: true})
+	if errors.Is(err, rds.ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // storageError is how a failed export change fails a publish: nothing lets
 // the node write, and the request is retried.
 func storageError(id, node string, err error) error {
 	if errors.Is(err, rds.ErrExportChanged) {
-		return statusf(codes.Aborted, "volume %s: its export on the RDS changed while opening it to node %s (another controller replica or an operator): %v; the request is retried", id, node, err)
+		return statusf(codes.Aborted, "volume %s: its export on the RDS kept changing while opening it to node %s (another controller replica or an operator): %v; the request is retried", id, node, err)
 	}
 	return statusf(codes.Unavailable, "volume %s: storage fencing could not open its export on the RDS to node %s, so it is not attached: %v", id, node, err)
 }
 
-// CloseUnclaimedExports closes, when storage fencing is on, the exports
-// that are still open to any host although no node claims or attaches
-// their volume: volumes made before storage fencing was turned on, which
-// would otherwise stay open until their next publish. The leader runs it
-// once the index has synced. Only exports open to any host are touched,
-// each conditioned on still being so, so an export a publish on another
-// replica has just opened to its node is left alone. Closing never lets a
-// node write. Returns how many it closed.
-func (s *ControllerServer) CloseUnclaimedExports(ctx context.Context) (int, error) {
+// Mismatch is one volume whose export did not match its live claims when
+// the reconcile found it, and what it did.
+type Mismatch struct {
+	Volume string
+	PV     string
+	Found  rds.ExportState
+	Now    rds.ExportState
+	Err    error
+}
+
+// ReconcileExports is the leader's pass of storage fencing over every
+// volume disk on the RDS, in both directions: an export open although no
+// live claim calls for it (a volume made before storage fencing was on, a
+// step that landed late, a replica that died between a release and its
+// export change) is closed; one that is closed or open to another host
+// than its live claims call for is moved. The index picks the candidates
+// (no API call for a volume that matches it); each is then decided on its
+// live claims (syncExport), so a lagging index never closes a live
+// export. A disk with no PV in the index is not this pass's to judge. It
+// stops before its next RDS write once ctx is done: pass the leader's
+// leading context. report is called for every mismatch found.
+func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mismatch)) (int, error) {
 	if !s.d.opts.AllowHostFencing() || s.pub == nil || !s.pub.Synced() {
 		return 0, nil
 	}
@@ -187,26 +293,41 @@ func (s *ControllerServer) CloseUnclaimedExports(ctx context.Context) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	closed := 0
+	sort.Slice(disks, func(i, j int) bool { return disks[i].Slot < disks[j].Slot })
+	fixed := 0
 	var errs []error
 	for i := range disks {
-		d := &disks[i]
-		if !s.d.isVolumeDisk(d) || !d.Exported || d.AllowHost != "" {
+		disk := &disks[i]
+		if !s.d.isVolumeDisk(disk) {
 			continue
 		}
-		v := s.pub.Index.Volume(d.Slot)
-		if !v.Indexed() || len(v.Claims) > 0 || len(v.Attachments) > 0 {
-			continue // no PV (not ours to judge), or in use
-		}
-		ok, err := s.d.rds.CloseExport(ctx, d.Slot, "")
-		if err != nil && !errors.Is(err, rds.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("volume %s: %w", d.Slot, err))
+		v := s.pub.Index.Volume(disk.Slot)
+		if !v.Indexed() {
 			continue
 		}
-		if ok {
-			closed++
-			klog.FromContext(ctx).Info("storage fencing: closed an export open to any host of an unclaimed volume", "volume", d.Slot)
+		found := rds.StateOf(disk)
+		if want, _ := s.d.wanted(disk.Slot, v.Claims); matches(found, want) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fixed, errors.Join(append(errs, err)...)
+		}
+		res, err := s.syncExport(ctx, disk.Slot, exportGoal{pv: v.PVName})
+		if errors.Is(err, rds.ErrNotFound) {
+			continue
+		}
+		if err == nil && res.state == found {
+			continue // the index was behind; the live claims agree with the RDS
+		}
+		m := Mismatch{Volume: disk.Slot, PV: v.PVName, Found: found, Now: res.state, Err: err}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", disk.Slot, err))
+		} else {
+			fixed++
+		}
+		if report != nil {
+			report(m)
 		}
 	}
-	return closed, errors.Join(errs...)
+	return fixed, errors.Join(errs...)
 }

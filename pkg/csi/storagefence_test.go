@@ -38,7 +38,7 @@ func allowHostOptions() Options {
 func newFencedEnv(t *testing.T, client *fake.Clientset, policy fencing.Config, taint bool) *publishEnv {
 	return newPublishEnvWith(t, client, nil, policy, allowHostOptions(),
 		func(cs *ControllerServer, claims *informers.Claims, fencer *fencing.Fencer, cfg *informers.Config) {
-			claims.CutStorageOnFence(cs.CutOff)
+			claims.CutStorageOnFence(cs)
 			if taint {
 				tainter := informers.NewTainter(client, DefaultDriverName)
 				fencer.TaintAfterFence(tainter)
@@ -60,6 +60,24 @@ func (e *publishEnv) drops(id string) int {
 	e.rds.mu.Lock()
 	defer e.rds.mu.Unlock()
 	return e.rds.drops[id]
+}
+
+// hostOf is the host NQN of node's attachment of id, from its live claim.
+func (e *publishEnv) hostOf(id, node string) string {
+	e.t.Helper()
+	c, ok := claimsOf(e.t, e.client, id)[node]
+	if !ok {
+		e.t.Fatalf("volume %s: node %s holds no claim", id, node)
+	}
+	return e.cs.d.claimHost(id, node, c)
+}
+
+// wantClosed: the export is closed (its host is a tombstone, whatever it is).
+func wantClosed(t *testing.T, e *publishEnv, id string) {
+	t.Helper()
+	if d := e.disk(id); d.Exported {
+		t.Fatalf("volume %s: exported to %q; want closed", id, d.AllowHost)
+	}
 }
 
 // The export a test expects: closed, or open to one host ("" any).
@@ -103,20 +121,32 @@ func TestStorageFencingPublishOpensTheExportToTheNodeOnly(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("publish to a node without a host NQN = %v, want FailedPrecondition", err)
 	}
-	wantExport(t, e, id, false, "")
+	wantClosed(t, e, id)
 
-	if _, err := e.publish(id, nodeA, rwo); err != nil {
+	first, err := e.publish(id, nodeA, rwo)
+	if err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, true, nqnA)
-	if c := claimsOf(t, client, id)["node-a"]; c.HostNQN != nqnA {
-		t.Fatalf("node-a's claim records host %q, want %s", c.HostNQN, nqnA)
+	// The export allows the attachment's own host NQN, handed to the node
+	// in publish_context; the claim records only its nonce, not the NQN
+	// (nor the node's own).
+	host := e.hostOf(id, "node-a")
+	wantExport(t, e, id, true, host)
+	if got := first.PublishContext[PublishContextHostNQN]; got != host || host == nqnA {
+		t.Fatalf("publish_context host NQN %q, export %q; want the attachment's own, not the node's %s", got, host, nqnA)
+	}
+	if c := claimsOf(t, client, id)["node-a"]; c.HostNQN != "" || c.Nonce == "" {
+		t.Fatalf("node-a's claim records host %q, nonce %q; want no host NQN, a nonce", c.HostNQN, c.Nonce)
 	}
 	// A repeated publish changes nothing on the RDS: node-a keeps its
-	// connection.
+	// connection, and gets the same host NQN.
 	e.waitClaims(id, "node-a")
-	if _, err := e.publish(id, nodeA, rwo); err != nil {
+	again, err := e.publish(id, nodeA, rwo)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if got := again.PublishContext[PublishContextHostNQN]; got != host {
+		t.Fatalf("repeated publish: host NQN %q, want the attachment's %q", got, host)
 	}
 	if n := e.drops(id); n != 0 {
 		t.Fatalf("%d connection drops after publishing to node-a twice, want 0", n)
@@ -125,7 +155,7 @@ func TestStorageFencingPublishOpensTheExportToTheNodeOnly(t *testing.T) {
 	if err := e.unpublish(id, nodeA); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, false, "")
+	wantClosed(t, e, id)
 }
 
 func TestStorageFencingFailsClosed(t *testing.T) {
@@ -134,21 +164,19 @@ func TestStorageFencingFailsClosed(t *testing.T) {
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000003", corev1.ReadWriteOnce, false)
 
-	e.rds.failNext("SetExportHost", errors.New("ssh: connection refused"))
+	e.rds.failNext("SwapExport", errors.New("ssh: connection refused"))
 	if _, err := e.publish(id, nodeA, rwo); status.Code(err) != codes.Unavailable {
 		t.Fatalf("publish while the RDS cannot be told = %v, want Unavailable", err)
 	}
-	wantExport(t, e, id, false, "")
+	wantClosed(t, e, id)
 
-	e.rds.failNext("SetExportHost", rds.ErrExportChanged)
-	if _, err := e.publish(id, nodeA, rwo); status.Code(err) != codes.Aborted {
-		t.Fatalf("publish while the export changed under it = %v, want Aborted", err)
-	}
-	// The retry succeeds.
+	// An export that changed under the swap is read again and re-derived
+	// from the live claims.
+	e.rds.failNext("SwapExport", rds.ErrExportChanged)
 	if _, err := e.publish(id, nodeA, rwo); err != nil {
-		t.Fatal(err)
+		t.Fatalf("publish while the export changed under it once = %v, want it re-derived", err)
 	}
-	wantExport(t, e, id, true, nqnA)
+	wantExport(t, e, id, true, e.hostOf(id, "node-a"))
 }
 
 // Issue 12: Kubernetes force-detaches a node after 6 minutes; the attacher
@@ -168,7 +196,7 @@ func TestStorageFencingForceDetachedNodeIsCutOff(t *testing.T) {
 	if err := e.unpublish(id, nodeA); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, false, "")
+	wantClosed(t, e, id)
 	if n := e.drops(id); n != 1 {
 		t.Fatalf("node-a's connection was dropped %d times by the forced unpublish, want 1", n)
 	}
@@ -176,7 +204,7 @@ func TestStorageFencingForceDetachedNodeIsCutOff(t *testing.T) {
 	if _, err := e.publish(id, nodeB, rwo); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, true, nqnB)
+	wantExport(t, e, id, true, e.hostOf(id, "node-b"))
 }
 
 // A fence cuts the fenced host off the RDS before it releases the claim,
@@ -189,12 +217,12 @@ func TestStorageFencingFenceCutsOffBeforeReleasing(t *testing.T) {
 	if _, err := e.publish(id, nodeA, rwo); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.StorageV1().VolumeAttachments().Create(context.Background(), testVA(id, "node-a", testClock), metav1.CreateOptions{}); err != nil {
+	if _, err := putVA(context.Background(), client, testVA(id, "node-a", testClock)); err != nil {
 		t.Fatal(err)
 	}
 	e.waitClaims(id, "node-a")
 
-	cut := e.rds.holdNext("CloseExport")
+	cut := e.rds.holdNext("SwapExport")
 	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
 	<-cut.entered
 	if _, held := claimsOf(t, client, id)["node-a"]; !held {
@@ -202,12 +230,12 @@ func TestStorageFencingFenceCutsOffBeforeReleasing(t *testing.T) {
 	}
 	close(cut.release)
 	e.waitClaims(id)
-	wantExport(t, e, id, false, "")
+	wantClosed(t, e, id)
 
 	if _, err := e.publish(id, nodeB, rwo); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, true, nqnB)
+	wantExport(t, e, id, true, e.hostOf(id, "node-b"))
 }
 
 // A fence whose cut fails keeps the claim and is retried.
@@ -220,13 +248,13 @@ func TestStorageFencingFailedCutKeepsTheClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitClaims(id, "node-a")
-	first := e.rds.holdNext("CloseExport")
+	first := e.rds.holdNext("SwapExport")
 	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
 	<-first.entered
 	// The first cut fails; the fence is retried, and at the retry's cut
 	// the claim must still be there.
-	e.rds.failNext("CloseExport", errors.New("ssh: connection refused"))
-	second := e.rds.holdNext("CloseExport")
+	e.rds.failNext("SwapExport", errors.New("ssh: connection refused"))
+	second := e.rds.holdNext("SwapExport")
 	close(first.release)
 	<-second.entered
 	if _, held := claimsOf(t, client, id)["node-a"]; !held {
@@ -234,7 +262,7 @@ func TestStorageFencingFailedCutKeepsTheClaim(t *testing.T) {
 	}
 	close(second.release)
 	e.waitClaims(id)
-	wantExport(t, e, id, false, "")
+	wantClosed(t, e, id)
 }
 
 // A raw-block RWX volume on two nodes (a live migration): the export moves
@@ -257,14 +285,14 @@ func TestStorageFencingMigration(t *testing.T) {
 		if _, err := e.publish(id, nodeB, rwx); err != nil {
 			t.Fatal(err)
 		}
-		wantExport(t, e, id, true, nqnB)
+		wantExport(t, e, id, true, e.hostOf(id, "node-b"))
 		e.waitClaims(id, "node-a", "node-b")
 	}
 	migrate()
 	if err := e.unpublish(id, nodeA); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, true, nqnB)
+	wantExport(t, e, id, true, e.hostOf(id, "node-b"))
 	if n := e.drops(id); n != 0 {
 		t.Fatalf("%d connection drops during a completed migration, want 0", n)
 	}
@@ -281,7 +309,7 @@ func TestStorageFencingMigration(t *testing.T) {
 	if err := e.unpublish(id, nodeB); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, true, nqnA)
+	wantExport(t, e, id, true, e.hostOf(id, "node-a"))
 	if n := e.drops(id) - drops; n != 1 {
 		t.Fatalf("%d connection drops since the second migration began, want 1: node-b, detached while NotReady, cut off", n)
 	}
@@ -306,13 +334,13 @@ func TestOutOfServiceTaintAfterNotReadyFence(t *testing.T) {
 		if foreign {
 			va := testVA("other-pv", "node-a", testClock)
 			va.Name, va.Spec.Attacher = "csi-other", "other.csi.example.com"
-			if _, err := client.StorageV1().VolumeAttachments().Create(context.Background(), va, metav1.CreateOptions{}); err != nil {
+			if _, err := putVA(context.Background(), client, va); err != nil {
 				t.Fatal(err)
 			}
 		}
 		setReady(t, client, "node-a", corev1.ConditionUnknown, time.Now().Add(-time.Hour))
 		e.waitClaims(id)
-		wantExport(t, e, id, false, "")
+		wantClosed(t, e, id)
 		if foreign {
 			// The fence is done (claim released, host cut off); the taint
 			// decision came after it, in the same reaction.
@@ -371,7 +399,7 @@ func setReady(t *testing.T, client *fake.Clientset, node string, s corev1.Condit
 
 // Volumes made before storage fencing was turned on are open to any host;
 // the leader closes those no node claims or attaches, and only those.
-func TestCloseUnclaimedExports(t *testing.T) {
+func TestReconcileClosesUnclaimedExports(t *testing.T) {
 	client := newFakeAPI(testNode("node-a"))
 	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
 	idle := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000009", corev1.ReadWriteOnce, false)
@@ -391,15 +419,16 @@ func TestCloseUnclaimedExports(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitClaims(used, "node-a")
-	n, err := e.cs.CloseUnclaimedExports(context.Background())
-	if err != nil || n != 1 {
-		t.Fatalf("CloseUnclaimedExports = %d, %v; want 1 closed", n, err)
+	var found []Mismatch
+	n, err := e.cs.ReconcileExports(context.Background(), func(m Mismatch) { found = append(found, m) })
+	if err != nil || n != 1 || len(found) != 1 || found[0].Volume != idle {
+		t.Fatalf("ReconcileExports = %d, %v, reported %+v; want 1 fixed: %s", n, err, found, idle)
 	}
-	wantExport(t, e, idle, false, "")
+	wantClosed(t, e, idle)
 	wantExport(t, e, used, true, "")
-	// Again: nothing left to close.
-	if n, err := e.cs.CloseUnclaimedExports(context.Background()); err != nil || n != 0 {
-		t.Fatalf("second CloseUnclaimedExports = %d, %v; want 0", n, err)
+	// Again: nothing left to fix.
+	if n, err := e.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
+		t.Fatalf("second ReconcileExports = %d, %v; want 0", n, err)
 	}
 }
 
@@ -426,7 +455,7 @@ func TestStorageFencingLegacyHolderStaysOpen(t *testing.T) {
 	if _, err := e.publish(id, nodeB, rwx); err != nil {
 		t.Fatal(err)
 	}
-	wantExport(t, e, id, true, nqnB)
+	wantExport(t, e, id, true, e.hostOf(id, "node-b"))
 	e.waitClaims(id, "node-a", "node-b")
 	if err := e.unpublish(id, nodeB); err != nil {
 		t.Fatalf("unpublish leaving a holder from before storage fencing: %v", err)

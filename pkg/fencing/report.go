@@ -19,6 +19,7 @@ const (
 	ReasonMigrationStarted  = "LiveMigrationStarted"
 	ReasonMigrationFinished = "LiveMigrationFinished"
 	ReasonMigrationTimedOut = "LiveMigrationTimedOut"
+	ReasonExportMismatch    = "ExportClaimMismatch"
 )
 
 // VolumeRef names a volume in events: its PersistentVolume, the bound
@@ -45,6 +46,7 @@ type Metrics interface {
 	MigrationStarted()
 	MigrationFinished()
 	MigrationTimedOut()
+	ExportMismatch(fixed bool)
 }
 
 // Reporter turns decisions into Kubernetes events and metrics. Every method
@@ -169,4 +171,19 @@ func describe(reason FenceReason) string {
 		return "the node object was deleted and re-created (another UID) since the volume was published to it"
 	}
 	return string(reason)
+}
+
+// ExportMismatch reports a volume whose RDS export did not match its live
+// claims (storage fencing's reconcile): found is what the RDS had, now
+// what it has after the fix (or err when the fix failed).
+func (r *Reporter) ExportMismatch(v VolumeRef, found, now string, err error) {
+	r.count(func(m Metrics) { m.ExportMismatch(err == nil) })
+	if err != nil {
+		r.event(v, corev1.EventTypeWarning, ReasonExportMismatch,
+			"volume %s: its export on the RDS was %s, which its claims do not call for, and bringing it in line failed: %v; the next reconcile retries",
+			v.Handle, found, err)
+		return
+	}
+	r.event(v, corev1.EventTypeWarning, ReasonExportMismatch,
+		"volume %s: its export on the RDS was %s, which its claims do not call for; it is now %s", v.Handle, found, now)
 }

@@ -54,6 +54,12 @@ type Claim struct {
 	// ID) when storage fencing allowed it on the RDS; what a fence of this
 	// claim must cut off there. Empty without storage fencing.
 	HostNQN string `json:"nqn,omitempty"`
+	// Nonce identifies the attachment (storage fencing): set when the
+	// claim is made, kept by every repeated publish. The attachment's own
+	// host NQN is derived from it with a key only the controller holds
+	// (pkg/csi), so the annotation does not reveal it. Empty for claims
+	// made before per-attachment host NQNs: those allow HostNQN.
+	Nonce string `json:"n,omitempty"`
 }
 
 // UnmarshalJSON accepts a claim object or, as earlier versions wrote, a
@@ -113,19 +119,25 @@ func VolumeAttachmentName(handle, driver, node string) string {
 type Claims struct {
 	client kubernetes.Interface
 	driver string
-	// cut, when set, runs before a stale claim is released by a fence
-	// (storage fencing: cut the fenced host off the volume on the RDS);
-	// its error keeps the claim, and the fence is retried.
-	cut StorageCut
+	// fence, when set, cuts a fenced node off the storage before its
+	// stale claim is released (its error keeps the claim, and the fence
+	// is retried) and settles the storage after the release.
+	fence StorageFence
 }
 
-// StorageCut cuts a fenced node's host off a volume on the storage: handle
-// is the volume, fenced the claim being released, remaining the other
-// nodes' claims as read live with it.
-type StorageCut func(ctx context.Context, handle string, node string, fenced Claim, remaining map[string]Claim) error
+// StorageFence is storage fencing as a fence release needs it.
+type StorageFence interface {
+	// CutOff cuts node's attachment of handle off the storage, as if its
+	// claim on pvName were already gone; run before the release.
+	CutOff(ctx context.Context, pvName, handle, node string) error
+	// Settle brings the storage in line with the live claims after the
+	// release.
+	Settle(ctx context.Context, pvName, handle string) error
+}
 
-// CutStorageOnFence makes every fence release run cut first.
-func (c *Claims) CutStorageOnFence(cut StorageCut) { c.cut = cut }
+// CutStorageOnFence makes every fence release cut the storage first and
+// settle it after.
+func (c *Claims) CutStorageOnFence(f StorageFence) { c.fence = f }
 
 // NewClaims returns a Claims writing through client for the CSI driver
 // named driver.
@@ -169,7 +181,7 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 // run again. before, when not nil, runs once the claim is to go and before
 // it goes (storage fencing: shut the node's host out); its error keeps the
 // claim. Reports whether a claim was dropped.
-func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before StorageCut) (released bool, err error) {
+func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (released bool, err error) {
 	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 		switch {
@@ -180,7 +192,7 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 			return false, nil
 		}
 		if before != nil {
-			if err := before(ctx, handle, node, cl, remaining); err != nil {
+			if err := before(ctx); err != nil {
 				return false, err
 			}
 		}
@@ -195,6 +207,7 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 // claim. Reports whether a claim was dropped and why.
 func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy fencing.Config, now func() time.Time) (bool, fencing.FenceReason, error) {
 	var reason fencing.FenceReason
+	var handle string
 	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		n, err := c.LiveNode(ctx, node)
 		if err != nil {
@@ -202,17 +215,25 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 		}
 		r, stale := fencing.HolderStale(fencing.Holder{Node: node, UID: cl.NodeUID}, n, now(), policy)
 		reason = r
-		if !stale || c.cut == nil {
+		if !stale || c.fence == nil {
 			return stale, nil
 		}
 		if pv.Spec.CSI == nil {
 			return false, fmt.Errorf("PV %s has no CSI volume handle", pv.Name)
 		}
-		if err := c.cut(ctx, pv.Spec.CSI.VolumeHandle, node, cl, remaining); err != nil {
-			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, pv.Spec.CSI.VolumeHandle, err)
+		handle = pv.Spec.CSI.VolumeHandle
+		if err := c.fence.CutOff(ctx, pvName, handle, node); err != nil {
+			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, handle, err)
 		}
 		return true, nil
 	})
+	if err == nil && released && c.fence != nil {
+		// Once more after the release: an open of the fenced attachment
+		// that was in flight cannot land after this.
+		if err := c.fence.Settle(ctx, pvName, handle); err != nil {
+			return released, reason, fmt.Errorf("settling volume %s on the storage after releasing node %s's claim: %w", handle, node, err)
+		}
+	}
 	return released, reason, err
 }
 
@@ -308,4 +329,30 @@ func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, clai
 		return fmt.Errorf("%w: PV %s was deleted", ErrConflict, pvName)
 	}
 	return err
+}
+
+// LiveAttachment reads from the API server whether a VolumeAttachment of
+// handle on node exists and is not being deleted: what a claim must stand
+// on (a publish from a replica that woke up after the attachment was
+// detached must not leave a claim behind).
+func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (bool, error) {
+	va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
+	}
+	return va.DeletionTimestamp == nil, nil
+}
+
+// Withdraw drops node's claim on pvName if it is still the very claim a
+// publish committed (same attachment nonce and publish count): that
+// publish found, after committing, that it must not stand (its
+// VolumeAttachment or Node is gone) and takes it back. A newer claim is
+// left alone.
+func (c *Claims) Withdraw(ctx context.Context, pvName, node string, committed Claim) (bool, error) {
+	return c.releaseIf(ctx, pvName, node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
+		return cl.Nonce == committed.Nonce && cl.Gen == committed.Gen && cl.NodeUID == committed.NodeUID, nil
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,6 +114,7 @@ type Metrics struct {
 	indexAttachments  prometheus.Gauge
 	indexNodes        prometheus.Gauge
 	leader            prometheus.Gauge
+	exportMismatches  *prometheus.CounterVec
 }
 
 // New returns Metrics registered on a new registry, together with the Go
@@ -120,6 +122,8 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
+		exportMismatches: counterVec("export_claim_mismatch_total",
+			"Volumes whose RDS export did not match their live claims when storage fencing's reconcile looked (a step that landed late, a replica that died mid-change, a change by hand), by whether the fix succeeded (fixed=true|false).", "fixed"),
 		publish: counterVec("publish_total",
 			"ControllerPublishVolume calls by result (attached, already-published, refused, or the failure).", "result"),
 		unpublish: counterVec("unpublish_total",
@@ -155,7 +159,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.publish, m.unpublish, m.publishDecision, m.conflicts, m.fences, m.orphanedClaims,
 		m.migrationsStarted, m.migrationsEnded, m.rdsCommand, m.rdsConnected,
-		m.indexVolumes, m.indexAttachments, m.indexNodes, m.leader,
+		m.indexVolumes, m.indexAttachments, m.indexNodes, m.leader, m.exportMismatches,
 	)
 	// Series that exist from the start, so that alerts and dashboards see
 	// zeros instead of nothing.
@@ -252,6 +256,11 @@ func (m *Metrics) SetIndexSize(volumes, attachments, nodes int) {
 	m.indexVolumes.Set(float64(volumes))
 	m.indexAttachments.Set(float64(attachments))
 	m.indexNodes.Set(float64(nodes))
+}
+
+// ExportMismatch counts a volume whose export did not match its claims.
+func (m *Metrics) ExportMismatch(fixed bool) {
+	m.exportMismatches.WithLabelValues(strconv.FormatBool(fixed)).Inc()
 }
 
 // SetLeader records whether this replica holds the leader lease.
