@@ -81,17 +81,17 @@ type Driver struct {
 // DriverOptions configure StartDriver.
 type DriverOptions struct {
 	Name      string   // process name in logs and the timeline; default "rds-csi-driver"
-	Socket    string   // default <dir>/<Name>.sock
+	Socket    string   // default <SocketDir>/<Name>.sock, not in dir: see socketBase
 	ExtraArgs []string // appended after the standard flags (a later flag wins)
 	// Hostname runs the driver in its own UTS namespace with this host
 	// name (leader election identity); see SidecarOptions.Hostname.
 	Hostname string
 }
 
-// StartDriver runs the driver with --mode=controller against sim on a unix
-// socket in dir, with the Kubernetes API as dep's ServiceAccount and leader
-// election in dep's namespace, and waits until it answers Probe with
-// ready. With a nil dep the driver runs without the API (--publish=false).
+// StartDriver runs the driver with --mode=controller against sim, its log
+// in dir and its unix socket in a short directory of its own (SocketDir),
+// with the Kubernetes API as dep's ServiceAccount and leader election in
+// dep's namespace, and waits until it answers Probe with ready. With a nil dep the driver runs without the API (--publish=false).
 // It is stopped (SIGTERM) in tb.Cleanup; tests may Kill it earlier to
 // simulate a crash.
 func StartDriver(tb testing.TB, tl *Timeline, bin, dir string, sim *Sim, dep *Deployment, opts DriverOptions) *Driver {
@@ -100,7 +100,10 @@ func StartDriver(tb testing.TB, tl *Timeline, bin, dir string, sim *Sim, dep *De
 		opts.Name = "rds-csi-driver"
 	}
 	if opts.Socket == "" {
-		opts.Socket = filepath.Join(dir, opts.Name+".sock")
+		opts.Socket = filepath.Join(SocketDir(tb), opts.Name+".sock")
+	}
+	if err := checkSocketPath(opts.Socket); err != nil {
+		tb.Fatalf("%s: %v", opts.Name, err)
 	}
 	endpoint := "unix://" + opts.Socket
 	args := []string{
