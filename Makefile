@@ -82,7 +82,10 @@ e2e:
 # booted twice (nvme_core.multipath Y and N), runs the node tests and
 # csi-sanity against the kernel's nvmet target and nvme-tcp initiator.
 # ~4 min warm, ~4.5 min cold under TCG on 2 cores (README). Needs root; skips
-# with the reason outside CI when it cannot run, fails in CI.
+# with the reason outside CI when it cannot run, fails in CI. Works from any
+# checkout path (under /tmp, with spaces). RDS_CSI_VM_KVM=auto (default: KVM
+# only if a probe boot reaches the guest's /init within 30 s, else TCG,
+# logged), on or off, e.g. `make e2e-nvme RDS_CSI_VM_KVM=off`.
 e2e-nvme: deps
 	$(GO) vet -tags nvmevm ./pkg/nvme ./pkg/csi ./e2e/nvme ./e2e/vm
 	$(GO) test -tags nvmevm -count=1 -timeout 40m -v -run TestNVMeTCPInVM ./e2e/nvme

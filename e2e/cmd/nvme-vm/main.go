@@ -3,8 +3,12 @@
 //
 //	go run ./e2e/cmd/nvme-vm [--multipath=N] [--timeout=10m] -- 'fio ...'
 //
-// The host's root is the guest's root (read-only); --results (default
-// .cache/nvme-vm/runs/manual) is writable at the same path inside.
+// The host's root is the guest's root (read-only; the guest's /tmp, /run and
+// /etc are its own, in memory; the checkout is shown at its path even under
+// /tmp); --results (default
+// .cache/nvme-vm/runs/manual) is writable inside at /run/rdsvm/results
+// ($RDSVM_RESULTS). --kvm (default $RDS_CSI_VM_KVM, else auto) picks the
+// accelerator; auto probes KVM with a short boot and falls back to TCG.
 package main
 
 import (
@@ -29,7 +33,7 @@ func main() {
 		results   = flag.String("results", ".cache/nvme-vm/runs/manual", "writable results directory shared with the guest")
 		memory    = flag.Int("memory", 2048, "guest memory in MiB")
 		cpus      = flag.Int("cpus", 1, "guest CPUs")
-		kvm       = flag.String("kvm", "auto", "auto, on or off")
+		kvm       = flag.String("kvm", "", "auto (KVM if a probe boot reaches /init, else TCG), on or off; default $"+vm.KVMEnv+", else auto")
 	)
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -69,13 +73,15 @@ func run(ctx context.Context, multipath, results string, memory, cpus int, kvm, 
 	}
 	res, err := vm.Run(ctx, vm.Config{
 		Kernel: kernel, Initrd: initrd, ResultsDir: dir,
+		HostDirs:  []string{root}, // the checkout, also when it is under /tmp
 		MemoryMiB: memory, CPUs: cpus, KVM: kvm,
 		KernelArgs: []string{"nvme_core.multipath=" + multipath},
 		Console:    os.Stdout,
+		Logf:       func(format string, args ...any) { fmt.Fprintf(os.Stderr, "nvme-vm: "+format+"\n", args...) },
 	}, command)
 	if err != nil {
 		return 0, err
 	}
-	fmt.Fprintf(os.Stderr, "nvme-vm: exit status %d after %v (kvm=%v)\n", res.ExitStatus, res.Elapsed.Round(100*time.Millisecond), res.KVM)
+	fmt.Fprintf(os.Stderr, "nvme-vm: exit status %d after %v (%s)\n", res.ExitStatus, res.Elapsed.Round(100*time.Millisecond), res.Accel)
 	return res.ExitStatus, nil
 }
