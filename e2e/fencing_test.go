@@ -31,6 +31,22 @@ func diskExport(w *attachWorld, exported bool, host string) framework.Condition 
 	}
 }
 
+// diskExportTo: the simulator's export of the volume is open to node's
+// attachment alone (the host NQN the driver gave that attachment, as its
+// VolumeAttachment records it).
+func diskExportTo(w *attachWorld, node string) framework.Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		host, err := framework.AttachmentHost(ctx, w.e.Client, w.pv, node)
+		if err != nil || host == "" {
+			return false, fmt.Sprintf("no attachment host NQN for %s yet (%v)", node, err), nil
+		}
+		if host == hostNQN(node) {
+			return false, "the export would allow the node's own NQN, not its attachment's", nil
+		}
+		return diskExport(w, true, host)(ctx)
+	}
+}
+
 // Unattended failover (issue 12): storage fencing on, the driver's
 // defaults otherwise (--not-ready-threshold 20s with it) plus
 // --out-of-service-taint. node-a's kubelet stops, and with no operator
@@ -48,7 +64,7 @@ func TestUnattendedFailover(t *testing.T) {
 	ns := framework.TestNamespace
 
 	done := tl.Step("the export is open to node-a's host alone")
-	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExport(w, true, hostNQN("node-a"))); err != nil {
+	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
 		t.Fatal(err)
 	}
 	done()
@@ -63,7 +79,7 @@ func TestUnattendedFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut, err := framework.WaitFor(ctx, tl, 2*time.Minute, "node-a cut off the RDS (export closed or moved on)",
-		framework.AnyOf(diskExport(w, false, ""), diskExport(w, true, hostNQN("node-b"))))
+		framework.AnyOf(diskExport(w, false, ""), diskExportTo(w, "node-b")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +94,7 @@ func TestUnattendedFailover(t *testing.T) {
 	if !ok {
 		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
 	}
-	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExport(w, true, hostNQN("node-b"))); err != nil {
+	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExportTo(w, "node-b")); err != nil {
 		t.Error(err)
 	}
 	tl.Logf("UNATTENDED FAILOVER: node stop -> attached on node-b %s (node-a Unknown after %s, cut off the RDS %s after that, tainted %s after the cut, attached %s after the taint; kube-controller-manager --node-monitor-grace-period=%s, --not-ready-threshold 20s default)",
@@ -107,7 +123,7 @@ func TestUnattendedFailover(t *testing.T) {
 	if _, err := framework.WaitFor(ctx, tl, time.Minute, "node-a's out-of-service taint removed", framework.NodeTaint(c, "node-a", corev1.TaintNodeOutOfService, "", false)); err != nil {
 		t.Error(err)
 	}
-	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "export still allows node-b only", diskExport(w, true, hostNQN("node-b"))); err != nil {
+	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "export still allows node-b only", diskExportTo(w, "node-b")); err != nil {
 		t.Error(err)
 	}
 	done()

@@ -192,3 +192,19 @@ func NodeTaint(c kubernetes.Interface, name, key, value string, want bool) Condi
 		return !want, fmt.Sprintf("no %s taint (taints %v)", key, n.Spec.Taints), nil
 	}
 }
+
+// AttachmentHost is the host NQN the driver gave node's attachment of PV
+// pvName (publish_context "hostNQN", which the attacher keeps in the
+// VolumeAttachment's status.attachmentMetadata); "" when none.
+func AttachmentHost(ctx context.Context, c kubernetes.Interface, pvName, node string) (string, error) {
+	vas, err := VolumeAttachmentsFor(ctx, c, pvName)
+	if err != nil {
+		return "", err
+	}
+	for _, va := range vas {
+		if va.Spec.NodeName == node && va.DeletionTimestamp == nil {
+			return va.Status.AttachmentMetadata["hostNQN"], nil
+		}
+	}
+	return "", nil
+}

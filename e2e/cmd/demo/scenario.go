@@ -299,21 +299,25 @@ func (d *demo) scenario() {
 		_, err := c.CoreV1().Pods(ns).Create(ctx, framework.PodOnNode(ns, "app-c", "node-a", "data"), metav1.CreateOptions{})
 		d.fatalIf(err)
 		d.waitFor(e, waitShort, "app-c's attach refused (Multi-Attach: the volume is on node-b)", podEvent(c, ns, "app-c", "FailedAttachVolume", "Multi-Attach"))
+		hostB, err := framework.AttachmentHost(ctx, c, pvName, "node-b")
+		d.fatalIf(err)
 		failedAt := time.Now()
 		nodeB.Fail()
 		notReady := d.waitFor(e, d.grace+waitShort, "node-b NotReady (Ready=Unknown)", framework.NodeReady(c, "node-b", corev1.ConditionUnknown))
 		cut := d.waitFor(e, waitLong, "node-b's host cut off the RDS (the driver's fence, after --not-ready-threshold)", func(context.Context) (bool, string, error) {
 			dk, _ := sim.Disk(pvName)
-			return dk.AllowHostName != demoNQN("node-b"), fmt.Sprintf("nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName), nil
+			return !dk.NVMeTCPExport || dk.AllowHostName != hostB, fmt.Sprintf("nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName), nil
 		})
 		d.waitFor(e, waitShort, "node-b tainted out of service by the driver", framework.NodeTaint(c, "node-b", corev1.TaintNodeOutOfService, informers.DriverOutOfServiceValue, true))
 		d.waitFor(e, waitLong, "volume attached to node-a", framework.VolumeAttached(c, pvName, "node-a", nil))
 		attachedAt := time.Now()
 		dk, _ := sim.Disk(pvName)
-		if !dk.NVMeTCPExport || dk.AllowHostName != demoNQN("node-a") {
-			d.r.Errorf("after the failover the export is nvme-tcp-export=%t allow-host=%s, want node-a's host only", dk.NVMeTCPExport, dk.AllowHostName)
+		hostA, err := framework.AttachmentHost(ctx, c, pvName, "node-a")
+		d.fatalIf(err)
+		if !dk.NVMeTCPExport || hostA == "" || dk.AllowHostName != hostA {
+			d.r.Errorf("after the failover the export is nvme-tcp-export=%t allow-host=%s, want node-a's attachment (%s) only", dk.NVMeTCPExport, dk.AllowHostName, hostA)
 		}
-		d.detail("the RDS export allows node-a's host only: %s", dk.AllowHostName)
+		d.detail("the RDS export allows node-a's attachment only: %s", dk.AllowHostName)
 		got, err := readAt(dk.BackingFile, 1<<20, len(marker))
 		d.fatalIf(err)
 		if !bytes.Equal(got, marker) {
