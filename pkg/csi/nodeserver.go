@@ -249,6 +249,25 @@ func stageContext(volume, publish map[string]string) map[string]string {
 	return merged
 }
 
+// attachmentHost is the host NQN NodeStageVolume connects with: the
+// attachment's own, from publish_context (storage fencing gives every
+// attachment one, and the RDS export allows exactly it), validated here so
+// that a bad one is the CO's InvalidArgument and never reaches the
+// kernel. "" when absent: an attachment made before per-attachment host
+// NQNs, or without storage fencing, connects as the node, as before. Only
+// publish_context counts: the host belongs to the attachment, which a
+// volume_context (the PV's attributes) does not know.
+func attachmentHost(id string, pc map[string]string) (string, error) {
+	nqn, ok := pc[PublishContextHostNQN]
+	if !ok {
+		return "", nil
+	}
+	if _, err := nvme.AttachmentHostIdentity(nqn); err != nil {
+		return "", statusf(codes.InvalidArgument, "volume %s: publish_context %s: %v; ControllerPublishVolume derives it, so check that the controller and the node plugin run the same release", id, PublishContextHostNQN, err)
+	}
+	return nqn, nil
+}
+
 // device resolves a volume's current device and its number. A volume that
 // is not connected on this node is FAILED_PRECONDITION with the next step.
 func (s *NodeServer) device(ctx context.Context, id string) (string, devNumber, error) {
@@ -285,6 +304,9 @@ func (s *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err != nil {
 		return nil, err
 	}
+	if t.HostNQN, err = attachmentHost(id, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
 	release, err := s.acquire(id)
 	if err != nil {
 		return nil, err
@@ -300,7 +322,7 @@ func (s *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		}
 		return nil, fmt.Errorf("volume %s: connecting %s at %s port %d: %w", id, t.NQN, t.Address, t.Port, err)
 	}
-	logger.V(2).Info("connected", "device", dev, "nqn", t.NQN)
+	logger.V(2).Info("connected", "device", dev, "nqn", t.NQN, "attachmentHostNQN", t.HostNQN != "")
 	if c.GetBlock() != nil {
 		// Nothing to mount: NodePublishVolume exposes the device itself.
 		logger.Info("staged raw block volume", "device", dev)
