@@ -307,7 +307,8 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	}
 	capability := claimCapability(req.GetVolumeCapability())
 	claim, claimed := v.Claims[node]
-	if claimed && claim.NodeUID == p.self.UID && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != req.GetReadonly()) {
+	sameNode := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "")
+	if sameNode && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != req.GetReadonly()) {
 		return nil, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
 			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
 	}
@@ -325,8 +326,10 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		decision.Verdict = fencing.Allow
 		decision.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", id, strings.Join(others, ", "), node)
 	}
-	if !claimed || claim.NodeUID != p.self.UID {
-		// A first claim, or one of an earlier incarnation of this node:
+	if !sameNode {
+		// A first claim, or one of an earlier incarnation of this node
+		// (a claim without UID, from before UIDs were recorded, is this
+		// node's, as everywhere else):
 		// a new attachment, with its own host NQN under storage fencing.
 		claim = informers.Claim{At: newClaimTime(now, v.Claims)}
 		if fencingOn {
@@ -336,9 +339,10 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		}
 	}
 	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
-	if fencingOn && claim.Nonce == "" {
+	if fencingOn && claim.Nonce == "" && claim.HostNQN == "" {
 		// An attachment made before per-attachment host NQNs keeps the
-		// node's own NQN until it ends.
+		// node's own NQN recorded in its claim until it ends; one from
+		// before storage fencing records it now.
 		claim.HostNQN = p.ident.HostNQN
 	}
 	// Every success is a write, a repeated publish too: a concurrent
@@ -379,7 +383,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	// the node is still the incarnation the claim names (a Node deleted
 	// and re-created in between is another node). Otherwise the claim is
 	// taken back and nothing is answered.
-	if err := p.confirmCommitted(ctx, v, claim, !claimed || v.Claims[node].NodeUID != p.self.UID); err != nil {
+	if err := p.confirmCommitted(ctx, v, claim, !sameNode); err != nil {
 		return nil, err
 	}
 	pc := s.publishContext(id)
@@ -445,22 +449,21 @@ func (p *publishing) requireAttachment(ctx context.Context) error {
 // writing.
 func (p *publishing) confirmCommitted(ctx context.Context, v *informers.Volume, claim informers.Claim, created bool) error {
 	s, id, node := p.s, p.req.GetVolumeId(), p.ident.Name
+	why := ""
 	n, err := s.liveNode(ctx, id, node)
 	if err != nil {
-		return err
+		// Unconfirmed: a claim this call created must not outlive it.
+		why = "its Node could not be read back"
+		n = fencing.NodeState{Exists: true, UID: claim.NodeUID}
 	}
-	why := ""
 	switch {
 	case !n.Exists:
 		why = "its Node was deleted"
 	case n.UID != claim.NodeUID:
 		why = "its Node was deleted and re-created"
-	default:
+	case why == "":
 		if err := p.requireAttachment(ctx); err != nil {
-			if status.Code(err) != codes.Aborted {
-				return err
-			}
-			why = "its VolumeAttachment was detached"
+			why = "its VolumeAttachment was detached or could not be read back"
 		}
 	}
 	if why == "" {
