@@ -63,8 +63,10 @@ type ClaimStore interface {
 	// keeps the claim.
 	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (bool, error)
 	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
-	// of handle on node exists.
-	LiveAttachment(ctx context.Context, handle, node string) (bool, error)
+	// of handle on node exists, and whether it is marked attached.
+	// answered is the publish_context the attacher recorded when it is
+	// marked attached (nil otherwise).
+	LiveAttachment(ctx context.Context, handle, node string) (live bool, answered map[string]string, err error)
 	// Withdraw drops node's claim if it is still the one committed.
 	Withdraw(ctx context.Context, pvName, node string, committed informers.Claim) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.
@@ -249,6 +251,10 @@ type publishing struct {
 	// live: nodes read from the API server during this call. The decision
 	// uses them over the index, so a fence stands on a live read.
 	live map[string]fencing.NodeState
+	// answered: the publish_context of the publish of this
+	// VolumeAttachment answered before (from its status, read live before
+	// the commit); nil when it is not marked attached.
+	answered map[string]string
 }
 
 func (p *publishing) node(name string) fencing.NodeState {
@@ -391,7 +397,19 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// The RDS lets the attachment in (and everyone else out) before the
 		// node is told it may write; fenced nodes' claims are gone with the
 		// commit, so their hosts are dropped.
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node})
+		// A holder whose attachment was answered before (its
+		// VolumeAttachment attached with this very attachment's host NQN)
+		// has been let in: the source of a migration keeps its connection
+		// while the export allows the target.
+		admitted := false
+		if sameNode && p.answered != nil {
+			want := ""
+			if claim.Nonce != "" {
+				want = s.d.claimHost(id, node, claim)
+			}
+			admitted = p.answered[PublishContextHostNQN] == want
+		}
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, admitted: admitted})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)
@@ -429,7 +447,7 @@ func newClaimTime(now time.Time, others map[string]informers.Claim) time.Time {
 // on the node exists (read from the API server).
 func (p *publishing) requireAttachment(ctx context.Context) error {
 	id, node := p.req.GetVolumeId(), p.ident.Name
-	ok, err := p.s.pub.Claims.LiveAttachment(ctx, id, node)
+	ok, answered, err := p.s.pub.Claims.LiveAttachment(ctx, id, node)
 	if err != nil {
 		p.s.pub.Reporter.PublishFailed("unconfirmed")
 		return statusf(codes.Unavailable, "volume %s: cannot confirm its VolumeAttachment on node %s with the API server (%v); retry", id, node, err)
@@ -437,6 +455,9 @@ func (p *publishing) requireAttachment(ctx context.Context) error {
 	if !ok {
 		p.s.pub.Reporter.PublishFailed("no-attachment")
 		return statusf(codes.Aborted, "volume %s: no live VolumeAttachment of it on node %s (it was detached or is being deleted, e.g. this request comes from an attacher that lost its lease); nothing was recorded", id, node)
+	}
+	if p.answered == nil {
+		p.answered = answered
 	}
 	return nil
 }

@@ -56,6 +56,9 @@ func (e *publishEnv) publish(id, node string, c *csi.VolumeCapability) (*csi.Con
 		// VolumeAttachment made for it is not part of that.
 		e.dropAutoVA(id, node)
 	}
+	if err == nil {
+		e.markAttached(id, node, resp.GetPublishContext())
+	}
 	return resp, err
 }
 
@@ -70,6 +73,25 @@ func (e *publishEnv) unpublish(id, node string) error {
 }
 
 const autoVALabel = "rds-csi-test/auto"
+
+// markAttached records a publish success on its VolumeAttachment as
+// external-attacher does: attached, with the answer's publish_context.
+func (e *publishEnv) markAttached(id, nodeID string, pc map[string]string) {
+	e.t.Helper()
+	node := vaNodeName(nodeID)
+	if node == "" || e.client == nil {
+		return
+	}
+	name := informers.VolumeAttachmentName(id, DefaultDriverName, node)
+	va, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return // the test removed it
+	}
+	va.Status.Attached, va.Status.AttachmentMetadata = true, pc
+	if _, err := e.client.StorageV1().VolumeAttachments().Update(context.Background(), va, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
 
 func vaNodeName(nodeID string) string {
 	name, _, _ := strings.Cut(nodeID, "/")

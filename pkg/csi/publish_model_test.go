@@ -96,6 +96,9 @@ type model struct {
 	rds      *fakeRDS
 	conns    map[string]map[string]bool // volume -> nodes possibly connected
 	connHost map[string]string          // volume/node -> host NQN it connected with
+	// answeredCtx: VolumeAttachment -> publish_context of its last publish
+	// success, which the attacher records with attached=true.
+	answeredCtx map[string]map[string]string
 	drops    map[string]int             // volume -> rds drops seen
 	seed     int64
 	rng      *rand.Rand
@@ -122,7 +125,7 @@ type model struct {
 
 func newModel(t *testing.T, seed int64, fenced bool) *model {
 	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced,
-		conns: map[string]map[string]bool{}, connHost: map[string]string{}, drops: map[string]int{},
+		conns: map[string]map[string]bool{}, connHost: map[string]string{}, answeredCtx: map[string]map[string]string{}, drops: map[string]int{},
 		watches: map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
 		uid: map[string]string{}, oos: map[string]bool{}, incarn: map[string]int{},
 		holds: map[string][]modelHold{}, stats: map[string]int{}}
@@ -254,6 +257,22 @@ func (m *model) observeDrops() {
 			delete(m.conns, id)
 		}
 	}
+	// A dropped connection's kernel keeps reconnecting (ctrl_loss_tmo)
+	// with the host NQN it connected with, a fenced node's too, since it
+	// may still be running: it is back whenever the export allows that
+	// host. The multi-holder check then catches a fenced host let in again.
+	for key, host := range m.connHost {
+		id, node, _ := strings.Cut(key, "/")
+		if m.conns[id][node] {
+			continue
+		}
+		if d, ok := m.rds.disks[id]; ok && d.Exported && d.AllowHost == host {
+			if m.conns[id] == nil {
+				m.conns[id] = map[string]bool{}
+			}
+			m.conns[id][node] = true
+		}
+	}
 }
 
 // connect: node was told it may write; it connects, and stays connected
@@ -294,6 +313,7 @@ func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 func (m *model) disconnect(v *modelVolume, node string) {
 	if m.uid[node] != "" && !m.oos[node] {
 		delete(m.conns[v.id], node)
+		delete(m.connHost, v.id+"/"+node) // unstaged: the kernel's controller is gone
 	}
 }
 
@@ -442,9 +462,10 @@ func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
 	}
 	m.connect(v, node, resp.GetPublishContext())
 	m.startHold(v, node)
-	if !va.Status.Attached {
-		m.toAttach = append(m.toAttach, va.Name)
-	}
+	// The attacher records the answer's publish_context with attached=true
+	// (external-attacher's markAsAttached), after every success.
+	m.answeredCtx[va.Name] = resp.GetPublishContext()
+	m.toAttach = append(m.toAttach, va.Name)
 }
 
 // markAttached is the attacher's status update after its publishes
@@ -459,6 +480,7 @@ func (m *model) markAttached() {
 			m.t.Fatal(err)
 		}
 		va.Status.Attached = true
+		va.Status.AttachmentMetadata = m.answeredCtx[name]
 		if _, err := m.api.StorageV1().VolumeAttachments().Update(m.ctx, va, metav1.UpdateOptions{}); err != nil {
 			m.t.Fatal(err)
 		}

@@ -1,10 +1,8 @@
-//go:build review21
-
-// Open holes from the outside review of issue 21's export-follows-claims
-// change, in live migrations (two holders, one allowed host). Each test
-// FAILS on the current code; they are kept behind the build tag review21
-// (go test -tags review21 -run TestReview ./pkg/csi) until fixed, so that
-// make test stays green: the next session's first work (issue 21).
+// Outside review of issue 21's export-follows-claims change: the holes it
+// found in live migrations (two holders, one allowed host). Each failed on
+// the code under review; since the fix a repeated publish of the older
+// holder (the source) leaves a migration's export with the target, so no
+// late open of the source can land after its retirement.
 
 package csi
 
@@ -58,7 +56,14 @@ func TestReviewLateSourceOpenLandsAfterReadyUnpublishInMigration(t *testing.T) {
 		_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwx})
 		answered <- err
 	}()
-	<-slow.entered
+	if !enteredBeforeAnswer(t, slow, answered, "the source's repeated publish") {
+		// It sent no swap: the export stays with the target.
+		if err := b.unpublish(id, nodeA); err != nil {
+			t.Fatal(err)
+		}
+		wantExport(t, a, id, true, hostB)
+		return
+	}
 
 	// The source's detach completes on replica b (node-a is Ready: no cut).
 	if err := b.unpublish(id, nodeA); err != nil {
@@ -144,7 +149,16 @@ func TestReviewFencedHostLetInAfterFenceCompletedInMigration(t *testing.T) {
 	// not released yet) and sends open(B) -> open(A).
 	slow := a.rds.holdNext("SwapExport")
 	close(pubRead.release)
-	<-slow.entered
+	if !enteredBeforeAnswer(t, slow, answered, "the fenced node's repeated publish") {
+		// It sent no swap; the fence completes, and the export stays
+		// with node-b.
+		close(g3.release)
+		if err := <-fenced; err != nil {
+			t.Fatal(err)
+		}
+		wantExport(t, a, id, true, hostB)
+		return
+	}
 
 	// The fence completes: release, then Settle.
 	close(g3.release)
@@ -192,5 +206,22 @@ func TestReviewRepeatedSourcePublishTakesExportOffTarget(t *testing.T) {
 	}
 	if d := a.disk(id); !d.Exported || d.AllowHost != target {
 		t.Errorf("node-b was told it may write with host %s; after a repeated publish of the source the export allows %q (exported=%t): node-b's NodeStage is refused", target, d.AllowHost, d.Exported)
+	}
+}
+
+// enteredBeforeAnswer waits until the held call h arrives or the call
+// answered on answered does first (then h is disarmed, and the answer's
+// error fails the test). It reports whether h arrived.
+func enteredBeforeAnswer(t *testing.T, h *hold, answered chan error, what string) bool {
+	t.Helper()
+	select {
+	case <-h.entered:
+		return true
+	case err := <-answered:
+		close(h.release) // disarmed: a later call passes through
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return false
 	}
 }

@@ -43,6 +43,10 @@ import (
 // the claims after the previous swap landed: a step whose claim is gone
 // or replaced is undone by the next round.
 
+// errExportTaken: the export allows another live holder that may still
+// have to connect; the requester is refused (ABORTED), not let in.
+var errExportTaken = errors.New("the export is taken by another holder")
+
 // syncRounds bounds syncExport; each round makes at most one swap.
 const syncRounds = 8
 
@@ -54,10 +58,15 @@ type exportGoal struct {
 	// exclude: a node whose claim is treated as gone (a fence cutting it
 	// off before its claim is released).
 	exclude string
-	// prefer: a publish's requester. With two holders (a migration) the
-	// export must allow the requester: a node is told it may write only
-	// once the RDS lets it in. Without it, any holder's host will do.
-	prefer string
+	// prefer: a publish's requester. The export is opened to it when it
+	// allows no live holder; with two holders (a migration) it goes to
+	// the newer (the target). A repeated publish of the older (the
+	// source) leaves it there when admitted (the source was let in
+	// before and keeps the connection it has), and is refused otherwise:
+	// one allowed host cannot let in two holders that both still have to
+	// connect.
+	prefer   string
+	admitted bool
 	// retire: an attachment is being retired; the state changes at least
 	// once (a fresh tombstone when closed stays closed; with cut, a drop
 	// and reopen when the wanted host is already allowed).
@@ -123,10 +132,20 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			claims = without(claims, g.exclude)
 		}
 		want, holder := s.d.wanted(handle, claims)
-		if c, ok := claims[g.prefer]; ok && g.prefer != "" {
+		atHolder := cur.Open && s.d.holderHost(handle, claims, cur.Host)
+		if c, ok := claims[g.prefer]; ok && g.prefer != "" && (g.prefer == holder || !atHolder) {
+			// The newest attachment (a migration's target, joining or
+			// again), or an export that allows no live holder: the
+			// requester's (it is told it may write only once it is let in).
 			want, holder = rds.ExportState{Open: true, Host: s.d.claimHost(handle, g.prefer, c)}, g.prefer
-		} else if g.prefer == "" && cur.Open && len(claims) > 1 && s.d.holderHost(handle, claims, cur.Host) {
-			want = cur // a migration's export allows one of its holders: left alone
+		} else if ok && g.prefer != "" && !g.admitted {
+			return exportResult{}, fmt.Errorf("%w: volume %s: its export allows the newer holder %s (a migration's target), and node %s has not been let in yet: one allowed host cannot take both; retry once the migration settled",
+				errExportTaken, handle, holder, g.prefer)
+		} else if atHolder && len(claims) > 1 {
+			// A migration's export allows one of its holders: left alone.
+			// A repeated publish of the other keeps the connection it
+			// has; moving the export to it would shut out the one allowed.
+			want = cur
 		}
 		var next rds.ExportState
 		switch {
@@ -258,6 +277,9 @@ func (s *ControllerServer) Settle(ctx context.Context, pvName, handle string) er
 // storageError is how a failed export change fails a publish: nothing lets
 // the node write, and the request is retried.
 func storageError(id, node string, err error) error {
+	if errors.Is(err, errExportTaken) {
+		return statusf(codes.Aborted, "%v", err)
+	}
 	if errors.Is(err, rds.ErrExportChanged) {
 		return statusf(codes.Aborted, "volume %s: its export on the RDS kept changing while opening it to node %s (another controller replica or an operator): %v; the request is retried", id, node, err)
 	}
