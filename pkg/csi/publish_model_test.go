@@ -99,20 +99,20 @@ type model struct {
 	// answeredCtx: VolumeAttachment -> publish_context of its last publish
 	// success, which the attacher records with attached=true.
 	answeredCtx map[string]map[string]string
-	drops    map[string]int             // volume -> rds drops seen
-	seed     int64
-	rng      *rand.Rand
-	ctx      context.Context
-	api      *fake.Clientset
-	watches  map[string]watch.Interface
-	replicas []*modelReplica
-	leader   int
-	nodes    []string
-	uid      map[string]string // node -> current UID; "" while deleted
-	oos      map[string]bool
-	incarn   map[string]int
-	vols     []*modelVolume
-	holds    map[string][]modelHold // volume -> live holds
+	drops       map[string]int // volume -> rds drops seen
+	seed        int64
+	rng         *rand.Rand
+	ctx         context.Context
+	api         *fake.Clientset
+	watches     map[string]watch.Interface
+	replicas    []*modelReplica
+	leader      int
+	nodes       []string
+	uid         map[string]string // node -> current UID; "" while deleted
+	oos         map[string]bool
+	incarn      map[string]int
+	vols        []*modelVolume
+	holds       map[string][]modelHold // volume -> live holds
 	// late: unpublish requests answered before, replayed later.
 	late []struct{ vol, node string }
 	// toAttach: attachments published but not yet marked attached=true by
