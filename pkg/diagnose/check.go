@@ -17,6 +17,7 @@ const (
 	FindingMissingDisk      = "PVWithoutDisk"
 	FindingOrphanSnapshot   = "SnapshotWithoutContent"
 	FindingClaimsUnreadable = "ClaimsUnreadable"
+	FindingExportMismatch   = "ExportClaimMismatch"
 )
 
 // Finding is one thing wrong, with the object it is about and the next
@@ -50,7 +51,7 @@ type CheckedCounts struct {
 // Check audits every volume of the driver in c.
 func Check(c *Cluster) Report {
 	r := Report{Counts: map[string]int{}, Findings: []Finding{}}
-	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable} {
+	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable, FindingExportMismatch} {
 		r.Counts[k] = 0
 	}
 	add := func(kind, object, next, format string, a ...any) {
@@ -58,6 +59,7 @@ func Check(c *Cluster) Report {
 		r.Counts[kind]++
 	}
 	handles := map[string]string{} // volume handle -> PV
+	claimed := map[string][]ClaimFact{}
 	for i := range c.PVs {
 		pv := &c.PVs[i]
 		if !c.ours(pv) {
@@ -67,6 +69,7 @@ func Check(c *Cluster) Report {
 		handles[pv.Spec.CSI.VolumeHandle] = pv.Name
 		atts := c.attachments(pv.Name)
 		claims, err := claimsOf(pv, atts)
+		claimed[pv.Spec.CSI.VolumeHandle] = append(claimed[pv.Spec.CSI.VolumeHandle], claims...)
 		if err != nil {
 			add(FindingClaimsUnreadable, "pv/"+pv.Name, "kubectl get pv "+pv.Name+" -o yaml   # fix the annotation as docs/attachments.md says", "%v", err)
 		}
@@ -133,9 +136,15 @@ func Check(c *Cluster) Report {
 			}
 		}
 		for _, h := range sortedKeys(handles) {
-			if d, ok := slots[h]; !ok || d.Kind != inventory.KindVolume {
+			d, ok := slots[h]
+			if !ok || d.Kind != inventory.KindVolume {
 				add(FindingMissingDisk, "pv/"+handles[h], "kubectl rds why pv "+handles[h],
 					"PV %s has no disk %s on the RDS", handles[h], h)
+				continue
+			}
+			if why := c.exportMismatch(d, handles[h], claimed[h]); why != "" {
+				add(FindingExportMismatch, "pv/"+handles[h], "kubectl get events -A --field-selector reason=ExportClaimMismatch   # the controller's reconcile fixes it within --export-reconcile-period; if it persists, see its log",
+					"volume %s: %s", h, why)
 			}
 		}
 	}
@@ -152,6 +161,51 @@ func Check(c *Cluster) Report {
 	})
 	r.OK = len(r.Findings) == 0
 	return r
+}
+
+// exportMismatch says how a disk's export disagrees with its volume's
+// claims under storage fencing ("" when it agrees, or when the disk is not
+// managed by storage fencing: open to any host, as without it). A
+// claimed volume must be open, to the host NQN the attacher recorded for
+// one of the claiming nodes' attachments (VolumeAttachment
+// status.attachmentMetadata hostNQN) when one is recorded; an unclaimed
+// volume must be closed.
+func (c *Cluster) exportMismatch(d inventory.Disk, pv string, claims []ClaimFact) string {
+	if d.Exported && d.AllowHost == "" {
+		return "" // not under storage fencing (or a claim from before it)
+	}
+	if len(claims) == 0 {
+		if d.Exported {
+			return fmt.Sprintf("no node claims it, but its export on the RDS is open to %s", d.AllowHost)
+		}
+		return ""
+	}
+	var nodes, recorded []string
+	for _, cl := range claims {
+		nodes = append(nodes, cl.Node)
+		for i := range c.Attachments {
+			va := &c.Attachments[i]
+			if va.Spec.Attacher != c.DriverName || va.Spec.NodeName != cl.Node || va.Spec.Source.PersistentVolumeName == nil ||
+				*va.Spec.Source.PersistentVolumeName != pv || !va.Status.Attached || va.DeletionTimestamp != nil {
+				continue
+			}
+			if h := va.Status.AttachmentMetadata["hostNQN"]; h != "" {
+				recorded = append(recorded, inventory.HostFingerprint(h))
+			}
+		}
+	}
+	if !d.Exported {
+		return fmt.Sprintf("claimed by %s, but its export on the RDS is closed: the holder cannot connect", strings.Join(nodes, ", "))
+	}
+	if len(recorded) == 0 {
+		return ""
+	}
+	for _, h := range recorded {
+		if h == d.AllowHost {
+			return ""
+		}
+	}
+	return fmt.Sprintf("claimed by %s, but its export on the RDS allows %s, not the host NQN of any of their attachments", strings.Join(nodes, ", "), d.AllowHost)
 }
 
 func nonEmpty(s, def string) string {

@@ -2,6 +2,8 @@ package diagnose
 
 import (
 	"strings"
+
+	"github.com/srvlab/rds-csi/pkg/inventory"
 	"testing"
 	"time"
 )
@@ -50,6 +52,29 @@ func TestCheck(t *testing.T) {
 				return w
 			}(),
 			skipped: []string{"disks on the RDS: no --inventory-url", "snapshot files: the VolumeSnapshotContent API is not installed"},
+		},
+		{
+			name:  "storage fencing: the export allows the holder's attachment",
+			world: fencedWorld(true, hostA1, hostA1),
+		},
+		{
+			name:  "storage fencing: the export allows another host than the holder's attachment",
+			world: fencedWorld(true, hostA1, hostOther),
+			want:  map[string]int{FindingExportMismatch: 1}, message: "allows " + inventory.HostFingerprint(hostOther),
+		},
+		{
+			name:  "storage fencing: a claimed volume whose export is closed",
+			world: fencedWorld(false, hostA1, "nqn.2014-08.org.nvmexpress:uuid:00000000-dead-4000-8000-000000000000"),
+			want:  map[string]int{FindingExportMismatch: 1}, message: "export on the RDS is closed",
+		},
+		{
+			name: "storage fencing: an unclaimed volume whose export is open",
+			world: func() *world {
+				w := newWorld().node("node-a", "True", time.Hour).volume("data", "pv-1", "").disks("pv-1").snapshots()
+				w.c.Inventory.Disks[0].AllowHost = inventory.HostFingerprint(hostOther)
+				return w
+			}(),
+			want: map[string]int{FindingExportMismatch: 1}, message: "no node claims it",
 		},
 		{
 			name:  "an unreadable claims annotation",
@@ -156,4 +181,18 @@ func TestPlanRelease(t *testing.T) {
 	if plan, err = PlanRelease(&w.c, "pv-1", "node-a"); err != nil || !strings.Contains(string(plan.Patch), `"rds.csi.srvlab.io/claims":null`) {
 		t.Errorf("last claim: patch %s, err %v", plan.Patch, err)
 	}
+}
+
+const (
+	hostA1    = "nqn.2014-08.org.nvmexpress:uuid:a1a1a1a1-0000-4000-8000-000000000001"
+	hostOther = "nqn.2014-08.org.nvmexpress:uuid:0707a707-0000-4000-8000-000000000002"
+)
+
+// fencedWorld: pv-1 claimed by node-a, whose attachment's host NQN the
+// attacher recorded as recorded; the disk is open (or closed) to allow.
+func fencedWorld(open bool, recorded, allow string) *world {
+	w := held("True", time.Hour).snapshots()
+	w.c.Attachments[0].Status.AttachmentMetadata = map[string]string{"hostNQN": recorded}
+	w.c.Inventory.Disks[0].Exported, w.c.Inventory.Disks[0].AllowHost = open, inventory.HostFingerprint(allow)
+	return w
 }

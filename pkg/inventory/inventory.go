@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,7 +42,21 @@ type Disk struct {
 	Exported  bool   `json:"exported"`
 	Port      int    `json:"port,omitempty"`
 	NQN       string `json:"nqn,omitempty"`
+	// AllowHost is a fingerprint of the allowed host NQN (HostFingerprint),
+	// never the NQN: under storage fencing it is an attachment's fencing
+	// token, which this unauthenticated endpoint must not hand out.
 	AllowHost string `json:"allowHost,omitempty"`
+}
+
+// HostFingerprint is how the inventory shows an allowed host NQN:
+// "sha256:" and the first 6 bytes of its SHA-256 in hex ("" stays "": any
+// host). Compare a known NQN by fingerprinting it the same way.
+func HostFingerprint(nqn string) string {
+	if nqn == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(nqn))
+	return fmt.Sprintf("sha256:%x", sum[:6])
 }
 
 // Build keeps the disks under volumePath and classifies them. Pure.
@@ -55,7 +70,7 @@ func Build(disks []rds.Disk, volumePath string, now time.Time) Inventory {
 		}
 		inv.Disks = append(inv.Disks, Disk{
 			Slot: d.Slot, Kind: kind, SizeBytes: d.Size, File: d.FilePath,
-			Exported: d.Exported, Port: d.Port, NQN: d.NQN, AllowHost: d.AllowHost,
+			Exported: d.Exported, Port: d.Port, NQN: d.NQN, AllowHost: HostFingerprint(d.AllowHost),
 		})
 	}
 	sort.Slice(inv.Disks, func(i, j int) bool { return inv.Disks[i].Slot < inv.Disks[j].Slot })

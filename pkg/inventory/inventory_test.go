@@ -34,7 +34,7 @@ func TestBuildClassifies(t *testing.T) {
 	if inv.OtherDisks != 3 {
 		t.Errorf("OtherDisks = %d, want 3", inv.OtherDisks)
 	}
-	if d, ok := inv.Find("pvc-b"); !ok || d.AllowHost != "nqn.host" || d.NQN != "nqn.x:pvc-b" || d.Port != 4420 {
+	if d, ok := inv.Find("pvc-b"); !ok || d.AllowHost != HostFingerprint("nqn.host") || strings.Contains(d.AllowHost, "nqn.host") || d.NQN != "nqn.x:pvc-b" || d.Port != 4420 {
 		t.Errorf("Find(pvc-b) = %+v, %v", d, ok)
 	}
 }
