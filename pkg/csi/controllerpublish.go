@@ -319,18 +319,24 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
 	}
 	fencingOn := s.d.opts.AllowHostFencing()
-	if p.mode == fencing.MultiNodeMultiWriter && !claimed && !decision.MigrationStart && len(v.Claims) > 0 {
+	if decision.Verdict == fencing.AlreadyPublished && !sameNode {
 		// The policy sees this node's VolumeAttachment (which exists
-		// before every publish) as a holding already; without a claim it
-		// is the migration target joining.
+		// before every publish) as a holding already; without this
+		// node's claim it is a first attach (counted and evented as
+		// one), or a migration's target joining.
+		decision.Verdict = fencing.Allow
+		decision.Reason = fmt.Sprintf("volume %s attached to node %s", id, node)
 		others := make([]string, 0, len(v.Claims))
 		for n := range v.Claims {
-			others = append(others, n)
+			if n != node {
+				others = append(others, n)
+			}
 		}
-		sort.Strings(others)
-		decision.MigrationStart = true
-		decision.Verdict = fencing.Allow
-		decision.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", id, strings.Join(others, ", "), node)
+		if p.mode == fencing.MultiNodeMultiWriter && len(others) > 0 {
+			sort.Strings(others)
+			decision.MigrationStart = true
+			decision.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", id, strings.Join(others, ", "), node)
+		}
 	}
 	if !sameNode {
 		// A first claim, or one of an earlier incarnation of this node

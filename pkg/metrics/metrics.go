@@ -154,6 +154,9 @@ func New() *Metrics {
 		indexNodes:       gauge("index_nodes", "Nodes known to the attachment index."),
 		leader:           gauge("leader", "1 while this controller replica holds the leader lease, 0 otherwise."),
 	}
+	for _, v := range exportMismatchLabels {
+		m.exportMismatches.WithLabelValues(v)
+	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -257,6 +260,10 @@ func (m *Metrics) SetIndexSize(volumes, attachments, nodes int) {
 	m.indexAttachments.Set(float64(attachments))
 	m.indexNodes.Set(float64(nodes))
 }
+
+// exportMismatchLabels: both series exist from the start at 0, so a rule
+// on their increase sees the first mismatch.
+var exportMismatchLabels = []string{"true", "false"}
 
 // ExportMismatch counts a volume whose export did not match its claims.
 func (m *Metrics) ExportMismatch(fixed bool) {
