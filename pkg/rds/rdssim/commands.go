@@ -14,16 +14,22 @@ import (
 // text RouterOS would print. Commands run one at a time.
 // failed reports a refusal (for the exit status, see Config).
 // width is the terminal width print output wraps at (<= 0: no limit).
-func (s *Server) execute(line string, width int) (out string, failed bool) {
+// seq is the command's number in the command log (for ExportLog).
+func (s *Server) execute(seq int, line string, width int) (out string, failed bool) {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	before := s.exportKeys()
+	states := s.exportStates()
 	out, err := s.run(line, width)
 	// Before a copy lets go of the lock (finishCopy): commands that run
 	// meanwhile note their own.
 	s.noteDrops(before)
+	s.noteExportChanges(seq, states)
 	if err == nil && s.pending != nil {
-		err = s.finishCopy()
+		d := s.pending.disk
+		if err = s.finishCopy(); err == nil {
+			s.noteExportChanges(seq, s.exportStatesWithout(d))
+		}
 	}
 	if err == nil {
 		err = s.syncExports() // exporter.go

@@ -49,8 +49,12 @@
 // ConnectionDrops counts the drops per slot, with or without a backend.
 //
 // Tests steer it at run time (goroutine-safe): added latency, failing,
-// garbling, hanging or dropping the Nth matching command, refusing
-// connections; Commands is the log of every command with its reply.
+// garbling, hanging or dropping the Nth matching command, holding it to
+// land late (after a delay or when released, after later commands, with
+// its client gone), refusing connections; Commands is the log of every
+// command with its reply, ExportLog which command changed which export.
+// Another process steers it through the line protocol of faultcontrol.go
+// (rds-sim --fault-control).
 //
 // Behaviour the real RDS was not observed to have, chosen to be strict:
 // /file remove of a file that a disk still uses fails ("file is in use"),

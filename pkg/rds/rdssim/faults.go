@@ -3,6 +3,8 @@ package rdssim
 import (
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // FaultKind is what the simulator does to a command instead of (or besides)
@@ -28,6 +30,15 @@ const (
 	// stays open until the client gives up (closes the session or the
 	// connection) or the server closes. For client timeout tests.
 	FaultHang
+	// FaultLate: the command is held unanswered and runs ("lands") later:
+	// Fault.Delay after it arrived, or when ReleaseLate is called,
+	// whichever comes first (with no Delay, only when released). It lands
+	// even when its client gave up on it meanwhile (its command timeout
+	// closed the session, or the connection went), after every command
+	// that ran in between; the reply follows the landing, to whoever still
+	// listens. Only Close discards it unrun. For a slow RDS whose command
+	// takes effect after the client's timeout made it move on.
+	FaultLate
 )
 
 func (k FaultKind) String() string {
@@ -44,6 +55,8 @@ func (k FaultKind) String() string {
 		return "drop-after-exec"
 	case FaultHang:
 		return "hang"
+	case FaultLate:
+		return "late"
 	}
 	return "unknown"
 }
@@ -70,6 +83,9 @@ type Fault struct {
 	// 0 or 1 hits one; a negative Count hits every later one until
 	// ClearFaults.
 	Count int
+	// Delay is how long a FaultLate command is held before it lands; 0
+	// holds it until ReleaseLate.
+	Delay time.Duration
 }
 
 type armedFault struct {
@@ -117,7 +133,102 @@ func (s *Server) HangNth(n int, match string) {
 	s.InjectFault(Fault{Kind: FaultHang, Nth: n, Match: match})
 }
 
-// ClearFaults disarms every fault.
+// LateNth holds the nth command containing match and lands it after
+// delay (0: when ReleaseLate is called).
+func (s *Server) LateNth(n int, match string, delay time.Duration) {
+	s.InjectFault(Fault{Kind: FaultLate, Nth: n, Match: match, Delay: delay})
+}
+
+// lateBatch is the FaultLate commands held since the last ReleaseLate.
+type lateBatch struct {
+	release chan struct{} // closed by ReleaseLate
+	pending int           // held and not landed (or discarded) yet; under faultMu
+	landed  chan struct{} // closed once pending is 0 after the release
+}
+
+// ReleaseLate lands every FaultLate command held now, and returns how
+// many there were once they have all landed (or the server closed).
+// Commands held from now on wait for their delay or the next release.
+func (s *Server) ReleaseLate() int {
+	s.faultMu.Lock()
+	b := s.late
+	s.late = nil
+	n := 0
+	if b != nil {
+		n = b.pending
+		close(b.release)
+		if b.pending == 0 {
+			close(b.landed)
+		}
+	}
+	s.faultMu.Unlock()
+	if b != nil {
+		<-b.landed
+	}
+	return n
+}
+
+// HeldCommands is the number of FaultLate commands held and not landed
+// yet, released or not.
+func (s *Server) HeldCommands() int {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	return s.held
+}
+
+// holdLate registers a command hit by FaultLate (under faultMu) and
+// returns its batch.
+func (s *Server) holdLate() *lateBatch {
+	if s.late == nil {
+		s.late = &lateBatch{release: make(chan struct{}), landed: make(chan struct{})}
+	}
+	s.late.pending++
+	s.held++
+	return s.late
+}
+
+// doneLate: a held command landed or was discarded.
+func (s *Server) doneLate(b *lateBatch) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.held--
+	b.pending--
+	if b.pending == 0 && s.late != b {
+		close(b.landed) // released: ReleaseLate waits for it
+	}
+}
+
+// waitLate holds a FaultLate command until its delay passes or its batch
+// is released (true), or the server closes (false). It keeps refusing the
+// session's requests while the client is there, and waits on when the
+// client has gone.
+func (s *Server) waitLate(reqs <-chan *ssh.Request, delay time.Duration, b *lateBatch) bool {
+	var timeout <-chan time.Time
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		select {
+		case <-timeout:
+			return true
+		case <-b.release:
+			return true
+		case <-s.ctx.Done():
+			return false
+		case req, ok := <-reqs:
+			if !ok {
+				reqs = nil // the client gave up; the command still lands
+				continue
+			}
+			req.Reply(false, nil)
+		}
+	}
+}
+
+// ClearFaults disarms every fault. Commands already held by FaultLate stay
+// held until their delay or ReleaseLate.
 func (s *Server) ClearFaults() {
 	s.faultMu.Lock()
 	defer s.faultMu.Unlock()
@@ -144,7 +255,7 @@ func (s *Server) SetRefuseConnections(refuse bool) { s.refuse.Store(refuse) }
 // that apply to it, in one step before the exec request is answered, so
 // that log order, sequence numbers and fault counting agree, and a setter
 // called after the client's session.Start no longer changes this command.
-func (s *Server) arrive(line, user string) (*Command, Fault, time.Duration) {
+func (s *Server) arrive(line, user string) (*Command, Fault, *lateBatch, time.Duration) {
 	s.faultMu.Lock()
 	defer s.faultMu.Unlock()
 	s.seq++
@@ -167,8 +278,12 @@ func (s *Server) arrive(line, user string) (*Command, Fault, time.Duration) {
 	s.faults = kept
 
 	var f Fault
+	var late *lateBatch
 	if chosen != nil {
 		f = chosen.Fault
+		if f.Kind == FaultLate {
+			late = s.holdLate()
+		}
 		switch {
 		case f.Kind == FaultFail && f.Output == "":
 			f.Output = DefaultFailure
@@ -179,7 +294,7 @@ func (s *Server) arrive(line, user string) (*Command, Fault, time.Duration) {
 	name, width := loginOptions(user)
 	c := &Command{Seq: s.seq, User: name, TerminalWidth: width, Text: line, Fault: f.Kind}
 	s.logStart(c)
-	return c, f, time.Duration(s.latency.Load())
+	return c, f, late, time.Duration(s.latency.Load())
 }
 
 // Command is one entry of the command log.
@@ -191,7 +306,8 @@ type Command struct {
 	TerminalWidth int
 	Text          string // the command line as received
 	// Output is what the client received; empty when the connection was
-	// dropped or the command hung.
+	// dropped or the command hung. A FaultLate command's is the reply sent
+	// when it landed, whether or not its client still listened.
 	Output string
 	// Result is what the simulator's command produced when it ran, even
 	// when a fault replaced or withheld the reply.

@@ -323,7 +323,7 @@ func TestFaultKindString(t *testing.T) {
 	for k, want := range map[FaultKind]string{
 		FaultNone: "none", FaultFail: "fail", FaultGarbage: "garbage",
 		FaultDropBeforeExec: "drop-before-exec", FaultDropAfterExec: "drop-after-exec",
-		FaultHang: "hang", FaultKind(99): "unknown",
+		FaultHang: "hang", FaultLate: "late", FaultKind(99): "unknown",
 	} {
 		if got := k.String(); got != want {
 			t.Errorf("%d: %q, want %q", k, got, want)

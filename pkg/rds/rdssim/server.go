@@ -124,10 +124,13 @@ type Server struct {
 	exportsApplied bool
 	hostChange     AllowHostChange
 	drops          map[string]int // ConnectionDrops by slot; under stateMu
+	exportLog      []ExportChange // under stateMu
 
-	faultMu sync.Mutex // faults, seq; taken before logMu
+	faultMu sync.Mutex // faults, seq, late, held; taken before logMu
 	faults  []*armedFault
 	seq     int
+	late    *lateBatch // FaultLate commands held since the last ReleaseLate
+	held    int        // FaultLate commands not landed yet
 
 	logMu  sync.Mutex
 	cmdLog []*Command
@@ -454,9 +457,9 @@ func (s *Server) handleSession(ctx context.Context, c net.Conn, ch ssh.Channel, 
 				}
 				// Log the command before accepting the request: a client
 				// whose session.Start returned finds it in Commands().
-				entry, fault, latency := s.arrive(payload.Command, user)
+				entry, fault, late, latency := s.arrive(payload.Command, user)
 				req.Reply(true, nil)
-				s.exec(ctx, c, ch, reqs, entry, fault, latency)
+				s.exec(ctx, c, ch, reqs, entry, fault, late, latency)
 				return
 			case "env", "pty-req", "window-change":
 				req.Reply(true, nil)
@@ -469,10 +472,30 @@ func (s *Server) handleSession(ctx context.Context, c net.Conn, ch ssh.Channel, 
 
 // exec runs one logged command after its latency, applies its fault, and
 // replies on the channel.
-func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-chan *ssh.Request, entry *Command, fault Fault, latency time.Duration) {
+func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-chan *ssh.Request, entry *Command, fault Fault, late *lateBatch, latency time.Duration) {
 	line := entry.Text // immutable after arrive
 	s.log.V(2).Info("command", "seq", entry.Seq, "user", entry.User, "command", line, "fault", fault.Kind.String())
 
+	if late != nil {
+		// Held first, whatever the latency: it lands after the commands
+		// that arrive meanwhile, even with its client gone.
+		landed := s.waitLate(reqs, fault.Delay, late)
+		var (
+			out    string
+			failed bool
+		)
+		if landed {
+			out, failed = s.execute(entry.Seq, line, s.widthFor(entry))
+			s.logUpdate(entry, func(e *Command) { e.Executed, e.Result = true, out })
+		}
+		s.doneLate(late)
+		s.log.V(2).Info("late command", "seq", entry.Seq, "landed", landed)
+		if landed {
+			s.logUpdate(entry, func(e *Command) { e.Output = out })
+			s.reply(ch, out, failed)
+		}
+		return
+	}
 	if latency > 0 {
 		if !waitOrGone(ctx, reqs, latency) {
 			return
@@ -492,11 +515,7 @@ func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-ch
 	case FaultFail:
 		out, failed = withNewline(fault.Output), true
 	default:
-		width := s.width
-		if entry.TerminalWidth > 0 {
-			width = entry.TerminalWidth
-		}
-		out, failed = s.execute(line, width)
+		out, failed = s.execute(entry.Seq, line, s.widthFor(entry))
 		s.logUpdate(entry, func(e *Command) { e.Executed, e.Result = true, out })
 	}
 	switch fault.Kind {
@@ -507,17 +526,32 @@ func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-ch
 		out = fault.Output
 	}
 	s.logUpdate(entry, func(e *Command) { e.Output = out })
+	s.reply(ch, out, failed)
+}
+
+// widthFor is the terminal width a command's output wraps at.
+func (s *Server) widthFor(entry *Command) int {
+	if entry.TerminalWidth > 0 {
+		return entry.TerminalWidth
+	}
+	return s.width
+}
+
+// reply sends a command's output and exit status; false when the client
+// is gone.
+func (s *Server) reply(ch ssh.Channel, out string, failed bool) bool {
 	if s.crlf {
 		out = strings.ReplaceAll(out, "\n", "\r\n")
 	}
 	if _, err := ch.Write([]byte(out)); err != nil {
-		return
+		return false
 	}
 	status := uint32(0)
 	if failed && s.exitFail {
 		status = 1
 	}
-	ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{status}))
+	_, err := ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{status}))
+	return err == nil
 }
 
 // waitOrGone waits d (forever when d < 0) and reports whether the time
