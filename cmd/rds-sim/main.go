@@ -12,6 +12,17 @@
 // connections already established to its export is not known on RouterOS;
 // --allow-host-change picks it: keep (the default, as Linux nvmet does) or
 // drop. nvme-tcp-export=no drops them either way.
+//
+// --fault-control=<path> serves a unix socket (mode 0600) through which
+// another process, such as an e2e test, arms faults while the simulator
+// runs: one request per line, one answer line each ("ok ..." or
+// "error: ..."), for example a command that lands late, after its client's
+// command timeout and after later commands:
+//
+//	late match="nvme-tcp-export=no] nvme-tcp-export=yes" delay=6s count=1
+//	release
+//
+// The requests are listed under -help and in pkg/rds/rdssim/faultcontrol.go.
 package main
 
 import (
@@ -20,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +61,7 @@ type options struct {
 	nvmetRoot      string
 	nvmetAddress   string
 	allowHostChg   string
+	faultControl   string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -67,7 +80,66 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export nvme-tcp-export=yes disks through the kernel's NVMe/TCP target: nvmet (required; refuse to start without it), none, or auto (nvmet when its configfs tree is present)")
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
 	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
+	fs.StringVar(&o.faultControl, "fault-control", "", "unix socket path to serve the fault control protocol on (below), created with mode 0600 and removed at exit; empty: none")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
+}
+
+// faultControlUsage documents --fault-control's requests (the protocol of
+// rdssim.ParseFaultRequest).
+const faultControlUsage = `
+Fault control (--fault-control=<socket>): one request per line, answered
+with one line, "ok[ <details>]" or "error: <why>":
+
+  <kind> [nth=<n>] [match=<text>] [count=<n>|count=all] [delay=<duration>] [output=<text>]
+      arm a fault on the nth command (from now; default 1) that contains
+      match (default: any), for count matching commands (default 1; all:
+      until clear). kind is one of:
+        fail              not run; the reply is output (default "failure: simulated failure")
+        garbage           run; the reply is output (default: text no parser accepts)
+        drop-before-exec  the connection is closed; not run
+        drop-after-exec   run, then the connection is closed without a reply
+        hang              never run nor answered
+        late              held unanswered, then run ("lands") delay after it
+                          arrived or at release, whichever is first (no
+                          delay: at release), also when its client gave up
+                          meanwhile, after the commands that ran in between
+      A text with a space, a quote or a backslash is a Go string literal:
+        late match="nvme-tcp-export=no] nvme-tcp-export=yes" delay=6s
+  release   land every held late command now; "ok released=<n>" once landed
+  clear     disarm every fault (held commands stay held)
+  status    "ok armed=<n> held=<n>"
+
+Anything else is refused: an unknown kind or key, a key twice or on a kind
+it does not apply to (delay: late only; output: fail and garbage only), nth
+or count outside 1..1000000, a delay outside (0, 1h], an empty text or one
+with a control character, a line over 4096 bytes.
+`
+
+// listenFaultControl binds the fault control socket at path with mode
+// 0600. A socket left there by a simulator that is gone is replaced; a
+// live one, or any other file, is refused.
+func listenFaultControl(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("--fault-control %s: exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("--fault-control %s: another process serves it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("--fault-control: removing the stale socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--fault-control: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("--fault-control: %w", err)
+	}
+	return l, nil
 }
 
 // exporter picks the export backend for --nvme-export.
@@ -106,6 +178,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	o.addFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of rds-sim:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), faultControlUsage)
+	}
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlagValue{klogFlags.Lookup("v")}, "v", "log verbosity (2 logs every command)")
@@ -167,6 +244,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.faultControl != "" {
+		l, err := listenFaultControl(o.faultControl)
+		if err != nil {
+			return err
+		}
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			_ = srv.ServeFaultControl(l)
+		}()
+		defer func() {
+			l.Close() // unlinks the socket, ends its connections
+			<-served
+		}()
+	}
 	if o.knownHostsOut != "" {
 		if err := srv.WriteKnownHosts(o.knownHostsOut); err != nil {
 			return err
@@ -181,6 +273,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "not exporting over NVMe/TCP (no nvmet)")
 	}
 	fmt.Fprintf(stdout, "a change of a disk's allowed host: %s established connections (--allow-host-change)\n", hostChange)
+	if o.faultControl != "" {
+		fmt.Fprintf(stdout, "fault control on %s\n", o.faultControl)
+	}
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "rds-sim shutting down")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,6 +193,8 @@ func TestRunFlags(t *testing.T) {
 		{"nvmet asked for without configfs", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=nvmet", "--nvmet-root", filepath.Join(dir, "no-configfs")}, "modprobe nvmet"},
 		{"bad export backend", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=iscsi"}, "--nvme-export"},
 		{"bad allow-host change", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--allow-host-change=sometimes"}, "--allow-host-change"},
+		{"fault control on a regular file", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", authKeys}, "exists and is not a socket"},
+		{"fault control in a missing directory", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", filepath.Join(dir, "none", "f.sock")}, "--fault-control"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := run(context.Background(), tc.args, io.Discard, io.Discard)
@@ -239,5 +242,100 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run: %v", err)
+	}
+}
+
+// --fault-control: a test in another process holds a command to land
+// late and releases it; the socket is private and gone after the exit.
+func TestRunFaultControl(t *testing.T) {
+	signer, authKeys := clientKey(t)
+	dir := t.TempDir()
+	sock := filepath.Join(t.TempDir(), "faults.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys,
+			"--nvme-export=none", "--fault-control", sock}, pw, io.Discard)
+		pw.Close()
+	}()
+	r := bufio.NewReader(pr)
+	addr, _ := readBanner(t, r)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no fault control line in the banner: %v", err)
+		}
+		if strings.HasPrefix(line, "fault control on "+sock) {
+			break
+		}
+	}
+	go io.Copy(io.Discard, r)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("fault control socket: %v, %v; want mode 0600", fi, err)
+	}
+	ctl, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	answers := bufio.NewReader(ctl)
+	ask := func(req string) string {
+		t.Helper()
+		if _, err := ctl.Write([]byte(req + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		a, err := answers.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", req, err)
+		}
+		return strings.TrimSpace(a)
+	}
+	if a := ask(`late match="/disk add" delay=1h`); !strings.HasPrefix(a, "ok armed late") {
+		t.Fatalf("arm: %q", a)
+	}
+	if a := ask(`late delay=1 count=1`); !strings.HasPrefix(a, "error: delay=1") {
+		t.Errorf("a delay without unit: %q", a)
+	}
+	key, err := rdssim.LoadOrGenerateHostKey(filepath.Join(dir, ".rdssim-host-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan []string, 1)
+	go func() {
+		held <- dialAndRun(t, addr, signer, ssh.FixedHostKey(key.PublicKey()),
+			`/disk add type=file file-path="/storage-pool/k8s/a.img" file-size=1G slot="a"`)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for ask("status") != "ok armed=0 held=1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the command was never held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a := ask("release"); a != "ok released=1" {
+		t.Errorf("release: %q", a)
+	}
+	if outs := <-held; outs[0] != "" {
+		t.Errorf("the late command's reply: %q", outs[0])
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the fault control socket outlived the simulator")
+	}
+}
+
+func TestUsageDocumentsFaultControl(t *testing.T) {
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"-help"}, io.Discard, &stderr); err == nil {
+		t.Fatal("-help: no error")
+	}
+	for _, want := range []string{"-fault-control", "late match=", "release", "status", "count=all"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("usage does not mention %q:\n%s", want, stderr.String())
+		}
 	}
 }
