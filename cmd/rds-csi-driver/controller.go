@@ -53,6 +53,9 @@ type controllerOptions struct {
 	WatchStallThreshold    time.Duration
 	ReactionTimeout        time.Duration
 	ExportReconcilePeriod  time.Duration
+	// RDSCommandTimeout bounds one attempt of one RDS command (rds.Config
+	// CommandTimeout; copies have their own).
+	RDSCommandTimeout time.Duration
 
 	// OutOfServiceTaint: taint a node out of service once a NotReady fence
 	// has cut it off (storage fencing only).
@@ -77,7 +80,19 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
 	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with --storage-fencing=allow-host: how often the leader compares every export on the RDS with its volume's live claims and fixes a mismatch (also at start and after each takeover); one /disk print plus, per mismatch only, a PV read")
 	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
+	fs.DurationVar(&o.RDSCommandTimeout, "rds-command-timeout", DefaultRDSCommandTimeout, "how long the controller waits for the RDS to answer one attempt of one command before it gives up on it (the command may still take effect later; a transport failure is retried up to 4 attempts); /disk add copy-from has its own 1h ("+minRDSCommandTimeout.String()+" to "+maxRDSCommandTimeout.String()+")")
 }
+
+// DefaultRDSCommandTimeout is --rds-command-timeout's default (rds.Config's).
+const DefaultRDSCommandTimeout = 30 * time.Second
+
+// Bounds of --rds-command-timeout: below a second a busy RDS times out
+// healthy commands; beyond ten minutes a hung one holds a publish (and one
+// of the client's SSH sessions) for longer than any attacher waits.
+const (
+	minRDSCommandTimeout = time.Second
+	maxRDSCommandTimeout = 10 * time.Minute
+)
 
 // StorageFencedNotReadyThreshold is --not-ready-threshold's default with
 // --storage-fencing=allow-host. Without storage fencing NotReady alone may
@@ -113,6 +128,9 @@ func (o *controllerOptions) validate() error {
 	}
 	if o.ExportReconcilePeriod < time.Second {
 		problems = append(problems, fmt.Sprintf("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod))
+	}
+	if o.RDSCommandTimeout < minRDSCommandTimeout || o.RDSCommandTimeout > maxRDSCommandTimeout {
+		problems = append(problems, fmt.Sprintf("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout))
 	}
 	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
 		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")

@@ -68,6 +68,7 @@ func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
 		LeaderElection: true, LeaderElectionNamespace: "rds-csi",
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
 		MigrationTimeout: 5 * time.Minute, WatchStallThreshold: 30 * time.Second, ReactionTimeout: 15 * time.Second, ExportReconcilePeriod: time.Minute,
+		RDSCommandTimeout: DefaultRDSCommandTimeout,
 	}
 	if err := opts.validate(); err != nil {
 		t.Fatal(err)

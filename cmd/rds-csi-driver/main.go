@@ -103,6 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		m := metrics.New()
 		rdsCfg := opts.RDSConfig()
 		rdsCfg.Observer = rdsObserver(m)
+		rdsCfg.CommandTimeout = copts.RDSCommandTimeout
 		client, err := rds.NewClient(rdsCfg)
 		if err != nil {
 			return fail("invalid configuration: RDS client: %v", err)

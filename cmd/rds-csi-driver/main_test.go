@@ -38,6 +38,8 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"taint without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--not-ready-threshold=30s", "--out-of-service-taint"}, []string{"--out-of-service-taint needs --storage-fencing=allow-host"}},
 		{"taint with fencing but threshold 0", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--not-ready-threshold=0", "--out-of-service-taint"}, []string{"a positive --not-ready-threshold"}},
 		{"stray argument", []string{"--mode=controller", "extra"}, []string{"unexpected arguments"}},
+		{"RDS command timeout too short", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=500ms"}, []string{"--rds-command-timeout=500ms is outside 1s..10m0s"}},
+		{"RDS command timeout of hours", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=1h"}, []string{"--rds-command-timeout=1h0m0s is outside"}},
 		{"leader election timings", []string{"--mode=controller", "--rds-address=10.0.0.1", "--leader-election", "--leader-election-lease-duration=5s", "--leader-election-renew-deadline=10s"}, []string{"lease-duration > renew-deadline"}},
 		{"no Kubernetes API", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/key", "--rds-known-hosts-file=" + dir + "/kh", "--kubeconfig=" + dir + "/nope"}, []string{"needs the Kubernetes API"}},
 	}
