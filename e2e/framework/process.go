@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ type Process struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	err     error // valid after done is closed
+	paused  atomic.Bool
 }
 
 // StartProcess runs bin with args, output appended to logPath. The child
@@ -86,14 +88,38 @@ func (p *Process) ExitErr() error {
 	return p.err
 }
 
+// Pause stops the process and everything in its process group with
+// SIGSTOP, as a frozen container (cgroup freezer) or a VM stall would:
+// no timer, no lease renewal, no reply; connections stay open.
+func (p *Process) Pause() error {
+	if p.Exited() {
+		return fmt.Errorf("%s (pid %d) has exited", p.Name, p.Pid())
+	}
+	p.paused.Store(true)
+	return syscall.Kill(-p.Pid(), syscall.SIGSTOP)
+}
+
+// Resume continues a paused process group with SIGCONT.
+func (p *Process) Resume() error {
+	if p.Exited() {
+		return nil
+	}
+	p.paused.Store(false)
+	return syscall.Kill(-p.Pid(), syscall.SIGCONT)
+}
+
 // Stop sends SIGTERM and waits up to grace for the exit, then SIGKILL.
-// Stopping an exited process is a no-op.
+// Stopping an exited process is a no-op; a paused one is continued after
+// the SIGTERM, so that it gets it.
 func (p *Process) Stop(grace time.Duration) error {
 	if p.Exited() {
 		return nil
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
+	}
+	if p.paused.Load() {
+		_ = p.Resume()
 	}
 	select {
 	case <-p.done:

@@ -135,6 +135,39 @@ func (r *Replica) Stop() error {
 	return nil
 }
 
+// Processes are the replica's running parts: the driver and its sidecars.
+func (r *Replica) Processes() []*Process {
+	var out []*Process
+	for _, p := range []*Process{r.Driver.Process, r.Provisioner, r.Attacher} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Pause freezes the whole replica (SIGSTOP to the driver and both
+// sidecars, as a frozen pod): its leases expire, its calls in flight stay
+// in flight, its connections stay open.
+func (r *Replica) Pause() error {
+	for _, p := range r.Processes() {
+		if err := p.Pause(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Resume continues every paused process of the replica (SIGCONT).
+func (r *Replica) Resume() error {
+	for _, p := range r.Processes() {
+		if err := p.Resume(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Metric scrapes the driver's /metrics and returns the value of the sample
 // whose name (with labels, as exposed) is series, e.g. "rds_csi_leader".
 func (r *Replica) Metric(ctx context.Context, series string) (float64, error) {

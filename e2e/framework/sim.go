@@ -26,6 +26,9 @@ type Sim struct {
 	KeyFile        string // OpenSSH private key (0600), authorized on the simulator
 	KnownHostsFile string
 	PoolDir        string // host directory backing the pool
+	// FaultSocket serves the simulator's fault control protocol, as
+	// rds-sim --fault-control does (faults.go).
+	FaultSocket string
 }
 
 // SimOptions configure StartSim.
@@ -93,8 +96,22 @@ func StartSim(tb testing.TB, tl *Timeline, dir string, opts SimOptions) *Sim {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tl.Logf("rds-sim listening on %s, pool in %s", addr, poolDir)
-	return &Sim{Server: srv, Host: host, Port: port, KeyFile: keyFile, KnownHostsFile: knownHosts, PoolDir: poolDir}
+	faultSocket := filepath.Join(SocketDir(tb), "rds-sim-faults.sock")
+	fl, err := net.Listen("unix", faultSocket)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.ServeFaultControl(fl)
+	}()
+	tb.Cleanup(func() { // before the simulator's close above
+		fl.Close()
+		<-served
+	})
+	tl.Logf("rds-sim listening on %s, pool in %s, fault control on %s", addr, poolDir, faultSocket)
+	return &Sim{Server: srv, Host: host, Port: port, KeyFile: keyFile, KnownHostsFile: knownHosts, PoolDir: poolDir, FaultSocket: faultSocket}
 }
 
 // Disk is the simulator's disk in slot (a volume ID), if it has one.
