@@ -3,8 +3,10 @@
 // The NVMe/TCP tier of the test suite (make e2e-nvme): it
 // boots the VM of e2e/vm twice, with nvme_core.multipath=Y and =N, and runs
 // the guest tests of pkg/nvme, pkg/csi and csi-sanity against the shipped
-// binaries (sanity_vm_test.go) and the storage fencing proof
-// (fence_vm_test.go; all build tag nvmevm) inside against
+// binaries (sanity_vm_test.go) and the storage fencing proofs
+// (fence_vm_test.go; fence_return_vm_test.go: a fenced attachment's held
+// writes never land when the volume comes back to its node; all build
+// tag nvmevm) inside against
 // the real kernel target (nvmet, driven by rds-sim's exporter) and
 // initiator (nvme-tcp). The guest binaries are built here with `go test
 // -c`; the guest runs them from the host's root, shared read-only.
@@ -35,7 +37,7 @@ type guestRun struct {
 
 // boots: multipath Y runs everything; N runs what depends on the device
 // naming (connect and discovery, stage and publish, a path that bounces,
-// a fenced writer's device).
+// a fenced writer's device, where a fenced attachment's held writes wait).
 var boots = []struct {
 	multipath string
 	runs      []guestRun
@@ -43,12 +45,12 @@ var boots = []struct {
 	{"Y", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
-		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns)$", "e2e-nvme.test"},
 	}},
 	{"N", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNodeFilesystemLifecycle|TestNodeBlockVolume|TestNodeExpandVolume|TestVMNodePathDownAndBack)$", "csi.test"},
-		{"./e2e/nvme", "^TestVMFenceCutsWriter$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMFenceCutsWriter|TestVMFencedAttachmentReturns)$", "e2e-nvme.test"},
 	}},
 }
 
