@@ -229,3 +229,33 @@ func TestReconcileOnLiveClaimsNotALaggingIndex(t *testing.T) {
 	}
 	wantExport(t, a, id, true, host)
 }
+
+// A ReadOnlyMany volume read by several nodes: its export is open to any
+// host while only readers hold it (one allowed host would shut every reader
+// but one out), and closed when the last reader leaves.
+func TestStorageFencingReadOnlyManyReaders(t *testing.T) {
+	a, _, client := newTwoFencedReplicas(t, "node-a", "node-b")
+	rox := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, "ext4")
+	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000007", corev1.ReadOnlyMany, false)
+	for _, n := range []string{nodeA, nodeB} {
+		resp, err := a.publish(id, n, rox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.PublishContext[PublishContextHostNQN] == "" {
+			t.Fatalf("reader %s got no attachment host NQN", n)
+		}
+		wantExport(t, a, id, true, "")
+	}
+	a.waitClaims(id, "node-a", "node-b")
+	if n, err := a.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
+		t.Fatalf("reconcile of a read-only volume's readers = %d, %v; want nothing to fix", n, err)
+	}
+	wantExport(t, a, id, true, "")
+	for _, n := range []string{nodeA, nodeB} {
+		if err := a.unpublish(id, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantClosed(t, a, id)
+}

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
 
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
@@ -83,6 +87,30 @@ type exportResult struct {
 	claims map[string]informers.Claim
 }
 
+// readersOnly: every claim is a MULTI_NODE_READER_ONLY publish and the
+// volume's PV grants nothing but ReadOnlyMany, so no attachment of it has
+// ever been able to write through this driver. Its export is open to any
+// host: one allowed host per disk would shut every reader but one out,
+// and a reader has no write to fence. (A PV that also grants a writable
+// mode keeps one allowed host: opening it to any host could let a fenced
+// writer's kernel reconnect with its queued writes.)
+func readersOnly(v *informers.Volume, claims map[string]informers.Claim) bool {
+	if len(claims) == 0 || !v.Indexed() || len(v.AccessModes) == 0 {
+		return false
+	}
+	for _, m := range v.AccessModes {
+		if m != corev1.ReadOnlyMany {
+			return false
+		}
+	}
+	for _, c := range claims {
+		if !strings.HasSuffix(c.Capability, "/"+csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY.String()) {
+			return false
+		}
+	}
+	return true
+}
+
 // wanted is the export claims call for, and the node it is open to.
 func (d *Driver) wanted(handle string, claims map[string]informers.Claim) (rds.ExportState, string) {
 	newest := ""
@@ -132,8 +160,13 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			claims = without(claims, g.exclude)
 		}
 		want, holder := s.d.wanted(handle, claims)
+		if readersOnly(s.pub.Index.Volume(handle), claims) {
+			want, holder = rds.ExportState{Open: true}, ""
+		}
 		atHolder := cur.Open && s.d.holderHost(handle, claims, cur.Host)
-		if c, ok := claims[g.prefer]; ok && g.prefer != "" && (g.prefer == holder || !atHolder) {
+		if want.Open && want.Host == "" && holder == "" {
+			// Readers only: open to any host, whoever asks.
+		} else if c, ok := claims[g.prefer]; ok && g.prefer != "" && (g.prefer == holder || !atHolder) {
 			// The newest attachment (a migration's target, joining or
 			// again), or an export that allows no live holder: the
 			// requester's (it is told it may write only once it is let in).
