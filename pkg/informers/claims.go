@@ -145,26 +145,33 @@ func NewClaims(client kubernetes.Interface, driver string) *Claims {
 	return &Claims{client: client, driver: driver}
 }
 
-// Commit writes the claims of v (as the decision saw them) with node's
-// claim set to claim, minus the fenced nodes' claims, to every
-// PersistentVolume of v's handle, each conditional on the resourceVersion
-// the decision read (one API call per PV, usually one). A concurrent change
-// of any of them is ErrConflict; the claims are the same on every PV, so
-// replicas that know different subsets of a handle's PVs still meet on a
-// PV they share and cannot both commit.
+// Commit writes node's claim set to claim, minus the fenced nodes'
+// claims, to every PersistentVolume of v's handle, each PV's own claims as
+// the decision saw them (PVRef.Claims) and each write conditional on the
+// resourceVersion the decision read (one API call per PV, usually one). A
+// concurrent change of any of them is ErrConflict; replicas that know
+// different subsets of a handle's PVs still meet on a PV they share and
+// cannot both commit. A PV is never given a claim only another PV shows:
+// when one PV's view is current and another's stale, the first write
+// succeeds before the second conflicts, and copying the stale PV's claims
+// would bring back a claim an answered unpublish had released.
 func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim, fenced []string) error {
 	if len(v.PVs) == 0 {
 		return fmt.Errorf("volume %s has no PersistentVolume to record the claim on", v.Handle)
 	}
-	next := map[string]Claim{}
-	for n, cl := range v.Claims {
-		next[n] = cl
-	}
-	for _, n := range fenced {
-		delete(next, n)
-	}
-	next[node] = claim
 	for _, pv := range v.PVs {
+		own := pv.Claims
+		if own == nil && len(v.PVs) == 1 {
+			own = v.Claims
+		}
+		next := make(map[string]Claim, len(own)+1)
+		for n, cl := range own {
+			next[n] = cl
+		}
+		for _, n := range fenced {
+			delete(next, n)
+		}
+		next[node] = claim
 		if err := c.patch(ctx, pv.Name, pv.ResourceVersion, next); err != nil {
 			return err
 		}

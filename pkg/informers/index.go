@@ -27,6 +27,10 @@ type Attachment struct {
 type PVRef struct {
 	Name            string
 	ResourceVersion string
+	// Claims are this PV's own claims at ResourceVersion (shared with
+	// the entry, never modified): a commit writes each PV its own claims
+	// plus the change, never a claim that only another PV still shows.
+	Claims map[string]Claim
 }
 
 // Volume is the index entry of a volume handle. A handle usually has one
@@ -187,7 +191,7 @@ func merge(handle string, entries []*Volume) *Volume {
 	var primary *Volume
 	for _, e := range entries {
 		if e.ResourceVersion != "" {
-			m.PVs = append(m.PVs, PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion})
+			m.PVs = append(m.PVs, PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion, Claims: e.Claims})
 			if primary == nil || better(e, primary) {
 				primary = e
 			}
@@ -330,7 +334,7 @@ func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
 	update(v)
 	v.PVs = nil
 	if v.ResourceVersion != "" {
-		v.PVs = []PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion}}
+		v.PVs = []PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion, Claims: v.Claims}}
 	}
 	if old != nil && old.Handle != v.Handle {
 		x.unlinkHandle(old.Handle, pvName)
