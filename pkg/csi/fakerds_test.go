@@ -23,6 +23,44 @@ type fakeRDS struct {
 	calls    map[string]int
 	hold     map[string]*hold
 	drops    map[string]int // slot -> connections dropped (export turned off)
+	changes  map[string]int // slot -> export state changes
+
+	// Late commands (the publish model check). Every hook runs with f.mu
+	// held and must not call f's methods (only the *Locked ones).
+	//
+	// delaySwap, when set, is asked about every SwapExport that sends a
+	// command: timedOut makes its caller see a timeout (an error that is
+	// not rds.ErrExportChanged, as rds.Client's after a command was sent)
+	// while the command stays in flight (inFlight), to land or be lost
+	// later (landLocked, loseLocked); resent (with timedOut) is
+	// rds.Client re-sending it after the timeout: the copy sent again
+	// lands now and is answered as usual, the first stays in flight.
+	delaySwap func(s *lateSwap) (timedOut, resent bool)
+	inFlight  []*lateSwap
+	lateSeq   int
+	// atCall runs as every call arrives, before its body: commands in
+	// flight may land then, in the middle of another operation.
+	atCall func(method string)
+	// onChange runs after every change of a disk's export state (a swap
+	// landing, on time or late).
+	onChange func(slot string, before, after rds.Disk)
+}
+
+// lateSwap is a SwapExport command in flight after its caller saw a
+// timeout: a compare-and-swap on the state it was sent with, evaluated
+// against the disk's state when (if ever) it lands.
+type lateSwap struct {
+	id       int
+	slot     string
+	from, to rds.ExportState
+	// changes: the disk's export state changes when it was sent; a
+	// command that matches after others changed the state found its
+	// `from` state again (ABA).
+	changes int
+	// due and lost are for whoever schedules the landing (the model:
+	// the step by which it lands, or is lost).
+	due  int
+	lost bool
 }
 
 // hold stops the next call of a method until released, so a test can keep
@@ -40,6 +78,7 @@ func newFakeRDS(poolSize int64) *fakeRDS {
 		fail:     map[string]error{},
 		calls:    map[string]int{},
 		drops:    map[string]int{},
+		changes:  map[string]int{},
 		hold:     map[string]*hold{},
 	}
 }
@@ -70,6 +109,9 @@ func (f *fakeRDS) enter(method string) error {
 		<-h.release
 	}
 	f.mu.Lock()
+	if f.atCall != nil {
+		f.atCall(method)
+	}
 	f.calls[method]++
 	err := f.fail[method]
 	delete(f.fail, method)
@@ -181,28 +223,76 @@ func sameExportFake(d rds.Disk, e *rds.Export) bool {
 // SwapExport models rds.Client's: one compare-and-swap on the export
 // state, evaluated when the call lands (after any hold), read back
 // afterwards; turning an export off counts a drop. A held call therefore
-// lands late exactly as a slow RouterOS command does.
+// lands late exactly as a slow RouterOS command does; with delaySwap a
+// call is answered as a timeout and its command lands later, or never
+// (landLocked, loseLocked).
 func (f *fakeRDS) SwapExport(_ context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error) {
 	err := f.enter("SwapExport")
 	defer f.mu.Unlock()
 	if err != nil {
 		return rds.ExportState{}, err
 	}
+	if _, ok := f.disks[slot]; ok && from != to && f.delaySwap != nil {
+		// rds.Client sends no command when from == to (a read back only).
+		f.lateSeq++
+		s := &lateSwap{id: f.lateSeq, slot: slot, from: from, to: to, changes: f.changes[slot]}
+		if timedOut, resent := f.delaySwap(s); timedOut {
+			f.inFlight = append(f.inFlight, s)
+			if !resent {
+				return rds.ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w: command timed out after it was sent: %v",
+					slot, from, to, rds.ErrOutcomeUnknown, context.DeadlineExceeded)
+			}
+		}
+	}
 	d, ok := f.disks[slot]
 	if !ok {
 		return rds.ExportState{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
 	}
-	if rds.StateOf(&d) == from {
-		if d.Exported && !to.Open {
-			f.drops[slot]++
-		}
-		d.Exported, d.AllowHost = to.Open, to.Host
-		f.disks[slot] = d
-	}
+	f.swapLocked(slot, from, to)
+	d = f.disks[slot]
 	if after := rds.StateOf(&d); after != to {
 		return after, fmt.Errorf("%w: disk %q is %s, not %s", rds.ErrExportChanged, slot, after, to)
 	}
 	return to, nil
+}
+
+// swapLocked is the compare-and-swap of one SwapExport command landing
+// now; it reports whether it matched.
+func (f *fakeRDS) swapLocked(slot string, from, to rds.ExportState) bool {
+	d, ok := f.disks[slot]
+	if !ok || rds.StateOf(&d) != from {
+		return false
+	}
+	before := d
+	if d.Exported && !to.Open {
+		f.drops[slot]++
+	}
+	d.Exported, d.AllowHost = to.Open, to.Host
+	f.disks[slot] = d
+	if before != d {
+		f.changes[slot]++
+	}
+	if f.onChange != nil && before != d {
+		f.onChange(slot, before, d)
+	}
+	return true
+}
+
+// landLocked lands the command in flight s now (against the disk's state
+// at this moment) and reports whether it matched; loseLocked drops it
+// unlanded.
+func (f *fakeRDS) landLocked(s *lateSwap) bool {
+	f.loseLocked(s)
+	return f.swapLocked(s.slot, s.from, s.to)
+}
+
+func (f *fakeRDS) loseLocked(s *lateSwap) {
+	for i, x := range f.inFlight {
+		if x == s {
+			f.inFlight = append(f.inFlight[:i:i], f.inFlight[i+1:]...)
+			return
+		}
+	}
 }
 
 func (f *fakeRDS) CreateDisk(_ context.Context, req rds.CreateDiskRequest) (*rds.Disk, error) {

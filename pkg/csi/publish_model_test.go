@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,6 +52,29 @@ import (
 // has two live holds, no multi-writer volume three. At the end the
 // schedule heals, every attachment is detached, and every volume must
 // then be publishable again (nothing stuck).
+//
+// With storage fencing (the second run) RDS commands also land late: a
+// SwapExport may be answered to its caller as a timeout (rds.Client's
+// "outcome unknown" error, sometimes after rds.Client re-sent it and the
+// copy landed) while the command stays in flight, to land, a compare-and-
+// swap on the state at that moment, at a random moment up to
+// maxLateSteps steps later (in another operation's RDS call, or at the
+// end of a step), or never. The leader (now and then a former leader)
+// runs ReconcileExports. The checker follows the RDS at every change of
+// an export (exportChanged): which nodes may be connected (a node told it
+// may write, until the RDS drops connections or it unstages; a dropped
+// kernel reconnects whenever the export allows its host again) and which
+// attachments are retired (their claim gone and the operation that
+// released it complete, or the export changed since). Checked: a node
+// told it may write holds a live claim whose attachment the export lets
+// in (backed, connect); no single-node volume has two possible writers on
+// the RDS, no multi-writer volume three, at any moment; a retired
+// attachment is never let in again, nor left connected; a claim never
+// comes back with a released nonce; after a reconcile on a caught-up
+// index with nothing in flight, and after the heal (every command in
+// flight landed or lost, then the leader's reconcile), every export is
+// open to its live claims' attachment alone, or closed with no claim.
+// Known findings still open are counted and tolerated (model.known).
 
 var (
 	gvrPV   = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"}
@@ -91,7 +115,7 @@ type model struct {
 	// fenced: the replicas run --storage-fencing=allow-host (nodes
 	// register <name>/<host NQN>, fences cut the host off the RDS) and the
 	// checker also follows the RDS: which nodes may be connected to each
-	// volume (see connect/observeDrops).
+	// volume (see connect/exportChanged).
 	fenced   bool
 	rds      *fakeRDS
 	conns    map[string]map[string]bool // volume -> nodes possibly connected
@@ -99,7 +123,43 @@ type model struct {
 	// answeredCtx: VolumeAttachment -> publish_context of its last publish
 	// success, which the attacher records with attached=true.
 	answeredCtx map[string]map[string]string
-	drops       map[string]int // volume -> rds drops seen
+	// Late RDS commands (fenced): a SwapExport may be answered as a
+	// timeout while its command stays in flight, to land (or be lost) at
+	// a random moment up to maxLateSteps steps later (delaySwap, landDue).
+	// lateOff stops new ones (heal).
+	lateOff bool
+	// The attachments' lives, by host NQN (fenced): claimed is each
+	// volume's live claims' hosts (host -> node), followed on every PV
+	// write (trackClaims); a host whose claim is gone is released, and
+	// retired once the operation that released it completed (endOp: an
+	// unpublish or publish answered OK, a fence settled) or the export
+	// changed since without letting it in (exportChanged). From then on
+	// the export must never allow it again, and it must not be connected:
+	// "no write from a retired attachment can land after its retirement
+	// completed" (docs/attachments.md).
+	claimed  map[string]map[string]string
+	released map[string]map[string]int // volume -> host -> step released
+	retired  map[string]map[string]int // volume -> host -> step retired
+	// violation: the first one found inside an operation (violate).
+	violation string
+	// landing: the late command landing now (landOrLose), if any;
+	// landingABA: the state it matches had been left since it was sent.
+	landing    *lateSwap
+	landingABA bool
+	// tolerated: retired hosts that a known finding (4, 7) let in again
+	// or left connected.
+	// Their connections are not followed further (not counted among the
+	// possible writers): what a known finding leads to is that finding's.
+	tolerated map[string]bool
+	// op: the operation running that may release claims ("publish",
+	// "unpublish", "fence"), and the hosts it released (volume/host): once
+	// it completes successfully, they are retired (endOp).
+	op         string
+	opNode     string // the node a publish is for
+	opReleased []string
+	// replacedOwn: hosts whose claims a publish of the same node (another
+	// incarnation) replaced (finding 7).
+	replacedOwn map[string]bool
 	seed        int64
 	rng         *rand.Rand
 	ctx         context.Context
@@ -117,7 +177,8 @@ type model struct {
 	late []struct{ vol, node string }
 	// toAttach: attachments published but not yet marked attached=true by
 	// the attacher; that status update comes some steps later.
-	toAttach []string
+	toAttach []toAttach
+	vaSeq    int // VolumeAttachment UIDs
 	history  []string
 	step     int
 	stats    map[string]int
@@ -125,7 +186,9 @@ type model struct {
 
 func newModel(t *testing.T, seed int64, fenced bool) *model {
 	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced,
-		conns: map[string]map[string]bool{}, connHost: map[string]string{}, answeredCtx: map[string]map[string]string{}, drops: map[string]int{},
+		conns: map[string]map[string]bool{}, connHost: map[string]string{}, answeredCtx: map[string]map[string]string{},
+		claimed: map[string]map[string]string{}, released: map[string]map[string]int{}, retired: map[string]map[string]int{},
+		tolerated: map[string]bool{}, replacedOwn: map[string]bool{},
 		watches: map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
 		uid: map[string]string{}, oos: map[string]bool{}, incarn: map[string]int{},
 		holds: map[string][]modelHold{}, stats: map[string]int{}}
@@ -143,6 +206,11 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 	}
 	rdsFake := newFakeRDS(1 << 40)
 	m.rds = rdsFake
+	if fenced {
+		rdsFake.delaySwap = m.delaySwap
+		rdsFake.atCall = func(string) { m.landDue(false) }
+		rdsFake.onChange = m.exportChanged
+	}
 	opts := testOptions()
 	if fenced {
 		opts = allowHostOptions()
@@ -158,7 +226,7 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Clock: clk})
 		r.cs = NewControllerServer(NewDriver(opts, rdsFake))
 		if fenced {
-			claims.CutStorageOnFence(r.cs)
+			claims.CutStorageOnFence(&modelFence{m: m, cs: r.cs})
 		}
 		r.cs.ServePublish(&Publisher{
 			Index: r.index, Claims: claims, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
@@ -243,34 +311,277 @@ func (f *fakeRDS) hostLabel(handle, node string, c informers.Claim) string {
 	return h[len(h)-4:]
 }
 
-// observeDrops: every connection to a volume the RDS dropped (its export
-// turned off) since the last look is gone.
-func (m *model) observeDrops() {
+// exportChanged follows the RDS (f.mu held): every change of a volume's
+// export, whenever it lands. Turning it off drops every connection. A
+// dropped connection's kernel keeps reconnecting (ctrl_loss_tmo) with the
+// host NQN it connected with, a fenced node's too, since it may still be
+// running: it is back whenever the export allows that host, checked at
+// every change, so that an export open to a host for a moment only is
+// seen. Then the export must not allow a retired attachment, and a
+// single-node volume must not have two possible writers (checked here,
+// not only after the step: a drop within the step would hide it).
+func (m *model) exportChanged(slot string, before, after rds.Disk) {
+	v := m.volume(slot)
+	if before.Exported && !after.Exported {
+		delete(m.conns, slot)
+	}
+	if after.Exported {
+		if at, ok := m.retired[slot][after.AllowHost]; ok && m.landing != nil && (m.landingABA || m.landing.from.Open) && m.known(4) {
+			// Finding 4 (TestFindingLateMoveLetsARetiredHolderIn): counted,
+			// and its host is no longer followed.
+			m.stats["late command let a retired attachment in (finding 4)"]++
+			m.logf("RDS: swap #%d lets in %s, an attachment retired at step %d: finding 4", m.landing.id, after.AllowHost[len(after.AllowHost)-4:], at)
+			m.tolerated[after.AllowHost] = true
+		} else if ok {
+			m.violate("volume %s: the RDS export was opened to host %s, an attachment retired at step %d: a fenced or detached attachment is let in again", slot, after.AllowHost, at)
+		}
+		for _, node := range m.nodes {
+			host, ok := m.connHost[slot+"/"+node]
+			if !ok || m.conns[slot][node] || m.tolerated[host] || !(after.AllowHost == host || after.AllowHost == "") {
+				continue
+			}
+			if m.conns[slot] == nil {
+				m.conns[slot] = map[string]bool{}
+			}
+			m.conns[slot][node] = true
+			m.stats["reconnect"]++
+			m.logf("RDS: %s's kernel reconnects to %s as %s", node, slot[len(slot)-3:], host[len(host)-4:])
+		}
+		if limit := m.limit(v); len(m.conns[slot]) > limit {
+			m.violate("volume %s may be written by %d nodes at once on the RDS (its export now allows %s): %v", slot, len(m.conns[slot]), after.AllowHost, keys(m.conns[slot]))
+		}
+	}
+	for h := range m.released[slot] {
+		if after.Exported && after.AllowHost == h {
+			continue // let in again before its retirement completed: the retirement's last change undoes it
+		}
+		if m.retired[slot] == nil {
+			m.retired[slot] = map[string]int{}
+		}
+		m.retired[slot][h] = m.step
+		delete(m.released[slot], h)
+	}
+}
+
+// delaySwap decides (f.mu held) whether a SwapExport is answered as a
+// timeout while its command stays in flight, and when it lands: at a
+// random moment of step due (an RDS call of another operation, or the
+// step's end), or never.
+func (m *model) delaySwap(s *lateSwap) (timedOut, resent bool) {
+	if m.lateOff || m.rng.Intn(lateOneIn) != 0 {
+		return false, false
+	}
+	s.due = m.step + m.rng.Intn(maxLateSteps+1)
+	s.lost = m.rng.Intn(5) == 0
+	resent = m.rng.Intn(3) == 0
+	m.stats["rds swap timed out"]++
+	if resent {
+		m.stats["rds swap timed out, resent"]++
+	}
+	m.logf("RDS: swap #%d of %s %s -> %s times out%s; in flight until step %d (lost: %t)", s.id, s.slot[len(s.slot)-3:], stateLabel(s.from), stateLabel(s.to),
+		map[bool]string{true: " and is re-sent", false: ""}[resent], s.due, s.lost)
+	return true, resent
+}
+
+// Known findings (model_findings_test.go, TestFinding*): bugs of the
+// driver the model check found that are still open. Each is counted
+// ("... (finding N)" in the summary) and then tolerated, so that the
+// check keeps guarding the rest; RDS_CSI_MODEL_STRICT=all (or a list,
+// e.g. 2,4) makes them violations again. Remove a finding's tolerance
+// once it is fixed. (Findings 1, 3 and 5 were fixed in dd90a1e; their
+// scenarios are regression tests in model_scenarios_test.go.)
+//
+//  2. A repeated publish of a live migration's source is answered from
+//     its VolumeAttachment's status (let in before, "keeps the connection
+//     it has") although a fence's cut that did not complete dropped that
+//     connection: told it may write while the export allows the target.
+//  4. A late command lands after an attachment was retired and lets it
+//     in again, because the state it is conditioned on is still there or
+//     came back (ABA): "open to the remaining holder" of a migration is
+//     left as it is, or comes back (a cut reopens the same host), when
+//     the other is retired; a fence of a handle with two PVs reopens the
+//     export to the fenced node between the two (Settle after the first
+//     release sees its claim on the second); and the first copy of a
+//     command rds.Client re-sent re-creates, when its from state comes
+//     back, the very state (even a tombstone) its resend created.
+//  6. A repeated publish reuses the requester's claim as the index merged
+//     it, from a stale PV after an answered unpublish released it, and
+//     writes it (its old nonce) onto a current PV before the stale one
+//     conflicts: the node's next attachment gets the retired host NQN.
+//  7. A publish from a re-created node replaces its old incarnation's
+//     claim without dropping a connection when the export moves between
+//     a live migration's holders: the old attachment stays connected.
+func (m *model) known(finding int) bool {
+	s := os.Getenv("RDS_CSI_MODEL_STRICT")
+	if s == "all" {
+		return false
+	}
+	for _, f := range strings.Split(s, ",") {
+		if f == strconv.Itoa(finding) {
+			return false
+		}
+	}
+	return true
+}
+
+// Late commands: about one SwapExport in lateOneIn times out, and lands
+// up to maxLateSteps steps later.
+const (
+	lateOneIn    = 6
+	maxLateSteps = 25
+)
+
+// landDue lands (or loses) the commands in flight whose step has come
+// (f.mu held): each at a random RDS call within its step, at the latest at
+// its end (end).
+func (m *model) landDue(end bool) {
+	for _, s := range m.rds.inFlight {
+		if m.step < s.due || (!end && m.rng.Intn(2) == 0) {
+			continue
+		}
+		m.landOrLose(s)
+	}
+}
+
+func (m *model) landOrLose(s *lateSwap) {
+	if s.lost {
+		m.rds.loseLocked(s)
+		m.stats["rds late swap lost"]++
+		return
+	}
+	aba := s.changes != m.rds.changes[s.slot]
+	m.landing, m.landingABA = s, aba
+	matched := m.rds.landLocked(s)
+	m.landing, m.landingABA = nil, false
+	if matched && aba {
+		m.stats["rds late swap matched a state that came back (ABA)"]++
+	}
+	m.stats[fmt.Sprintf("rds late swap landed, matched=%t", matched)]++
+	m.logf("RDS: swap #%d of %s %s -> %s lands late: matched %t (state changed since sent: %t)", s.id, s.slot[len(s.slot)-3:], stateLabel(s.from), stateLabel(s.to), matched, aba)
+}
+
+func stateLabel(e rds.ExportState) string {
+	h := e.Host
+	if len(h) > 4 {
+		h = h[len(h)-4:]
+	}
+	if !e.Open {
+		return "closed(" + h + ")"
+	}
+	return "open(" + h + ")"
+}
+
+// endOfStep lands the commands due at this step that have not yet.
+func (m *model) endOfStep() {
 	if !m.fenced {
 		return
 	}
 	m.rds.mu.Lock()
 	defer m.rds.mu.Unlock()
-	for id, n := range m.rds.drops {
-		if n != m.drops[id] {
-			m.drops[id] = n
-			delete(m.conns, id)
+	m.landDue(true)
+}
+
+func (m *model) limit(v *modelVolume) int {
+	if v.multi {
+		return 2
+	}
+	return 1
+}
+
+// hostOf is the host NQN a claim of node on handle lets in.
+func (m *model) hostOf(handle, node string, c informers.Claim) string {
+	return m.replicas[0].cs.d.claimHost(handle, node, c)
+}
+
+// liveClaims are a volume's claims in the API, joined over its PVs as
+// the driver joins them (the newer of two, by time then publish count).
+func (m *model) liveClaims(v *modelVolume) map[string]informers.Claim {
+	out := map[string]informers.Claim{}
+	for _, pv := range v.pvs {
+		for n, c := range claimsOf(m.t, m.api, pv) {
+			if cur, ok := out[n]; !ok || c.At.After(cur.At) || (c.At.Equal(cur.At) && c.Gen > cur.Gen) {
+				out[n] = c
+			}
 		}
 	}
-	// A dropped connection's kernel keeps reconnecting (ctrl_loss_tmo)
-	// with the host NQN it connected with, a fenced node's too, since it
-	// may still be running: it is back whenever the export allows that
-	// host. The multi-holder check then catches a fenced host let in again.
-	for key, host := range m.connHost {
-		id, node, _ := strings.Cut(key, "/")
-		if m.conns[id][node] {
+	return out
+}
+
+// trackClaims follows the claims after a replica's write of PV pv (every
+// volume's when ""): a host whose claim is gone from every PV of its
+// volume is released. A released or retired host must never be claimed
+// again.
+func (m *model) trackClaims(pv string) {
+	for _, v := range m.vols {
+		if pv != "" && !slices.Contains(v.pvs, pv) {
 			continue
 		}
-		if d, ok := m.rds.disks[id]; ok && d.Exported && d.AllowHost == host {
-			if m.conns[id] == nil {
-				m.conns[id] = map[string]bool{}
+		now := map[string]string{}
+		for _, pv := range v.pvs {
+			for n, c := range claimsOf(m.t, m.api, pv) {
+				now[m.hostOf(v.id, n, c)] = n
 			}
-			m.conns[id][node] = true
+		}
+		for h, n := range now {
+			if _, ok := m.claimed[v.id][h]; ok {
+				continue
+			}
+			_, retired := m.retired[v.id][h]
+			_, released := m.released[v.id][h]
+			switch {
+			case !retired && !released:
+			case m.op == "publish" && n == m.opNode && m.known(6):
+				// Finding 6 (TestFindingRepublishBringsBackItsReleasedClaim):
+				// counted, and the claim is live again for the checks.
+				m.stats["requester's released claim back (finding 6)"]++
+				m.logf("node %s's claim on %s with host %s is back, written by its own publish: finding 6", n, v.id[len(v.id)-3:], h[len(h)-4:])
+				delete(m.retired[v.id], h)
+				delete(m.released[v.id], h)
+			default:
+				// A claim is never written back with a released nonce
+				// (TestCommitDoesNotBringBackAReleasedClaim).
+				m.violate("volume %s: node %s's claim with host %s is back after it was released (retired: %t)", v.id, n, h, retired)
+			}
+		}
+		for h := range m.claimed[v.id] {
+			if _, ok := now[h]; !ok {
+				if m.released[v.id] == nil {
+					m.released[v.id] = map[string]int{}
+				}
+				m.released[v.id][h] = m.step
+				if m.op != "" {
+					m.opReleased = append(m.opReleased, v.id+"/"+h)
+				}
+				if m.op == "publish" && m.claimed[v.id][h] == m.opNode {
+					m.replacedOwn[h] = true // a re-created node's publish replaced its old claim
+				}
+				m.logf("claim of %s on %s released (host %s)", m.claimed[v.id][h], v.id[len(v.id)-3:], h[len(h)-4:])
+			}
+		}
+		m.claimed[v.id] = now
+	}
+}
+
+// checkExports: every export is open to its live claims' attachment
+// alone (one of the two in a migration), or closed with no claim.
+func (m *model) checkExports(when string) {
+	for _, v := range m.vols {
+		claims := m.liveClaims(v)
+		d, _ := m.rds.disk(v.id)
+		var hosts []string
+		for n, c := range claims {
+			hosts = append(hosts, n+"="+m.hostOf(v.id, n, c))
+			if d.Exported && d.AllowHost == m.hostOf(v.id, n, c) {
+				hosts = nil
+				break
+			}
+		}
+		switch {
+		case len(claims) == 0 && d.Exported:
+			m.fail("%s: volume %s has no live claim, and its export is open to %q", when, v.id, d.AllowHost)
+		case len(claims) > 0 && hosts != nil:
+			sort.Strings(hosts)
+			m.fail("%s: volume %s's export is nvme-tcp-export=%t allow-host=%q, not its live claims' attachment %v", when, v.id, d.Exported, d.AllowHost, hosts)
 		}
 	}
 }
@@ -297,6 +608,15 @@ func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 	}
 	d, _ := m.rds.disk(v.id)
 	if !d.Exported || !(d.AllowHost == host || (v.multi && d.AllowHost == "")) {
+		if v.multi && m.connHost[v.id+"/"+node] == host && m.otherHolderHost(v, node, d.AllowHost) && m.known(2) {
+			// Finding 2 (TestFindingCutSourceToldItMayWrite): a
+			// migration's source whose connection a cut dropped is
+			// answered as admitted while the export allows the target.
+			// It is not let in; its kernel keeps trying (connHost).
+			m.stats["cut source told it may write (finding 2)"]++
+			m.logf("%s told it may write %s as %s, cut off since, while the export allows the other holder: finding 2", node, v.id[len(v.id)-3:], host[len(host)-4:])
+			return
+		}
 		m.fail("node %s was told it may write volume %s, but the RDS export is nvme-tcp-export=%t allow-host=%q", node, v.id, d.Exported, d.AllowHost)
 	}
 	if m.conns[v.id] == nil {
@@ -304,6 +624,86 @@ func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 	}
 	m.conns[v.id][node] = true
 	m.connHost[v.id+"/"+node] = host
+}
+
+// otherHolderHost: host is the attachment of a live claim of another node
+// than node on v.
+func (m *model) otherHolderHost(v *modelVolume, node, host string) bool {
+	for n, c := range m.liveClaims(v) {
+		if n != node && m.hostOf(v.id, n, c) == host {
+			return true
+		}
+	}
+	return false
+}
+
+// startOp and endOp bracket an operation that may release claims: when
+// it completes successfully (an unpublish or publish answered OK, a
+// fence's Settle done), the retirement of every attachment it released is
+// complete, and those hosts are retired unless the export allows them
+// right now. (Otherwise they retire at the next change of the export
+// that does not let them in, exportChanged.)
+func (m *model) startOp(op string) {
+	m.op, m.opNode, m.opReleased = op, "", nil
+}
+
+func (m *model) endOp(ok bool) {
+	released := m.opReleased
+	m.op, m.opNode, m.opReleased = "", "", nil
+	if !ok || !m.fenced {
+		return
+	}
+	for _, key := range released {
+		id, h, _ := strings.Cut(key, "/")
+		if _, still := m.released[id][h]; !still {
+			continue
+		}
+		if d, _ := m.rds.disk(id); d.Exported && d.AllowHost == h {
+			continue
+		}
+		if m.retired[id] == nil {
+			m.retired[id] = map[string]int{}
+		}
+		m.retired[id][h] = m.step
+		delete(m.released[id], h)
+	}
+}
+
+// modelFence is a replica's storage fence (CutOff before a fence's
+// release, Settle after it), bracketed as an operation: the fence is
+// complete once Settle succeeded.
+type modelFence struct {
+	m  *model
+	cs *ControllerServer
+}
+
+func (f *modelFence) CutOff(ctx context.Context, pvName, handle, node string) error {
+	f.m.startOp("fence")
+	err := f.cs.CutOff(ctx, pvName, handle, node)
+	if err != nil {
+		f.m.endOp(false)
+	}
+	return err
+}
+
+func (f *modelFence) Settle(ctx context.Context, pvName, handle string) error {
+	err := f.cs.Settle(ctx, pvName, handle)
+	f.m.endOp(err == nil)
+	return err
+}
+
+// backed: a success answered to node stands on its live claim, of the
+// node's current incarnation, whose attachment's host NQN it carries.
+func (m *model) backed(v *modelVolume, node string, pc map[string]string) {
+	c, ok := m.liveClaims(v)[node]
+	switch {
+	case !ok:
+		m.fail("node %s was told it may write volume %s, and holds no live claim on it", node, v.id)
+	case c.NodeUID != m.uid[node]:
+		m.fail("node %s was told it may write volume %s, and its live claim names incarnation %q, not %q", node, v.id, c.NodeUID, m.uid[node])
+	case m.fenced && c.Nonce != "" && pc[PublishContextHostNQN] != m.hostOf(v.id, node, c):
+		m.fail("node %s was told to connect to volume %s as %q; its live claim's attachment is %q", node, v.id, pc[PublishContextHostNQN], m.hostOf(v.id, node, c))
+	}
 }
 
 // disconnect: an attachment of node ended by a detach. Kubernetes detaches
@@ -335,6 +735,13 @@ func (m *model) replicaClient(r *modelReplica) *fake.Clientset {
 			return true, nil, fmt.Errorf("injected: %w", context.DeadlineExceeded)
 		}
 		obj, err := m.api.Invokes(a, nil)
+		if m.fenced && a.GetResource().Resource == "persistentvolumes" && a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			name := ""
+			if n, ok := a.(interface{ GetName() string }); ok {
+				name = n.GetName()
+			}
+			m.trackClaims(name)
+		}
 		if fault == "lose" {
 			return true, nil, fmt.Errorf("injected after the call took effect: %w", context.DeadlineExceeded)
 		}
@@ -403,12 +810,21 @@ func (m *model) deliverStream(r *modelReplica, resource string, n int) {
 	}
 	r.pending[resource] = evs[n:]
 	r.ctrl.Drain(m.ctx) // reactions may write: collect after
-	m.observeDrops()
 	m.collect()
 }
 
 func (m *model) logf(format string, args ...any) {
 	m.history = append(m.history, fmt.Sprintf("%6d ", m.step)+fmt.Sprintf(format, args...))
+}
+
+// violate records a violation found inside an operation (in a hook of
+// the fakes); check fails with it once the operation's answer is logged.
+func (m *model) violate(format string, args ...any) {
+	msg := fmt.Sprintf("%6d ", m.step) + fmt.Sprintf(format, args...)
+	m.history = append(m.history, msg+" <- VIOLATION")
+	if m.violation == "" {
+		m.violation = msg
+	}
 }
 
 func (m *model) fail(format string, args ...any) {
@@ -417,8 +833,15 @@ func (m *model) fail(format string, args ...any) {
 	if len(tail) > 60 {
 		tail = tail[len(tail)-60:]
 	}
-	m.t.Fatalf("seed %d (rerun: RDS_CSI_MODEL_SEED=%d go test -run TestPublishModel ./pkg/csi), step %d: %s\nlast answers and events:\n%s",
-		m.seed, m.seed, m.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
+	variant, strict := "claims", ""
+	if m.fenced {
+		variant = "storage-fencing"
+	}
+	if s := os.Getenv("RDS_CSI_MODEL_STRICT"); s != "" {
+		strict = "RDS_CSI_MODEL_STRICT=" + s + " "
+	}
+	m.t.Fatalf("seed %d (rerun: %sRDS_CSI_MODEL_SEED=%d RDS_CSI_MODEL_OPS=%d go test -run TestPublishModel/%s ./pkg/csi), step %d: %s\nlast answers and events:\n%s",
+		m.seed, strict, m.seed, m.step, variant, m.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
 }
 
 func (m *model) vaName(v *modelVolume, node string) string {
@@ -448,39 +871,56 @@ func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
 		va = testVA(pvName, node, publishNow)
 		va.Name = m.vaName(v, node)
 		va.Status.Attached = false
+		m.newVAUID(va)
 		var err error
 		if va, err = m.api.StorageV1().VolumeAttachments().Create(m.ctx, va, metav1.CreateOptions{}); err != nil {
 			m.t.Fatal(err)
 		}
 	}
+	m.startOp("publish")
+	m.opNode = node
 	resp, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})
+	m.endOp(err == nil)
 	m.logf("%s publish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
 	m.stats["publish "+codeOf(err)]++
-	m.observeDrops()
 	if err != nil {
 		return
 	}
+	m.backed(v, node, resp.GetPublishContext())
 	m.connect(v, node, resp.GetPublishContext())
 	m.startHold(v, node)
 	// The attacher records the answer's publish_context with attached=true
 	// (external-attacher's markAsAttached), after every success.
 	m.answeredCtx[va.Name] = resp.GetPublishContext()
-	m.toAttach = append(m.toAttach, va.Name)
+	m.toAttach = append(m.toAttach, toAttach{name: va.Name, uid: va.UID, pc: resp.GetPublishContext()})
+}
+
+// toAttach is a publish success the attacher is to record on the very
+// VolumeAttachment it published (not one re-created under the same name).
+type toAttach struct {
+	name string
+	uid  types.UID
+	pc   map[string]string
+}
+
+func (m *model) newVAUID(va *storagev1.VolumeAttachment) {
+	m.vaSeq++
+	va.UID = types.UID(fmt.Sprintf("va-%d", m.vaSeq))
 }
 
 // markAttached is the attacher's status update after its publishes
 // succeeded, for the attachments that still stand.
 func (m *model) markAttached() {
-	for _, name := range m.toAttach {
-		va, err := m.api.StorageV1().VolumeAttachments().Get(m.ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && va.DeletionTimestamp != nil) {
+	for _, a := range m.toAttach {
+		va, err := m.api.StorageV1().VolumeAttachments().Get(m.ctx, a.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && (va.DeletionTimestamp != nil || va.UID != a.uid)) {
 			continue
 		}
 		if err != nil {
 			m.t.Fatal(err)
 		}
 		va.Status.Attached = true
-		va.Status.AttachmentMetadata = m.answeredCtx[name]
+		va.Status.AttachmentMetadata = a.pc
 		if _, err := m.api.StorageV1().VolumeAttachments().Update(m.ctx, va, metav1.UpdateOptions{}); err != nil {
 			m.t.Fatal(err)
 		}
@@ -517,10 +957,11 @@ func (m *model) unpublish(r *modelReplica, v *modelVolume, node string) {
 			m.t.Fatal(err)
 		}
 	}
+	m.startOp("unpublish")
 	_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node)})
-	m.logf("%s unpublish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
+	m.endOp(err == nil)
+	m.logf("%s unpublish %s -> %s (attached %t): %v%s", r.name, v.id[len(v.id)-3:], node, va.Status.Attached, codeOf(err), m.exportState(v))
 	m.stats["unpublish "+codeOf(err)]++
-	m.observeDrops()
 	if err != nil {
 		return
 	}
@@ -530,6 +971,15 @@ func (m *model) unpublish(r *modelReplica, v *modelVolume, node string) {
 	}
 	m.endHold(v, node)
 	m.late = append(m.late, struct{ vol, node string }{v.id, node})
+}
+
+func (m *model) holdOf(v *modelVolume, node string) bool {
+	for _, h := range m.holds[v.id] {
+		if h.node == node {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *model) endHold(v *modelVolume, node string) {
@@ -569,10 +1019,23 @@ func (m *model) volume(id string) *modelVolume {
 func codeOf(err error) string { return code(err).String() }
 
 func (m *model) check() {
+	if m.violation != "" {
+		m.fail("%s", m.violation)
+	}
 	for _, v := range m.vols {
-		limit := 1
-		if v.multi {
-			limit = 2
+		limit := m.limit(v)
+		for node := range m.conns[v.id] {
+			host := m.connHost[v.id+"/"+node]
+			if at, ok := m.retired[v.id][host]; ok && m.replacedOwn[host] && m.known(7) {
+				// Finding 7 (TestFindingRecreatedNodeKeepsItsOldConnection):
+				// counted, and the connection is no longer followed.
+				m.stats["re-created node's old attachment left connected (finding 7)"]++
+				m.logf("%s stays connected to %s as %s, its old incarnation's claim replaced without a drop: finding 7", node, v.id[len(v.id)-3:], host[len(host)-4:])
+				m.tolerated[host] = true
+				delete(m.conns[v.id], node)
+			} else if ok && !m.tolerated[host] {
+				m.fail("volume %s: node %s is still connected as %s, an attachment retired at step %d (never dropped since): a fenced attachment's writes land", v.id, node, host, at)
+			}
 		}
 		if hs := m.holds[v.id]; len(hs) > limit {
 			var who []string
@@ -679,10 +1142,11 @@ func (m *model) randomStep() {
 		if va != nil && va.DeletionTimestamp == nil {
 			m.stats["late unpublish over a live attachment"]++
 		}
+		m.startOp("unpublish")
 		_, err := r.cs.ControllerUnpublishVolume(m.ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: l.vol, NodeId: m.nodeID(l.node)})
+		m.endOp(err == nil)
 		m.logf("%s late unpublish %s -> %s: %v%s", r.name, l.vol[len(l.vol)-3:], l.node, codeOf(err), m.exportState(lv))
 		m.stats["late unpublish"]++
-		m.observeDrops()
 		if err == nil && va != nil && va.DeletionTimestamp != nil {
 			// CSI names an unpublish by volume and node only: while that
 			// node's attachment is being detached (Kubernetes deletes it
@@ -708,7 +1172,16 @@ func (m *model) randomStep() {
 		m.logf("the RDS fails the next %s", method)
 	case op < 90:
 		m.markAttached()
+	case op < 93 && m.fenced:
+		// The leader's periodic reconcile; now and then a former leader's,
+		// which has not noticed yet that its lease is lost.
+		rep, who := m.replicas[m.leader], "leader"
+		if m.rng.Intn(4) == 0 {
+			rep, who = m.replicas[1-m.leader], "old leader"
+		}
+		m.reconcile(rep, who)
 	}
+	m.endOfStep()
 	m.collect()
 	// The schedule: each stream of each replica is paused for a while
 	// (its informer behind), or delivers a part or all of what it has
@@ -732,12 +1205,53 @@ func (m *model) randomStep() {
 	m.check()
 }
 
+// reconcile runs ReconcileExports on rep. When no RDS command was in
+// flight, rep's index had every event and the pass failed nothing, every
+// export must then match the live claims.
+func (m *model) reconcile(rep *modelReplica, who string) (fixed int, err error) {
+	m.rds.mu.Lock()
+	quiet := len(m.rds.inFlight) == 0
+	m.rds.mu.Unlock()
+	for _, evs := range rep.pending {
+		quiet = quiet && len(evs) == 0
+	}
+	var found []string
+	fixed, err = rep.cs.ReconcileExports(m.ctx, func(mm Mismatch) {
+		found = append(found, fmt.Sprintf("%s: %s -> %s (%v)", mm.Volume[len(mm.Volume)-3:], stateLabel(mm.Found), stateLabel(mm.Now), mm.Err))
+	})
+	m.logf("%s (%s) reconciles: %d fixed %v, err %v", rep.name, who, fixed, found, err)
+	m.stats["reconcile fixed"] += fixed
+	m.stats[fmt.Sprintf("reconcile err=%t", err != nil)]++
+	m.rds.mu.Lock()
+	quiet = quiet && len(m.rds.inFlight) == 0
+	m.rds.mu.Unlock()
+	if quiet && err == nil {
+		m.stats["reconcile checked"]++
+		m.checkExports(fmt.Sprintf("after the %s's reconcile on a caught-up index with no RDS command in flight", who))
+	}
+	return fixed, err
+}
+
 // heal ends the faults and the lag, detaches everything, and then expects
-// every volume to attach again: nothing is stuck.
+// every volume to attach again: nothing is stuck. With storage fencing,
+// every RDS command still in flight lands (or is lost) first, in random
+// order; then the leader's reconcile must leave every export matching its
+// live claims, and once more at the very end.
 func (m *model) heal() {
 	for _, r := range m.replicas {
 		r.fault = ""
 		r.pausedUntil = map[string]int{}
+	}
+	if m.fenced {
+		m.rds.mu.Lock()
+		m.lateOff = true
+		m.rds.fail = map[string]error{}
+		inFlight := append([]*lateSwap(nil), m.rds.inFlight...)
+		m.rng.Shuffle(len(inFlight), func(i, j int) { inFlight[i], inFlight[j] = inFlight[j], inFlight[i] })
+		for _, s := range inFlight {
+			m.landOrLose(s)
+		}
+		m.rds.mu.Unlock()
 	}
 	m.markAttached()
 	sync := func() {
@@ -748,6 +1262,14 @@ func (m *model) heal() {
 		}
 	}
 	sync()
+	m.check()
+	if m.fenced {
+		if _, err := m.reconcile(m.replicas[m.leader], "leader"); err != nil {
+			m.fail("healed: the leader's reconcile fails: %v", err)
+		}
+		m.checkExports("healed, every RDS command landed or lost, after the leader's reconcile")
+		m.check()
+	}
 	for _, v := range m.vols {
 		for _, n := range m.nodes {
 			for try := 0; m.getVA(v, n) != nil; try++ {
@@ -775,6 +1297,7 @@ func (m *model) heal() {
 		if m.getVA(v, node) == nil {
 			va := testVA(v.pvs[len(v.pvs)-1], node, publishNow)
 			va.Name = m.vaName(v, node)
+			m.newVAUID(va)
 			if _, err := m.api.StorageV1().VolumeAttachments().Create(m.ctx, va, metav1.CreateOptions{}); err != nil {
 				m.t.Fatal(err)
 			}
@@ -796,6 +1319,15 @@ func (m *model) heal() {
 			}
 			m.fail("volume %s is stuck: with every attachment detached, publishing it to %s fails: %v (claims %v)", v.id, node, err, keys(claims))
 		}
+	}
+	if m.fenced {
+		sync()
+		fixed, err := m.reconcile(m.replicas[m.leader], "leader")
+		if err != nil || fixed != 0 {
+			m.fail("healed and published again: the leader's reconcile fixed %d exports, err %v; every publish should have left its export right", fixed, err)
+		}
+		m.checkExports("healed and published again, after the leader's reconcile")
+		m.check()
 	}
 }
 
