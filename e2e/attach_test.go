@@ -54,6 +54,33 @@ func hostNQN(node string) string {
 	return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-00000000000" + node[len(node)-1:] // node-a, node-b: the letter makes it unique
 }
 
+// provisionData creates the StorageClass "rds" and a 1Gi RWO PVC e2e/data,
+// waits until it is bound, and returns its PV and the volume handle, whose
+// disk must be on the simulator.
+func provisionData(t *testing.T, e *framework.Env, sim *framework.Sim) (pvName, handle string) {
+	t.Helper()
+	ctx, c, tl := e.Ctx, e.Client, e.TL
+	if _, err := c.StorageV1().StorageClasses().Create(ctx, framework.StorageClass("rds", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().PersistentVolumeClaims(framework.TestNamespace).Create(ctx,
+		framework.PVC(framework.TestNamespace, "data", "rds", "1Gi", corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "PVC e2e/data bound", framework.PVCBound(c, framework.TestNamespace, "data", &pvName)); err != nil {
+		t.Fatal(err)
+	}
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle = pv.Spec.CSI.VolumeHandle
+	if _, ok := sim.Disk(handle); !ok {
+		t.Fatalf("no disk %s on the simulator; disks: %+v", handle, sim.Disks())
+	}
+	return pvName, handle
+}
+
 func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attachWorld {
 	t.Helper()
 	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: o.grace}})
@@ -77,24 +104,7 @@ func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attac
 	e.StartController(w.sim, framework.ControllerOptions{DriverArgs: o.driverArgs})
 
 	done := tl.Step("StorageClass + 1Gi RWO PVC e2e/data")
-	if _, err := c.StorageV1().StorageClasses().Create(ctx, framework.StorageClass("rds", nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().PersistentVolumeClaims(framework.TestNamespace).Create(ctx,
-		framework.PVC(framework.TestNamespace, "data", "rds", "1Gi", corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "PVC e2e/data bound", framework.PVCBound(c, framework.TestNamespace, "data", &w.pv)); err != nil {
-		t.Fatal(err)
-	}
-	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, w.pv, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.handle = pv.Spec.CSI.VolumeHandle
-	if _, ok := w.sim.Disk(w.handle); !ok {
-		t.Fatalf("no disk %s on the simulator; disks: %+v", w.handle, w.sim.Disks())
-	}
+	w.pv, w.handle = provisionData(t, e, w.sim)
 	done()
 
 	done = tl.Step("pod-a on node-a: the attach/detach controller asks, csi-attacher publishes")

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
@@ -77,25 +76,8 @@ func startFenceRace(t *testing.T, driverArgs ...string) *fenceRaceWorld {
 	}
 
 	done := tl.Step("StorageClass + 1Gi RWO PVC e2e/data")
-	if _, err := c.StorageV1().StorageClasses().Create(ctx, framework.StorageClass("rds", nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().PersistentVolumeClaims(framework.TestNamespace).Create(ctx,
-		framework.PVC(framework.TestNamespace, "data", "rds", "1Gi", corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "PVC e2e/data bound", framework.PVCBound(c, framework.TestNamespace, "data", &w.pv)); err != nil {
-		t.Fatal(err)
-	}
-	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, w.pv, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.handle = pv.Spec.CSI.VolumeHandle
-	d, ok := w.sim.Disk(w.handle)
-	if !ok {
-		t.Fatalf("no disk %s on the simulator; disks: %+v", w.handle, w.sim.Disks())
-	}
+	w.pv, w.handle = provisionData(t, e, w.sim)
+	d, _ := w.sim.Disk(w.handle)
 	if d.NVMeTCPExport {
 		t.Fatalf("disk %s is exported before any publish (allow-host %q)", w.handle, d.AllowHostName)
 	}
