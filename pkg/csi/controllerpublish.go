@@ -313,7 +313,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	}
 	capability := claimCapability(req.GetVolumeCapability())
 	claim, claimed := v.Claims[node]
-	sameNode := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "")
+	sameNode := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && onEveryPV(v, node, claim)
 	if sameNode && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != req.GetReadonly()) {
 		return nil, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
 			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
@@ -416,10 +416,13 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			admitted = p.answered[PublishContextHostNQN] == want
 		}
 		// A publish that fences another holder (its claim went with the
-		// commit) drops every connection once, even where the export
-		// already allows the requester: the fenced node may still be
-		// connected (a migration's other holder keeps its connection).
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, admitted: admitted, retire: len(fenced) > 0, cut: len(fenced) > 0})
+		// commit), or replaces its own node's earlier attachment (another
+		// incarnation of the node, a claim only a stale PV showed), drops
+		// every connection once, even where the export already allows
+		// the requester: the retired attachment may still be connected (a
+		// migration's other holder keeps its connection).
+		replaces := len(fenced) > 0 || (claimed && !sameNode)
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, admitted: admitted, retire: replaces, cut: replaces})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)
@@ -438,6 +441,22 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	s.pub.Reporter.Published(v.Ref(), node, decision)
 	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
+}
+
+// onEveryPV: node's claim c (from the index's merged view) is on every
+// PV of the handle as this replica saw them. A claim only a stale PV still
+// shows was released by an answered unpublish: reusing it (its nonce, so
+// its host NQN) would let that retired attachment in again.
+func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
+	if len(v.PVs) < 2 {
+		return true
+	}
+	for _, pv := range v.PVs {
+		if own, ok := pv.Claims[node]; !ok || own.Nonce != c.Nonce || own.NodeUID != c.NodeUID {
+			return false
+		}
+	}
+	return true
 }
 
 // newClaimTime is when a new claim is made: now, to the second, but

@@ -1,6 +1,7 @@
 package csi
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // Scenarios of the publish model check (publish_model_test.go), scripted
@@ -286,4 +288,208 @@ func TestCommitFenceDropsTheFencedHolder(t *testing.T) {
 		t.Errorf("once every replica caught up, n2's connection has still not been dropped")
 	}
 	m.check()
+}
+
+// Fixed after the model found them (findings 6, 7, 8; see the comment on
+// each for the interleaving).
+
+// Finding 6 (in the model check on dd90a1e: RDS_CSI_MODEL_STRICT=6
+// RDS_CSI_MODEL_SEED=1 RDS_CSI_MODEL_OPS=2186, step 2186): the fix of finding 1 is incomplete. Commit now
+// writes each PV its own claims plus the change, but the change itself,
+// the requester's claim, is taken from the index's merged view: a repeated
+// publish of a node (decideAndCommit: claimed && same UID, "the same
+// attachment") reuses a claim that only a stale PV still shows, after an
+// answered unpublish released it. The first PV, current, is written that
+// released claim with its old nonce before the stale one conflicts.
+// The node's next attachment then gets the retired attachment's host NQN
+// (the export is opened to it): "a host fenced once can never reconnect
+// to a later export of the volume, not even when the volume comes back to
+// the same node" does not hold.
+//
+// Interleaving (ReadWriteOnce volume with two PVs):
+//  1. r0 publishes to n0 (claim n0:N0 on PV-a and PV-b, export open to H0).
+//  2. n0's VolumeAttachment is deleted; r1 unpublishes n0: its claim is
+//     released on PV-a, then on PV-b; the export is closed.
+//  3. r0's PV stream delivers the first of those two writes only.
+//  4. n0 attaches again (a new VolumeAttachment); r0 publishes to n0: its
+//     index still shows n0:N0 (from PV-b), so the publish is a repeated
+//     one of that attachment; PV-a (current) is written n0:N0, PV-b
+//     conflicts: ABORTED, but n0:N0 is back on PV-a.
+//  5. With the indexes caught up, n0's publish is retried: it reuses N0,
+//     and the export is opened to H0, the first attachment's host.
+func TestRepublishDoesNotBringBackItsReleasedClaim(t *testing.T) {
+	m := scriptedModel(t, true)
+	r0, r1 := m.replicas[0], m.replicas[1]
+	v := m.vols[0]
+	m.createPV(v)
+	m.deliverAll()
+	// 1.
+	m.publish(r0, v, "n0")
+	h0 := m.answeredCtx[m.vaName(v, "n0")][PublishContextHostNQN]
+	if h0 == "" {
+		t.Fatal("scripting: the publish to n0 should succeed")
+	}
+	m.markAttached()
+	m.deliverAll()
+	// 2.
+	m.unpublish(r1, v, "n0")
+	if m.getVA(v, "n0") != nil {
+		t.Fatal("scripting: the unpublish of n0 should succeed")
+	}
+	m.collect()
+	// 3.
+	m.deliverStream(r0, "volumeattachments", 1<<30)
+	m.deliverStream(r0, "nodes", 1<<30)
+	m.deliverStream(r0, "persistentvolumes", 1)
+	if _, stale := r0.index.Volume(v.id).Claims["n0"]; !stale {
+		t.Fatal("scripting: r0's index should still show n0's claim from the second PV")
+	}
+	// 4.
+	m.ensureVA(v, "n0")
+	_, err := r0.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n0"))
+	t.Logf("r0's publish to n0 with a stale view of one PV: %v", codeOf(err))
+	for _, pv := range v.pvs {
+		if c, ok := claimsOf(t, m.api, pv)["n0"]; ok && m.hostOf(v.id, "n0", c) == h0 {
+			t.Errorf("n0's first attachment's claim, released by an answered unpublish, is back on %s (nonce %s)", pv, c.Nonce)
+		}
+	}
+	// 5.
+	m.deliverAll()
+	resp, err := r1.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n0"))
+	if err != nil {
+		t.Logf("n0's publish once the indexes caught up: %v", err)
+		return
+	}
+	if host := resp.GetPublishContext()[PublishContextHostNQN]; host == h0 {
+		t.Errorf("n0's second attachment was given %s, the host NQN of its first, retired attachment (the export is open to it)", host)
+	}
+}
+
+// Finding 7 (in the model check on dd90a1e: RDS_CSI_MODEL_STRICT=7
+// RDS_CSI_MODEL_SEED=48 RDS_CSI_MODEL_OPS=27281, step 27281; a variant of
+// finding 5, whose fix drops connections when a publish fences another
+// node's claim): a
+// publish from a node that was deleted and re-created replaces its old
+// incarnation's claim (another UID: a new attachment, a new host NQN)
+// without dropping a connection, when the export is moved between the
+// holders of a live migration. The old incarnation's attachment is
+// retired (its claim is gone), but a kernel of it that still runs (the
+// node was deleted, not shut down) keeps the connection it has and
+// keeps writing next to the holders.
+//
+// Interleaving (raw-block RWX volume; the leader r1 does not see the
+// node events, so its fencer does not act):
+//  1. r0 publishes to n2 (export open to H2), then to n0, the migration's
+//     target (export moved to H0 without a drop: n2 stays connected).
+//  2. n2 is deleted and re-created (a new UID).
+//  3. r0 publishes to n2 (its VolumeAttachment still stands): the claim of
+//     n2's old incarnation is replaced by a new one (host H2'), and the
+//     export is moved to H2', the newest claim, without a drop.
+func TestRecreatedNodeLosesItsOldConnection(t *testing.T) {
+	m := scriptedModel(t, true)
+	r0 := m.replicas[0]
+	v := m.vols[3]
+	m.leader = 1
+	// 1.
+	m.publish(r0, v, "n2")
+	m.markAttached()
+	m.deliverAll()
+	h2 := m.answeredCtx[m.vaName(v, "n2")][PublishContextHostNQN]
+	m.publish(r0, v, "n0")
+	m.markAttached()
+	m.deliverAll()
+	if !m.conns[v.id]["n2"] || !m.conns[v.id]["n0"] || h2 == "" {
+		t.Fatalf("scripting: both holders should be connected: %v", m.conns[v.id])
+	}
+	m.rds.mu.Lock()
+	drops := m.rds.drops[v.id]
+	m.rds.mu.Unlock()
+	// 2.
+	if err := m.api.CoreV1().Nodes().Delete(m.ctx, "n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.voidHolds("n2", m.uid["n2"])
+	m.uid["n2"] = ""
+	if _, err := m.api.CoreV1().Nodes().Create(m.ctx, m.newNode("n2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.collect()
+	m.deliverStream(r0, "nodes", 1<<30)
+	// 3.
+	resp, err := r0.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n2"))
+	if err != nil {
+		t.Fatalf("scripting: the publish of n2's new incarnation should succeed: %v", err)
+	}
+	if host := resp.GetPublishContext()[PublishContextHostNQN]; host == h2 {
+		t.Fatal("scripting: n2's new incarnation should get a new attachment")
+	}
+	for _, c := range m.liveClaims(v) {
+		if c.NodeUID != m.uid["n2"] && m.hostOf(v.id, "n2", c) == h2 {
+			t.Fatal("scripting: the old incarnation's claim should be gone")
+		}
+	}
+	m.rds.mu.Lock()
+	after := m.rds.drops[v.id]
+	m.rds.mu.Unlock()
+	if after == drops {
+		t.Errorf("n2's old incarnation's claim was replaced (its attachment %s retired) and the export never dropped a connection: a kernel of the deleted node that still runs keeps writing", h2)
+	}
+}
+
+// Finding 8 (seen in the model check on dd90a1e, RDS_CSI_MODEL_SEED=47
+// at step 53092, as one of the ways a state comes back for finding 4; no
+// invariant of the model fails on it alone): the fence of a node on a handle with two PVs lets the node
+// in again half-way. The fencer releases the claim PV by PV
+// (ReleaseIfStale per PV): CutOff drops the fenced node's host, its claim
+// goes from the first PV, and Settle then re-derives the export from the
+// live claims of every PV of the handle, where the second PV still
+// carries the fenced node's claim: the export is reopened to the fenced
+// attachment, whose kernel (the node may still run) reconnects, until the
+// second PV's fence cuts it again. Its writes land in the middle of its
+// fence, and the state "open to the fenced host" comes back.
+//
+// Interleaving (ReadWriteOnce volume with two PVs; r0 leads):
+//  1. r0 publishes to n0 (export open to H0).
+//  2. n0 is tainted out of service; r0's fencer cuts it and releases its
+//     claim on the first PV, Settles, then does the same for the second.
+func TestFenceDoesNotReopenBetweenPVs(t *testing.T) {
+	m := scriptedModel(t, true)
+	r0 := m.replicas[0]
+	v := m.vols[0]
+	m.leader = 0
+	m.createPV(v)
+	m.deliverAll()
+	// 1.
+	m.publish(r0, v, "n0")
+	h0 := m.answeredCtx[m.vaName(v, "n0")][PublishContextHostNQN]
+	if h0 == "" {
+		t.Fatal("scripting: the publish to n0 should succeed")
+	}
+	m.markAttached()
+	m.deliverAll()
+	// 2.
+	var seq []string
+	m.rds.mu.Lock()
+	follow := m.rds.onChange
+	m.rds.onChange = func(slot string, before, after rds.Disk) {
+		follow(slot, before, after)
+		if slot == v.id {
+			seq = append(seq, stateLabel(rds.StateOf(&after)))
+		}
+	}
+	m.rds.mu.Unlock()
+	m.taintOutOfService("n0")
+	m.deliverAll()
+	if _, ok := m.liveClaims(v)["n0"]; ok {
+		t.Fatal("scripting: the fence of n0 should be complete")
+	}
+	cut := false
+	for _, s := range seq {
+		if !strings.HasPrefix(s, "open") {
+			cut = true
+		} else if cut && s == stateLabel(rds.ExportState{Open: true, Host: h0}) {
+			t.Errorf("the fence of n0 cut its host and then opened the export to it again before the fence completed: %v", seq)
+			break
+		}
+	}
 }

@@ -62,6 +62,9 @@ type exportGoal struct {
 	// exclude: a node whose claim is treated as gone (a fence cutting it
 	// off before its claim is released).
 	exclude string
+	// excludeUID: with exclude, only a claim of that node incarnation is
+	// treated as gone (a re-created node's new claim stands).
+	excludeUID string
 	// prefer: a publish's requester. The export is opened to it when it
 	// allows no live holder; with two holders (a migration) it goes to
 	// the newer (the target). A repeated publish of the older (the
@@ -156,7 +159,7 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		if err != nil {
 			return exportResult{}, err
 		}
-		if g.exclude != "" {
+		if c, ok := claims[g.exclude]; ok && g.exclude != "" && (g.excludeUID == "" || c.NodeUID == g.excludeUID) {
 			claims = without(claims, g.exclude)
 		}
 		want, holder := s.d.wanted(handle, claims)
@@ -294,13 +297,16 @@ func (s *ControllerServer) CutOff(ctx context.Context, pvName, handle, node stri
 }
 
 // Settle re-derives a volume's export from its live claims after a fence
-// released one (informers.StorageFence), changing its state once more so
-// that no open of the fenced attachment that was in flight can land.
-func (s *ControllerServer) Settle(ctx context.Context, pvName, handle string) error {
+// released node's claim (informers.StorageFence), changing its state once
+// more so that no open of the fenced attachment that was in flight can
+// land. The released claim (of incarnation uid) counts as gone on every
+// PV: another PV of the handle still shows it until its own release, and
+// re-deriving from that would let the fenced attachment in again.
+func (s *ControllerServer) Settle(ctx context.Context, pvName, handle, node, uid string) error {
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, retire: true})
+	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, exclude: node, excludeUID: uid, retire: true})
 	if errors.Is(err, rds.ErrNotFound) {
 		return nil
 	}

@@ -131,8 +131,10 @@ type StorageFence interface {
 	// claim on pvName were already gone; run before the release.
 	CutOff(ctx context.Context, pvName, handle, node string) error
 	// Settle brings the storage in line with the live claims after the
-	// release.
-	Settle(ctx context.Context, pvName, handle string) error
+	// release, with the released claim (node, of the node incarnation
+	// uid) treated as gone on every PV: another PV of the handle may
+	// still show it until its own release.
+	Settle(ctx context.Context, pvName, handle, node, uid string) error
 }
 
 // CutStorageOnFence makes every fence release cut the storage first and
@@ -214,7 +216,7 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 // claim. Reports whether a claim was dropped and why.
 func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy fencing.Config, now func() time.Time) (bool, fencing.FenceReason, error) {
 	var reason fencing.FenceReason
-	var handle string
+	var handle, fencedUID string
 	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		n, err := c.LiveNode(ctx, node)
 		if err != nil {
@@ -228,7 +230,7 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 		if pv.Spec.CSI == nil {
 			return false, fmt.Errorf("PV %s has no CSI volume handle", pv.Name)
 		}
-		handle = pv.Spec.CSI.VolumeHandle
+		handle, fencedUID = pv.Spec.CSI.VolumeHandle, cl.NodeUID
 		if err := c.fence.CutOff(ctx, pvName, handle, node); err != nil {
 			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, handle, err)
 		}
@@ -237,7 +239,7 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 	if err == nil && released && c.fence != nil {
 		// Once more after the release: an open of the fenced attachment
 		// that was in flight cannot land after this.
-		if err := c.fence.Settle(ctx, pvName, handle); err != nil {
+		if err := c.fence.Settle(ctx, pvName, handle, node, fencedUID); err != nil {
 			return released, reason, fmt.Errorf("settling volume %s on the storage after releasing node %s's claim: %w", handle, node, err)
 		}
 	}
