@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -96,7 +97,52 @@ func (p *Process) Pause() error {
 		return fmt.Errorf("%s (pid %d) has exited", p.Name, p.Pid())
 	}
 	p.paused.Store(true)
-	return syscall.Kill(-p.Pid(), syscall.SIGSTOP)
+	if err := syscall.Kill(-p.Pid(), syscall.SIGSTOP); err != nil {
+		return err
+	}
+	// SIGSTOP is delivered asynchronously: a busy multi-threaded process
+	// runs on for a while (seen: 18 ms, enough to answer an RPC). A test
+	// that acts "while it sleeps" must only act once every thread is
+	// stopped.
+	return waitStopped(p.Pid(), 10*time.Second)
+}
+
+// waitStopped waits until every thread of pid is in the stopped state
+// ('T' in /proc/<pid>/task/<tid>/stat), polling; an error after timeout.
+func waitStopped(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		stopped, err := allThreadsStopped(pid)
+		if err != nil || stopped {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: not every thread stopped %s after SIGSTOP", pid, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func allThreadsStopped(pid int) (bool, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, fmt.Errorf("pid %d: unreadable stat %q", pid, b)
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Resume continues a paused process group with SIGCONT.
