@@ -92,9 +92,11 @@ func TestLateCloseAfterRepublish(t *testing.T) {
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000002", corev1.ReadWriteOnce, false)
 	b.waitIndexed(id)
-	if _, err := a.publish(id, nodeA, rwo); err != nil {
+	first, err := a.publish(id, nodeA, rwo)
+	if err != nil {
 		t.Fatal(err)
 	}
+	firstHost := first.PublishContext[PublishContextHostNQN]
 	a.waitClaims(id, "node-a")
 	b.waitClaims(id, "node-a")
 
@@ -108,10 +110,12 @@ func TestLateCloseAfterRepublish(t *testing.T) {
 	}
 	host := resp.PublishContext[PublishContextHostNQN]
 	wantExport(t, b, id, true, host)
-	// A late close conditioned on the first attachment's export (its host)
-	// lands now: the second attachment has its own host, so it matches
-	// nothing.
-	if _, err := b.rds.SwapExport(context.Background(), id, exportOpen(a.cs.d.claimHost(id, "node-a", informers.Claim{Nonce: "earlier"})), exportClosed()); err == nil {
+	if host == firstHost {
+		t.Fatalf("the second attachment of node-a got the first one's host NQN %s: a late command conditioned on the first export would match it", host)
+	}
+	// A late close conditioned on the first attachment's export (its real
+	// host) lands now: it matches nothing.
+	if _, err := b.rds.SwapExport(context.Background(), id, exportOpen(firstHost), exportClosed()); err == nil {
 		t.Fatal("a close conditioned on an earlier attachment's export matched the new one")
 	}
 	wantExport(t, b, id, true, host)
@@ -175,18 +179,8 @@ func TestPublishWithdrawsItsClaimWhenTheAttachmentGoesMeanwhile(t *testing.T) {
 // off the target; the reconcile leaves a migration's export alone.
 func TestReconcileLeavesAMigrationAlone(t *testing.T) {
 	a, _, client := newTwoFencedReplicas(t, "node-a", "node-b")
-	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000005", corev1.ReadWriteMany, true)
-	if _, err := a.publish(id, nodeA, rwx); err != nil {
-		t.Fatal(err)
-	}
-	a.waitClaims(id, "node-a")
-	if _, err := a.publish(id, nodeB, rwx); err != nil {
-		t.Fatal(err)
-	}
-	a.waitClaims(id, "node-a", "node-b")
-	target := a.hostOf(id, "node-b")
-	wantExport(t, a, id, true, target)
+	_, target := a.migrateAToB(id)
 	if n, err := a.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
 		t.Fatalf("reconcile of a migration = %d, %v; want nothing to fix", n, err)
 	}
@@ -258,4 +252,24 @@ func TestStorageFencingReadOnlyManyReaders(t *testing.T) {
 		}
 	}
 	wantClosed(t, a, id)
+}
+
+// migrateAToB publishes raw-block RWX volume id to node-a, then to node-b
+// (a live migration's target) and waits until this replica's index shows
+// both claims; the export must then allow node-b's attachment. It returns
+// both attachments' host NQNs.
+func (e *publishEnv) migrateAToB(id string) (hostA, hostB string) {
+	e.t.Helper()
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	if _, err := e.publish(id, nodeA, rwx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a")
+	if _, err := e.publish(id, nodeB, rwx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitClaims(id, "node-a", "node-b")
+	hostA, hostB = e.hostOf(id, "node-a"), e.hostOf(id, "node-b")
+	wantExport(e.t, e, id, true, hostB)
+	return hostA, hostB
 }

@@ -36,17 +36,8 @@ func TestReviewLateSourceOpenLandsAfterReadyUnpublishInMigration(t *testing.T) {
 	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	id := a.newVolume(client, "pvc-2e000000-0000-4000-8000-000000000001", corev1.ReadWriteMany, true)
 	b.waitIndexed(id)
-	if _, err := a.publish(id, nodeA, rwx); err != nil {
-		t.Fatal(err)
-	}
-	a.waitClaims(id, "node-a")
-	if _, err := a.publish(id, nodeB, rwx); err != nil {
-		t.Fatal(err)
-	}
-	a.waitClaims(id, "node-a", "node-b")
+	hostA, hostB := a.migrateAToB(id)
 	b.waitClaims(id, "node-a", "node-b")
-	hostA, hostB := a.hostOf(id, "node-a"), a.hostOf(id, "node-b")
-	wantExport(t, a, id, true, hostB)
 
 	// A repeated publish of the source (node-a) on replica a: its open
 	// open(B) -> open(A) is in flight.
@@ -100,16 +91,7 @@ func TestReviewFencedHostLetInAfterFenceCompletedInMigration(t *testing.T) {
 	a, _, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
 	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	id := a.newVolume(client, "pvc-2e000000-0000-4000-8000-000000000002", corev1.ReadWriteMany, true)
-	if _, err := a.publish(id, nodeA, rwx); err != nil {
-		t.Fatal(err)
-	}
-	a.waitClaims(id, "node-a")
-	if _, err := a.publish(id, nodeB, rwx); err != nil {
-		t.Fatal(err)
-	}
-	a.waitClaims(id, "node-a", "node-b")
-	hostA, hostB := a.hostOf(id, "node-a"), a.hostOf(id, "node-b")
-	wantExport(t, a, id, true, hostB)
+	hostA, hostB := a.migrateAToB(id)
 
 	// A repeated publish of node-a, held at its export read.
 	pubRead := a.rds.holdNext("GetDisk")
