@@ -62,6 +62,8 @@ type options struct {
 	nvmetAddress   string
 	allowHostChg   string
 	faultControl   string
+	copyFromProps  string
+	copyFromData   string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -81,6 +83,8 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
 	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
 	fs.StringVar(&o.faultControl, "fault-control", "", "unix socket path to serve the fault control protocol on (below), created with mode 0600 and removed at exit; empty: none")
+	fs.StringVar(&o.copyFromProps, "copy-from-properties", string(rdssim.CopyFromFresh), "where /disk add copy-from takes the properties the add does not set: inherit (from the source disk, as RouterOS's CLI manual describes copy-from) or fresh (a new disk's defaults)")
+	fs.StringVar(&o.copyFromData, "copy-from-data", string(rdssim.CopyFromDataCopy), "what /disk add copy-from puts in the copy's file: copy (the source's data, as the driver assumes) or none (zeros at the source's size); RouterOS' behaviour is not confirmed")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
 }
 
@@ -213,6 +217,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--allow-host-change: %w", err)
 	}
+	copyProps, err := rdssim.ParseCopyFromProperties(o.copyFromProps)
+	if err != nil {
+		return fmt.Errorf("--copy-from-properties: %w", err)
+	}
+	copyData, err := rdssim.ParseCopyFromData(o.copyFromData)
+	if err != nil {
+		return fmt.Errorf("--copy-from-data: %w", err)
+	}
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
@@ -235,6 +247,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:              klog.Background(),
 		Exporter:            exporter,
 		AllowHostChange:     hostChange,
+		CopyFromProperties:  copyProps,
+		CopyFromData:        copyData,
 	})
 	if err != nil {
 		return err

@@ -193,6 +193,8 @@ func TestRunFlags(t *testing.T) {
 		{"nvmet asked for without configfs", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=nvmet", "--nvmet-root", filepath.Join(dir, "no-configfs")}, "modprobe nvmet"},
 		{"bad export backend", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=iscsi"}, "--nvme-export"},
 		{"bad allow-host change", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--allow-host-change=sometimes"}, "--allow-host-change"},
+		{"bad copy-from properties", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--copy-from-properties=some"}, "--copy-from-properties"},
+		{"bad copy-from data", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--copy-from-data=zeros"}, "--copy-from-data"},
 		{"fault control on a regular file", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", authKeys}, "exists and is not a socket"},
 		{"fault control in a missing directory", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", filepath.Join(dir, "none", "f.sock")}, "--fault-control"},
 	} {

@@ -331,10 +331,11 @@ func (s *Server) diskAdd(cmd *command) error {
 		return failure("not enough space")
 	}
 
-	if err := s.createBackingFile(hostPath, size, srcPath); err != nil {
+	if err := s.createBackingFile(hostPath, size, s.copyFrom.dataSource(srcPath)); err != nil {
 		return err
 	}
 	d := &disk{Slot: slot, FilePath: filePath, Port: defaultNVMePort}
+	s.copyFrom.defaults(d, src) // copyfrom.go
 	da.apply(d)
 	if src != nil && s.copyRate > 0 {
 		// The copy takes time in proportion to its size; its disk appears

@@ -39,3 +39,59 @@ func TestCopyTakesTime(t *testing.T) {
 		t.Fatalf("after the copy: %+v", d)
 	}
 }
+
+// TestCopyFromVariants: a copy-from that sets only nvme-tcp-export=no
+// takes the source's port, NQN and allowed host under CopyFromInherit (as
+// RouterOS's CLI manual describes copy-from) and a new disk's defaults
+// under CopyFromFresh (the default); its data is the source's under CopyFromDataCopy and
+// zeros under CopyFromDataNone, at the source's size either way.
+func TestCopyFromVariants(t *testing.T) {
+	pattern := []byte("rds-csi copy-from pattern")
+	for _, tc := range []struct {
+		props    CopyFromProperties
+		data     CopyFromData
+		wantNQN  string
+		wantHost string
+		wantData bool
+		wantPort int
+	}{
+		{props: CopyFromInherit, data: "", wantNQN: "nqn.2000-02.com.mikrotik:pvc-1", wantHost: "nqn.2014-08.org.nvmexpress:uuid:host-a", wantData: true, wantPort: 4420},
+		{props: "", data: CopyFromDataCopy, wantNQN: "", wantHost: "", wantData: true, wantPort: defaultNVMePort},
+		{props: CopyFromInherit, data: CopyFromDataNone, wantNQN: "nqn.2000-02.com.mikrotik:pvc-1", wantHost: "nqn.2014-08.org.nvmexpress:uuid:host-a", wantData: false, wantPort: 4420},
+	} {
+		t.Run(string(tc.props)+"/"+string(tc.data), func(t *testing.T) {
+			ts := startSim(t, func(c *Config) { c.CopyFromProperties, c.CopyFromData = tc.props, tc.data })
+			ts.mustRun(addCmd("pvc-1", "4M"))
+			ts.mustRun(`/disk set [find slot="pvc-1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:host-a"`)
+			if err := ts.srv.WriteDisk("pvc-1", mib, pattern); err != nil {
+				t.Fatal(err)
+			}
+			ts.mustRun(copyCmd("snap-1", "pvc-1", ""))
+			var got *DiskInfo
+			for _, d := range ts.srv.Disks() {
+				if d.Slot == "snap-1" {
+					got = &d
+				}
+			}
+			if got == nil {
+				t.Fatalf("no copy: %+v", ts.srv.Disks())
+			}
+			if got.NVMeTCPExport || got.NVMeTCPNQN != tc.wantNQN || got.AllowHostName != tc.wantHost || got.NVMeTCPPort != tc.wantPort || got.Size != 4*mib {
+				t.Errorf("copy: %+v; want not exported, port %d, NQN %q, allowed host %q, 4 MiB", *got, tc.wantPort, tc.wantNQN, tc.wantHost)
+			}
+			data, err := ts.srv.ReadDisk("snap-1", mib, len(pattern))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if copied := string(data) == string(pattern); copied != tc.wantData {
+				t.Errorf("copy's data %q: copied=%v, want %v", data, copied, tc.wantData)
+			}
+		})
+	}
+	if _, err := ParseCopyFromProperties("Inherit"); err == nil {
+		t.Error("ParseCopyFromProperties accepted Inherit")
+	}
+	if _, err := ParseCopyFromData("zero"); err == nil {
+		t.Error("ParseCopyFromData accepted zero")
+	}
+}

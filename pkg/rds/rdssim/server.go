@@ -67,6 +67,12 @@ type Config struct {
 	// Meanwhile other commands run, and the copy's file exists and cannot
 	// be removed. 0 copies at once.
 	CopyRate int64
+	// CopyFromProperties and CopyFromData model what /disk add copy-from
+	// takes from its source (copyfrom.go): by default a new disk's
+	// properties (CopyFromInherit: the source's, as RouterOS's CLI manual
+	// describes), and its data, as the driver assumes.
+	CopyFromProperties CopyFromProperties
+	CopyFromData       CopyFromData
 	// ExitStatusOnFailure makes a refused command exit with status 1
 	// instead of 0 (RouterOS is assumed to exit 0 and say "failure: ..."),
 	// to check that a client copes with both.
@@ -110,6 +116,7 @@ type Server struct {
 	copyRate int64
 	pending  *pendingCopy    // set by a copying diskAdd for execute; under stateMu
 	copying  map[string]bool // file paths of copies in progress; under stateMu
+	copyFrom copyModel
 	log      klog.Logger
 	now      func() time.Time
 	started  time.Time
@@ -180,6 +187,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
 	}
+	copyFrom, err := newCopyModel(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -217,6 +228,7 @@ func New(cfg Config) (*Server, error) {
 		exitFail:   cfg.ExitStatusOnFailure,
 		copyRate:   cfg.CopyRate,
 		copying:    map[string]bool{},
+		copyFrom:   copyFrom,
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		hostKey:    hostKey,
