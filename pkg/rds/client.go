@@ -406,6 +406,13 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 		// add could find a partial copy and take it for the result.
 		timeout, resend = c.cfg.CopyTimeout, false
 	}
+	if isConditional(cmd) {
+		// A compare-and-swap (SwapExport) whose outcome is unknown may
+		// still land; a second copy of it is a second chance for its
+		// condition to match later, after its state came back (ABA).
+		// The caller re-reads and decides again instead.
+		resend = false
+	}
 	for attempts = 1; ; attempts++ {
 		out, err = c.runOnce(ctx, cmd, timeout)
 		if err == nil {
@@ -442,6 +449,12 @@ func (c *Client) exec(ctx context.Context, format string, values ...string) (str
 
 // isCopy: /disk add copy-from.
 func isCopy(cmd string) bool { return strings.Contains(cmd, " copy-from=") }
+
+// isConditional: a command that acts only where its [find where ...]
+// condition still holds.
+func isConditional(cmd string) bool {
+	return strings.Contains(cmd, " set [find where ")
+}
 
 // isPrint tells a print command, whose output is data, from a command
 // that prints nothing when it succeeds.
