@@ -126,3 +126,48 @@ func TestCopyPendingThenDone(t *testing.T) {
 		t.Errorf("the copy was sent %d times", n)
 	}
 }
+
+// TestCopyNeverInheritsExport: RouterOS's CLI manual says add's copy-from
+// takes the new item's default property values from the existing item, so
+// a copy of a disk open to one host that does not set every export
+// property is open to that host too (a restore handed to the source's
+// node). Under both simulator variants (inherit, as the manual describes;
+// fresh) every copy has exactly the export it asked for and no allowed
+// host.
+func TestCopyNeverInheritsExport(t *testing.T) {
+	const hostA = "nqn.2014-08.org.nvmexpress:uuid:0b5ed1f4-5a4c-4a35-9a49-6a3c3e2f0a11"
+	for _, props := range []rdssim.CopyFromProperties{rdssim.CopyFromInherit, rdssim.CopyFromFresh} {
+		t.Run(string(props), func(t *testing.T) {
+			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyFromProperties = props })
+			c := env.client(t, nil)
+			ctx := context.Background()
+			if _, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.SwapExport(ctx, "pvc-src", ExportState{Open: true}, ExportState{Open: true, Host: hostA}); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				name, slot, source string
+				export             *Export
+				wantOpen           bool
+			}{
+				{"snapshot (not exported)", "snap-1", "pvc-src", nil, false},
+				{"clone, open to any host", "pvc-clone", "pvc-src", &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-clone"}, true},
+				{"restore, closed (storage fencing)", "pvc-restore", "snap-1", &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-restore", Closed: true}, false},
+				{"restore, open to any host", "pvc-restore-open", "snap-1", &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-restore-open"}, true},
+			} {
+				d, err := c.CopyDisk(ctx, CopyDiskRequest{Slot: tc.slot, FilePath: "/storage-pool/k8s/" + tc.slot + ".img", SourceSlot: tc.source, Export: tc.export})
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				if d.Exported != tc.wantOpen || d.AllowHost != "" {
+					t.Errorf("%s: exported=%v, allowed host %q; want exported=%v to any host (the source is open to %s)", tc.name, d.Exported, d.AllowHost, tc.wantOpen, hostA)
+				}
+				if tc.export != nil && (d.NQN != tc.export.NQN || d.Port != tc.export.Port) {
+					t.Errorf("%s: port %d NQN %q, want %d %q", tc.name, d.Port, d.NQN, tc.export.Port, tc.export.NQN)
+				}
+			}
+		})
+	}
+}

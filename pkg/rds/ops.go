@@ -44,7 +44,11 @@ func (c *Client) CreateDisk(ctx context.Context, req CreateDiskRequest) (*Disk, 
 
 // CopyDisk creates a disk whose content is a copy of req.SourceSlot, grown
 // to req.Size when that is larger than the source. Idempotent like
-// CreateDisk; on failure nothing is left behind.
+// CreateDisk; on failure nothing is left behind. The copy's export is
+// req.Export and nothing of the source's (copyExportArgs): never exported
+// (nil), closed, or open to any host, with no allowed host. With a nil
+// Export its port and NQN are left to RouterOS (the source's, if copy-from
+// inherits them); pass a Closed Export to set them too.
 func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -62,7 +66,7 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 			return nil, fmt.Errorf("%w: copy of %q needs at least %d bytes, %d requested", ErrInvalidArgument, req.SourceSlot, src.Size, req.Size)
 		}
 	}
-	exportArgs, exportValues := req.Export.args()
+	exportArgs, exportValues := copyExportArgs(req.Export)
 	_, err = c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
 		append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
 	if errors.Is(err, ErrOutcomeUnknown) {
@@ -94,6 +98,16 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 		return nil, fmt.Errorf("copy %q created but cannot be read back: %w", req.Slot, err)
 	}
 	return c.growCopy(ctx, d, want)
+}
+
+// copyExportArgs renders the export properties of a copy, the allowed host
+// included. RouterOS's CLI manual says add's copy-from takes the new
+// item's default property values from the existing item, so a property the
+// add leaves out may be the source's: a copy of a volume open to a node
+// would be open to that node (docs/routeros.md, facts table).
+func copyExportArgs(e *Export) (string, []string) {
+	args, values := e.args()
+	return args + " nvme-tcp-server-allow-host-name=%s", append(values, "")
 }
 
 func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, error) {
