@@ -61,6 +61,14 @@ type Options struct {
 	// from RDSKeyFile).
 	AttachmentKeyFile string
 
+	// CopyFromData says whether RouterOS's /disk add copy-from copies a
+	// disk's data on this RDS: CopyFromDataSupported (assumed, not
+	// confirmed on hardware; `rdsctl selftest --data` measures it) or
+	// CopyFromDataUnsupported, which refuses snapshots, clones and
+	// restores with FAILED_PRECONDITION instead of handing out an empty
+	// copy (docs/volumes-and-snapshots.md).
+	CopyFromData string
+
 	// ShutdownGrace bounds how long in-flight RPCs may run after SIGTERM.
 	ShutdownGrace time.Duration
 }
@@ -69,6 +77,12 @@ type Options struct {
 const (
 	StorageFencingOff       = "off"
 	StorageFencingAllowHost = "allow-host"
+)
+
+// What /disk add copy-from does with a disk's data (--copy-from-data).
+const (
+	CopyFromDataSupported   = "supported"
+	CopyFromDataUnsupported = "unsupported"
 )
 
 // maxVolumePathLength keeps the longest snapshot file path
@@ -101,6 +115,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
 	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may attach (0: no limit)")
 	fs.StringVar(&o.StorageFencing, "storage-fencing", StorageFencingOff, "off, or allow-host: each volume's NVMe/TCP export is open only to the host NQN of the node it is published to, closed while unpublished, and a fence cuts the fenced host off (semantics of RouterOS' allow-host assumed, docs/routeros.md)")
+	fs.StringVar(&o.CopyFromData, "copy-from-data", CopyFromDataSupported, "whether RouterOS' /disk add copy-from copies a disk's data on this RDS: supported (assumed; rdsctl selftest --data measures it), or unsupported: CreateSnapshot and CreateVolume from a snapshot or volume fail with FAILED_PRECONDITION instead of making an empty copy")
 	fs.StringVar(&o.AttachmentKeyFile, "attachment-key-file", "", "with --storage-fencing=allow-host: a file of at least 32 secret bytes (mounted from a Secret) that each attachment's own host NQN is derived from; default: derived from --rds-key-file. Changing it changes the NQN of every live attachment: change it only with no volume attached")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight RPCs may finish after SIGTERM")
 }
@@ -128,6 +143,11 @@ func (o *Options) Validate() error {
 	case "", StorageFencingOff, StorageFencingAllowHost: // "": off
 	default:
 		add("--storage-fencing must be %s or %s, not %q", StorageFencingOff, StorageFencingAllowHost, o.StorageFencing)
+	}
+	switch o.CopyFromData {
+	case "", CopyFromDataSupported, CopyFromDataUnsupported: // "": supported
+	default:
+		add("--copy-from-data must be %s or %s, not %q", CopyFromDataSupported, CopyFromDataUnsupported, o.CopyFromData)
 	}
 	if o.Mode != ModeNode {
 		if o.RDSAddress == "" {
