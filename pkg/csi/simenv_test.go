@@ -50,6 +50,10 @@ type simEnvConfig struct {
 	// over a fake API that holds the node testNodeID; CreateVolume also
 	// creates the volume's PersistentVolume there (the provisioner's part).
 	Publish bool
+	// Sim and Opts, when set, change the simulator's config and the
+	// driver's options before they are used.
+	Sim  func(*rdssim.Config)
+	Opts func(*Options)
 }
 
 const testNodeID = "node-1"
@@ -70,7 +74,11 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	if cfg.LoopNode && vmTransport != nil {
 		exporter = vmTransport.exporter(t)
 	}
-	sim, err := rdssim.New(rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency, CopyRate: cfg.CopyRate, Exporter: exporter})
+	simCfg := rdssim.Config{DataDir: cfg.DataDir, PoolSize: cfg.PoolSize, AuthorizedKeys: []ssh.PublicKey{pub}, Latency: cfg.Latency, CopyRate: cfg.CopyRate, Exporter: exporter}
+	if cfg.Sim != nil {
+		cfg.Sim(&simCfg)
+	}
+	sim, err := rdssim.New(simCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +107,9 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 	}
 	if cfg.LoopNode {
 		opts.Mode, opts.NodeID = ModeAll, testNodeID
+	}
+	if cfg.Opts != nil {
+		cfg.Opts(&opts)
 	}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
