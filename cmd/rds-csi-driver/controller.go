@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -66,7 +67,7 @@ type controllerOptions struct {
 func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	def := fencing.DefaultConfig()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API (default: in-cluster configuration)")
-	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address of the /healthz, /readyz and /metrics endpoint, e.g. :8080 (empty: none)")
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address of the /healthz, /readyz and /metrics endpoint, e.g. :8080 (empty: none); opened at start: an address that cannot be listened on stops the driver")
 	fs.BoolVar(&o.LeaderElection, "leader-election", false, "elect one controller replica to run background actions (node-failure fencing); every replica serves publishes")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a leader's Lease is valid without renewal")
@@ -189,12 +190,14 @@ type controllerProcess struct {
 	rec      record.EventRecorder
 	reporter *fencing.Reporter
 	cs       *csi.ControllerServer
+	// httpLis is --http-endpoint, opened at start (nil: none).
+	httpLis net.Listener
 }
 
 // newControllerProcess wires the index, claims, Fencer and reporter, and
 // enables publish on cs. Nothing runs until run.
-func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, m *metrics.Metrics, d *csi.Driver, cs *csi.ControllerServer, rdsProbe func(context.Context) error) (*controllerProcess, error) {
-	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex(), cs: cs}
+func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, m *metrics.Metrics, d *csi.Driver, cs *csi.ControllerServer, rdsProbe func(context.Context) error, httpLis net.Listener) (*controllerProcess, error) {
+	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex(), cs: cs, httpLis: httpLis}
 	p.events = record.NewBroadcaster()
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
 	reporter := fencing.NewReporter(p.rec, m)
@@ -267,9 +270,9 @@ func (p *controllerProcess) run(ctx context.Context) {
 	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	start(func() { p.ctrl.Run(ctx) })
 	start(func() { p.reportIndexSize(ctx) })
-	if p.opts.HTTPEndpoint != "" {
+	if p.httpLis != nil {
 		start(func() {
-			if err := p.health.ListenAndServe(ctx, p.opts.HTTPEndpoint); err != nil {
+			if err := p.health.Serve(ctx, p.httpLis); err != nil {
 				logger.Error(err, "HTTP endpoint failed", "address", p.opts.HTTPEndpoint)
 			}
 		})

@@ -76,7 +76,7 @@ func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
 	dopts := csi.Options{DriverName: csi.DefaultDriverName, NodeID: name}
 	d := csi.NewDriver(dopts, nil)
 	m := metrics.New()
-	proc, err := newControllerProcess(opts, dopts, client, m, d, csi.NewControllerServer(d), func(context.Context) error { return nil })
+	proc, err := newControllerProcess(opts, dopts, client, m, d, csi.NewControllerServer(d), func(context.Context) error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,10 +28,11 @@ type diagnostics struct {
 
 func newDiagnostics() *diagnostics { return &diagnostics{registry: metrics.NewProcessRegistry()} }
 
-// start serves /healthz, /readyz and /metrics on addr until ctx ends; the
-// returned function waits for the server to stop.
-func (g *diagnostics) start(ctx context.Context, addr string) (wait func(), err error) {
-	if addr == "" || g.servedByController {
+// start serves /healthz, /readyz and /metrics on lis (--http-endpoint,
+// opened at start) until ctx ends; the returned function waits for the
+// server to stop.
+func (g *diagnostics) start(ctx context.Context, lis net.Listener) (wait func(), err error) {
+	if lis == nil || g.servedByController {
 		return func() {}, nil
 	}
 	srv, err := health.New(g.checks...)
@@ -41,8 +43,8 @@ func (g *diagnostics) start(ctx context.Context, addr string) (wait func(), err 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.ListenAndServe(ctx, addr); err != nil {
-			klog.FromContext(ctx).Error(err, "HTTP endpoint failed", "address", addr)
+		if err := srv.Serve(ctx, lis); err != nil {
+			klog.FromContext(ctx).Error(err, "HTTP endpoint failed", "address", lis.Addr().String())
 		}
 	}()
 	return func() { <-done }, nil

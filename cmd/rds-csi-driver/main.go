@@ -10,9 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	csispec "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/client-go/kubernetes"
@@ -46,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	copts.addFlags(fs)
 	var nopts connectorOptions
 	nopts.addFlags(fs)
-	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests")
+	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests, and never with --storage-fencing=allow-host, which opens exports only in ControllerPublish")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,11 +79,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := nopts.validate(opts.Mode); err != nil {
 		return fail("%v", err)
 	}
+	if err := validateProcess(opts, copts, *publish); err != nil {
+		return fail("%v", err)
+	}
+	// Both endpoints are opened before anything touches the host (the
+	// node's /etc/nvme identity): a port in use stops the driver here, as
+	// a bad flag does, and leaves nothing behind.
+	var httpLis net.Listener
+	if copts.HTTPEndpoint != "" {
+		l, err := net.Listen("tcp", copts.HTTPEndpoint)
+		if err != nil {
+			return fail("invalid configuration: --http-endpoint: %v", err)
+		}
+		defer l.Close() // after serving: a no-op; before it: frees the port
+		httpLis = l
+	}
+	lis, err := csi.Listen(opts.Endpoint)
+	if err != nil {
+		return fail("listening on %s: %v", opts.Endpoint, err)
+	}
+	defer lis.Close()
 	// The controller talks to the RDS over SSH; the node only connects
 	// volumes over NVMe/TCP and needs no RDS credentials.
 	var cs *csi.ControllerServer
 	var d *csi.Driver
-	diag := newDiagnostics() // --http-endpoint in every mode
+	var proc *controllerProcess // nil: none (node mode, --publish=false)
+	diag := newDiagnostics()    // --http-endpoint in every mode
 	if opts.Mode == csi.ModeNode {
 		d = csi.NewDriver(opts, nil)
 	} else {
@@ -114,19 +139,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }
 		diag.registry, diag.checks = m.Registry(), []health.Check{{Name: "rds", Func: probe}}
 		if kube != nil {
-			proc, err := newControllerProcess(copts, opts, kube, m, d, cs, probe)
-			if err != nil {
+			if proc, err = newControllerProcess(copts, opts, kube, m, d, cs, probe, httpLis); err != nil {
 				return fail("invalid configuration: %v", err)
 			}
 			diag.servedByController = true
 			// Read-only, cached, no credentials: docs/kubectl-rds.md.
 			proc.health.Handle(inventory.Path, inventory.NewHandler(client, opts.VolumePath))
-			procCtx, stopProc := context.WithCancel(ctx)
-			procDone := make(chan struct{})
-			go func() { proc.run(procCtx); close(procDone) }()
-			defer func() { stopProc(); <-procDone }()
 		}
 	}
+	// The node service settles the host's NVMe identity (creating
+	// /etc/nvme/hostnqn once): last, when everything else has passed.
 	var node csispec.NodeServer // nil: not registered
 	if opts.Mode != csi.ModeController {
 		ns, err := nopts.nodeServer(ctx, d, opts)
@@ -136,18 +158,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		node = timedNode{NodeServer: ns,
 			m: metrics.NewNodeMetrics(diag.registry, connectedSubsystems("/sys", opts.NQNPrefix))}
 	}
+	if proc != nil {
+		procCtx, stopProc := context.WithCancel(ctx)
+		procDone := make(chan struct{})
+		go func() { proc.run(procCtx); close(procDone) }()
+		defer func() { stopProc(); <-procDone }()
+	}
 	httpCtx, stopHTTP := context.WithCancel(ctx)
-	waitHTTP, err := diag.start(httpCtx, copts.HTTPEndpoint)
+	waitHTTP, err := diag.start(httpCtx, httpLis)
 	if err != nil {
 		stopHTTP()
 		return fail("invalid configuration: %v", err)
 	}
 	defer func() { stopHTTP(); waitHTTP() }()
 	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), node)
-	lis, err := csi.Listen(opts.Endpoint)
-	if err != nil {
-		return fail("listening on %s: %v", opts.Endpoint, err)
-	}
 	logger := klog.FromContext(ctx)
 	logger.Info("serving", "version", csi.Version, "driver", opts.DriverName, "mode", opts.Mode,
 		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID)
@@ -157,6 +181,61 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// Bounds of --shutdown-grace: in-flight RPCs need some time to finish; a
+// kubelet or attacher waits far less than ten minutes for an answer.
+const maxShutdownGrace = 10 * time.Minute
+
+// validateProcess checks what csi.Options.Validate, the controller's and
+// the connector's options leave to the binary: the combinations of flags
+// of different groups and the ranges of ports and timeouts, so that every
+// flag error stops the driver before it touches the host.
+func validateProcess(opts csi.Options, copts controllerOptions, publish bool) error {
+	var problems []string
+	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	if opts.Mode != csi.ModeNode {
+		if err := rds.ValidatePort(opts.RDSPort); err != nil {
+			add("--rds-port: %v", err)
+		}
+		if opts.AllowHostFencing() && !publish {
+			add("--storage-fencing=allow-host needs --publish: with allow-host a volume's export is opened only by ControllerPublish, to the host of the attachment that holds it, so without publish no volume would ever be opened to anyone (use --storage-fencing=off without attach)")
+		}
+	}
+	if network, address, err := csi.ParseEndpoint(opts.Endpoint); err == nil && network == "tcp" {
+		if err := validateListenAddress(address); err != nil {
+			add("--endpoint %s: %v", opts.Endpoint, err)
+		}
+	}
+	if copts.HTTPEndpoint != "" {
+		if err := validateListenAddress(copts.HTTPEndpoint); err != nil {
+			add("--http-endpoint %q: %v (want host:port or :port, e.g. :8080)", copts.HTTPEndpoint, err)
+		}
+	}
+	if opts.ShutdownGrace <= 0 || opts.ShutdownGrace > maxShutdownGrace {
+		add("--shutdown-grace=%s is outside (0..%s]", opts.ShutdownGrace, maxShutdownGrace)
+	}
+	if copts.GracePeriod < 0 {
+		add("--attach-grace-period must not be negative (it is deprecated and ignored; drop it)")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// validateListenAddress checks a host:port to listen on: the port a
+// number in 1..65535 (0 would pick a port nobody can find).
+func validateListenAddress(address string) error {
+	_, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("port %q is not a number", port)
+	}
+	return rds.ValidatePort(n)
 }
 
 // controllerService keeps a nil server a nil interface, so that

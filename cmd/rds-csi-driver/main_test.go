@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -184,5 +188,115 @@ func TestServeNodeMode(t *testing.T) {
 	cancel()
 	if code := <-exit; code != 0 {
 		t.Errorf("exit %d after graceful stop; stderr %s", code, stderr.String())
+	}
+}
+
+// startOrExit runs the driver until it either exits (its status) or
+// serves Probe on endpoint (serving): a flag error must be the former.
+func startOrExit(t *testing.T, args []string, endpoint string) (code int, serving bool, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var errOut bytes.Buffer
+	exit := make(chan int, 1)
+	go func() { exit <- run(ctx, args, io.Discard, &errOut) }()
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	probed := make(chan struct{})
+	go func() {
+		// WaitForReady: returns once the driver serves, or when ctx ends.
+		if _, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true)); err == nil {
+			close(probed)
+		}
+	}()
+	select {
+	case code = <-exit:
+	case <-probed:
+		serving = true
+		cancel()
+		code = <-exit
+	}
+	cancel()
+	return code, serving, errOut.String()
+}
+
+// Every flag error stops the driver with one line before it touches the
+// host: the node's --node-nvme-dir (the host's /etc/nvme) is not created,
+// whatever flag is wrong, and a bad --http-endpoint is a flag error.
+func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
+	dir := t.TempDir()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	socketParent := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(socketParent, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unparsable --http-endpoint", []string{"--http-endpoint=localhost"}, "--http-endpoint"},
+		{"--http-endpoint port out of range", []string{"--http-endpoint=127.0.0.1:99999"}, "--http-endpoint"},
+		{"--http-endpoint port 0", []string{"--http-endpoint=127.0.0.1:0"}, "--http-endpoint"},
+		{"--http-endpoint in use", []string{"--http-endpoint=" + busy.Addr().String()}, "--http-endpoint"},
+		{"tcp endpoint port out of range", []string{"--endpoint=tcp://127.0.0.1:70000"}, "--endpoint"},
+		{"unix endpoint that cannot be created", []string{"--endpoint=unix://" + socketParent + "/csi.sock"}, "listening on"},
+		{"zero --shutdown-grace", []string{"--shutdown-grace=0"}, "--shutdown-grace"},
+		{"hours of --shutdown-grace", []string{"--shutdown-grace=2h"}, "--shutdown-grace"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nvmeDir := filepath.Join(dir, fmt.Sprintf("nvme-%d", i))
+			endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+			args := append([]string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}, tc.args...)
+			code, serving, stderr := startOrExit(t, args, endpoint)
+			if serving || code != 1 {
+				t.Errorf("serving %v, exit %d, want a flag error: %s", serving, code, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+				t.Errorf("stderr %q: not one line naming %s", stderr, tc.want)
+			}
+			if _, err := os.Stat(nvmeDir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the host's NVMe identity was touched before the flag error: %v", err)
+			}
+		})
+	}
+}
+
+// Flags of the controller that combine badly or are out of range.
+func TestControllerFlagRanges(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "id_ed25519")
+	if _, err := rdssim.WriteClientKey(keyFile, ""); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--mode=controller", "--rds-address=127.0.0.1", "--rds-key-file=" + keyFile, "--rds-insecure-skip-host-key-check"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"allow-host without publish", []string{"--publish=false", "--storage-fencing=allow-host"}, "--storage-fencing=allow-host needs --publish: with allow-host a volume's export is opened only by ControllerPublish"},
+		{"RDS port 0", []string{"--publish=false", "--rds-port=0"}, "--rds-port"},
+		{"RDS port 70000", []string{"--publish=false", "--rds-port=70000"}, "--rds-port"},
+		{"negative attach grace period", []string{"--publish=false", "--attach-grace-period=-1s"}, "--attach-grace-period"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+			code, serving, stderr := startOrExit(t, append(append([]string{"--endpoint=" + endpoint}, base...), tc.args...), endpoint)
+			if serving || code != 1 {
+				t.Errorf("serving %v, exit %d, want a flag error: %s", serving, code, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not name %s", stderr, tc.want)
+			}
+		})
 	}
 }
