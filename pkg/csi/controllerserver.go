@@ -193,6 +193,11 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, fmt.Errorf("volume %s (name %q): looking it up on the RDS: %w", id, name, err)
 	}
 
+	if src := req.GetVolumeContentSource(); src != nil {
+		if err := s.refuseCopy(fmt.Sprintf("volume %s (name %q) from %s", id, name, describeSource(src))); err != nil {
+			return nil, err
+		}
+	}
 	source, err := s.contentSource(ctx, req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
@@ -267,6 +272,14 @@ func checkContentSource(src *csi.VolumeContentSource) error {
 		return fmt.Errorf("unsupported content source %T", t)
 	}
 	return nil
+}
+
+// describeSource names a checked content source for messages.
+func describeSource(src *csi.VolumeContentSource) string {
+	if id := src.GetSnapshot().GetSnapshotId(); id != "" {
+		return "snapshot " + id
+	}
+	return "volume " + src.GetVolume().GetVolumeId()
 }
 
 // contentSource resolves a checked content source to the disk to copy.

@@ -22,7 +22,21 @@ import (
 // file name (see snapshotFilePath and docs/volumes-and-snapshots.md). A
 // copy is complete when its /disk add returns, and its disk appears only
 // then; a copy whose reply was lost is reported not ready until its disk
-// appears, and is never started twice while it may still run.
+// appears, and is never started twice while it may still run. A snapshot's
+// export is set in full (closed, its own NQN, no allowed host), so it
+// takes nothing of its source's export (copy-from may inherit properties,
+// docs/routeros.md). With --copy-from-data=unsupported no copy is made.
+
+// refuseCopy is FAILED_PRECONDITION when the operator has said that
+// RouterOS' copy-from copies no data on this RDS (--copy-from-data=
+// unsupported): a snapshot, clone or restore would be an empty disk handed
+// out as a copy of something. what names the copy asked for.
+func (s *ControllerServer) refuseCopy(what string) error {
+	if s.d.opts.CopyFromData != CopyFromDataUnsupported {
+		return nil
+	}
+	return statusf(codes.FailedPrecondition, "%s: not made, since it would be empty: this driver runs with --copy-from-data=unsupported, set because RouterOS' /disk add copy-from on this RDS makes a disk of the right size without its source's data (rdsctl selftest --data); snapshots, clones and restores stay off until a selftest --data confirms that copy-from copies data and the flag is set to supported", what)
+}
 
 // pendingCopyTimeout is how long a snapshot file without a disk counts as
 // a copy still running (rds.Config.CopyTimeout's default); older, it is
@@ -125,6 +139,9 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	case !errors.Is(err, rds.ErrNotFound):
 		return nil, fmt.Errorf("snapshot %s (name %q): looking it up on the RDS: %w", id, name, err)
 	}
+	if err := s.refuseCopy(fmt.Sprintf("snapshot %s (name %q) of volume %s", id, name, source)); err != nil {
+		return nil, err
+	}
 	src, err := s.getVolume(ctx, source)
 	if err != nil {
 		return nil, err
@@ -140,7 +157,8 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return pendingSnapshot(src.Size, *running), nil
 	}
 	meta := snapshotMeta{SnapshotID: id, SourceVolumeID: source, CreatedAt: s.now().UTC()}
-	d, err := s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: s.d.snapshotFilePath(meta), SourceSlot: source})
+	d, err := s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: s.d.snapshotFilePath(meta), SourceSlot: source,
+		Export: &rds.Export{Port: s.d.opts.NVMePort, NQN: s.d.nqn(id), Closed: true}})
 	switch {
 	case errors.Is(err, rds.ErrCopyPending):
 		// Sent, not confirmed: ready once its disk appears.
