@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
 )
@@ -73,6 +74,48 @@ func tombstoneNQN() (string, error) {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%s%x-%x-%x-%x-%x", attachmentNQNPrefix, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// parkedNQN is a fresh host name for an export parked on its way from
+// the host from to another: open, so the connections it has stay, but to
+// a host nobody has. Its first 8 bytes are random (every parked state is
+// new, so a command conditioned on one matches at most once) and its
+// last 8 an HMAC of them, the volume and from under the attachment key,
+// so that any replica can tell where a parked export came from
+// (parkedFrom) and finish or undo the move without dropping a live
+// holder's connection.
+func parkedNQN(key []byte, handle, from string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:8]); err != nil {
+		return "", fmt.Errorf("reading random bytes for a parked export's host name: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	copy(b[8:], parkMAC(key, handle, from, b[:8]))
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%s%x-%x-%x-%x-%x", attachmentNQNPrefix, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+func parkMAC(key []byte, handle, from string, nonce []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("rds-csi parked export v1\x00" + handle + "\x00" + from + "\x00"))
+	m.Write(nonce)
+	return m.Sum(nil)[:8]
+}
+
+// parkedFrom reports whether host is a parked state (parkedNQN) of
+// handle's export made on the way from the host from.
+func parkedFrom(key []byte, handle, host, from string) bool {
+	u, ok := strings.CutPrefix(host, attachmentNQNPrefix)
+	if !ok {
+		return false
+	}
+	b, err := hex.DecodeString(strings.ReplaceAll(u, "-", ""))
+	if err != nil || len(b) != 16 {
+		return false
+	}
+	mac := parkMAC(key, handle, from, b[:8])
+	mac[0] = mac[0]&0x3f | 0x80
+	return hmac.Equal(mac, b[8:])
 }
 
 // claimHost is the host NQN the export allows for node's claim c on

@@ -32,10 +32,9 @@ type fakeRDS struct {
 	// command: timedOut makes its caller see a timeout (an error that is
 	// not rds.ErrExportChanged, as rds.Client's after a command was sent)
 	// while the command stays in flight (inFlight), to land or be lost
-	// later (landLocked, loseLocked); resent (with timedOut) is
-	// rds.Client re-sending it after the timeout: the copy sent again
-	// lands now and is answered as usual, the first stays in flight.
-	delaySwap func(s *lateSwap) (timedOut, resent bool)
+	// later (landLocked, loseLocked). rds.Client never re-sends a
+	// compare-and-swap whose outcome is unknown, so neither does this.
+	delaySwap func(s *lateSwap) (timedOut bool)
 	inFlight  []*lateSwap
 	lateSeq   int
 	// atCall runs as every call arrives, before its body: commands in
@@ -236,12 +235,10 @@ func (f *fakeRDS) SwapExport(_ context.Context, slot string, from, to rds.Export
 		// rds.Client sends no command when from == to (a read back only).
 		f.lateSeq++
 		s := &lateSwap{id: f.lateSeq, slot: slot, from: from, to: to, changes: f.changes[slot]}
-		if timedOut, resent := f.delaySwap(s); timedOut {
+		if f.delaySwap(s) {
 			f.inFlight = append(f.inFlight, s)
-			if !resent {
-				return rds.ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w: command timed out after it was sent: %v",
-					slot, from, to, rds.ErrOutcomeUnknown, context.DeadlineExceeded)
-			}
+			return rds.ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w: command timed out after it was sent: %v",
+				slot, from, to, rds.ErrOutcomeUnknown, context.DeadlineExceeded)
 		}
 	}
 	d, ok := f.disks[slot]

@@ -15,9 +15,9 @@ import (
 //
 //	go test -tags modelfindings -run TestFinding -v ./pkg/csi
 //
-// The model check counts findings 2, 4, 6 and 7 ("... (finding N)" in its
-// summary) and tolerates them (model.known); RDS_CSI_MODEL_STRICT=all
-// makes it fail on them. Once a bug is fixed, move its test to model_scenarios_test.go and
+// The model check counts finding 2 ("... (finding 2)" in its summary)
+// and tolerates it (model.known); RDS_CSI_MODEL_STRICT=all makes it fail
+// on it. (Finding 4 was fixed by parking: model_scenarios_test.go.) Once a bug is fixed, move its test to model_scenarios_test.go and
 // drop its tolerance.
 
 // Finding 2 (in the model check on dd90a1e: RDS_CSI_MODEL_STRICT=2
@@ -108,80 +108,5 @@ func TestFindingCutSourceToldItMayWrite(t *testing.T) {
 	d, _ := m.rds.disk(v.id)
 	if host := resp.GetPublishContext()[PublishContextHostNQN]; !d.Exported || d.AllowHost != host {
 		t.Errorf("n0 (the migration source, its connection dropped by the fence's cut in step 3) was told it may write as %s, while the export allows only %s (the target): it cannot connect", host, d.AllowHost)
-	}
-}
-
-// Finding 4 (in the model check on dd90a1e: RDS_CSI_MODEL_STRICT=4
-// RDS_CSI_MODEL_SEED=1 RDS_CSI_MODEL_OPS=1480, step 1480): a late command lands after an attachment was retired and lets it
-// in again, because the state the command is conditioned on is still
-// there, or came back (ABA). The docs say every state is unique and a
-// retirement always changes it; neither holds: "open to the remaining
-// holder" of a live migration is left as it is when the other holder is
-// retired without a cut, and comes back when a cut drops the export and
-// reopens it to the same host; a fence of a handle with two PVs reopens
-// the export to the fenced node half-way (finding 8); and the first copy
-// of a command that rds.Client re-sent after a timeout re-creates, when
-// its from state comes back, the very state its resend created (a
-// tombstone too), so a command conditioned on that state matches again.
-// The test shows the first way.
-//
-// Interleaving (raw-block RWX volume):
-//  1. r0 publishes to n2 (export open to H2).
-//  2. r0 publishes to n0, the migration's target: its swap "open to H2 ->
-//     open to H0" times out on the SSH session and rds.Client re-sends
-//     it; the copy sent again lands (n0 is told it may write and
-//     connects as H0), the first copy is still in flight.
-//  3. n0 is tainted out of service; the leader fences it: the cut closes
-//     the export (both connections dropped) and reopens it to H2, n0's
-//     claim is released, Settle changes nothing. The fence is complete.
-//  4. The first copy lands: the export is "open to H2" again, so it
-//     matches and the export is opened to H0, the fenced attachment's host:
-//     n0's kernel, if it still runs, reconnects and its writes land; n2
-//     cannot reconnect.
-func TestFindingLateMoveLetsARetiredHolderIn(t *testing.T) {
-	m := scriptedModel(t, true)
-	r0 := m.replicas[0]
-	v := m.vols[3]
-	m.leader = 0
-	// 1.
-	m.publish(r0, v, "n2")
-	m.markAttached()
-	m.deliverAll()
-	// 2.
-	var first *lateSwap
-	m.rds.mu.Lock()
-	m.rds.delaySwap = func(s *lateSwap) (bool, bool) {
-		if first != nil {
-			return false, false
-		}
-		first = s
-		return true, true
-	}
-	m.rds.mu.Unlock()
-	m.publish(r0, v, "n0")
-	m.rds.mu.Lock()
-	m.rds.delaySwap = nil
-	m.rds.mu.Unlock()
-	h0 := m.answeredCtx[m.vaName(v, "n0")][PublishContextHostNQN]
-	if first == nil || h0 == "" || first.to.Host != h0 {
-		t.Fatalf("scripting: n0's publish should succeed with its move to H0 sent twice (first %+v)", first)
-	}
-	m.markAttached()
-	m.deliverAll()
-	// 3.
-	m.taintOutOfService("n0")
-	m.deliverAll()
-	if _, ok := m.liveClaims(v)["n0"]; ok {
-		t.Fatal("scripting: the fence of n0 should be complete (its claim released)")
-	}
-	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost == h0 {
-		t.Fatalf("scripting: after the fence the export should allow n2 alone: %+v", d)
-	}
-	// 4.
-	m.rds.mu.Lock()
-	matched := m.rds.landLocked(first)
-	m.rds.mu.Unlock()
-	if d, _ := m.rds.disk(v.id); matched && d.Exported && d.AllowHost == h0 {
-		t.Errorf("the first copy of n0's move (open to H2 -> open to H0), sent before n0 was fenced, landed after the fence completed and opened the export to %s, the fenced attachment's host", h0)
 	}
 }

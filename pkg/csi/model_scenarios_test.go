@@ -73,13 +73,13 @@ func (m *model) timeOutSwap(n int) {
 	calls := 0
 	m.rds.mu.Lock()
 	defer m.rds.mu.Unlock()
-	m.rds.delaySwap = func(s *lateSwap) (bool, bool) {
+	m.rds.delaySwap = func(s *lateSwap) bool {
 		calls++
 		if calls != n {
-			return false, false
+			return false
 		}
 		s.lost = true
-		return true, false
+		return true
 	}
 }
 
@@ -491,5 +491,89 @@ func TestFenceDoesNotReopenBetweenPVs(t *testing.T) {
 			t.Errorf("the fence of n0 cut its host and then opened the export to it again before the fence completed: %v", seq)
 			break
 		}
+	}
+}
+
+// Found by the model check (finding 4, fixed by parking): a swap that
+// lands late after an attachment was retired let it in again, because the
+// open state it was conditioned on came back (ABA): a fence's cut drops
+// the export and reopens it to the remaining holder, the very state a
+// migration's join move was conditioned on. Now no swap conditioned on an
+// open state lets a host in (it parks the export at a fresh host first),
+// and rds.Client no longer re-sends a swap whose outcome is unknown.
+//
+// Interleaving (raw-block RWX volume):
+//  1. r0 publishes to n2 (export open to H2).
+//  2. r0 publishes to n0, the migration's target: its first swap times
+//     out and stays in flight; the publish fails. The retried publish
+//     succeeds: export open to H0, n2 still connected.
+//  3. n0 is tainted out of service; the leader fences it: the cut
+//     closes the export (both connections dropped) and reopens it to H2,
+//     n0's claim is released. The fence is complete.
+//  4. The first swap of step 2 lands. Before the fix it was "open to H2
+//     -> open to H0" and matched: n0, fenced, was let in again.
+func TestLateJoinDoesNotLetARetiredHolderIn(t *testing.T) {
+	m := scriptedModel(t, true)
+	r0 := m.replicas[0]
+	v := m.vols[3]
+	m.leader = 0
+	// 1.
+	m.publish(r0, v, "n2")
+	m.markAttached()
+	m.deliverAll()
+	// 2.
+	var first *lateSwap
+	m.rds.mu.Lock()
+	m.rds.delaySwap = func(s *lateSwap) bool {
+		if first != nil {
+			return false
+		}
+		first = s
+		s.due = 1 << 30 // in flight until landed by hand (step 4)
+		return true
+	}
+	m.rds.mu.Unlock()
+	m.publish(r0, v, "n0")
+	m.rds.mu.Lock()
+	m.rds.delaySwap = nil
+	m.rds.mu.Unlock()
+	if first == nil || !first.from.Open {
+		t.Fatalf("scripting: n0's publish should have sent a swap from the open export (%+v)", first)
+	}
+	if _, ok := m.answeredCtx[m.vaName(v, "n0")]; ok {
+		t.Fatal("scripting: n0's publish whose swap timed out should have failed")
+	}
+	m.deliverAll()
+	m.publish(r0, v, "n0")
+	h0 := m.answeredCtx[m.vaName(v, "n0")][PublishContextHostNQN]
+	if h0 == "" {
+		t.Fatal("scripting: n0's retried publish should succeed")
+	}
+	m.markAttached()
+	m.deliverAll()
+	// 3.
+	m.taintOutOfService("n0")
+	m.deliverAll()
+	if _, ok := m.liveClaims(v)["n0"]; ok {
+		t.Fatal("scripting: the fence of n0 should be complete (its claim released)")
+	}
+	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost == h0 {
+		t.Fatalf("scripting: after the fence the export should allow n2 alone: %+v", d)
+	}
+	// 4.
+	m.rds.mu.Lock()
+	matched := m.rds.landLocked(first)
+	m.rds.mu.Unlock()
+	if d, _ := m.rds.disk(v.id); matched && d.Exported && d.AllowHost == h0 {
+		t.Errorf("the first swap of n0's join (%s -> %s), sent before n0 was fenced, landed after the fence completed and opened the export to %s, the fenced attachment's host", stateLabel(first.from), stateLabel(first.to), h0)
+	}
+	// The reconcile undoes whatever the late swap left: the export allows
+	// n2's attachment again.
+	if _, err := r0.cs.ReconcileExports(m.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	h2 := m.answeredCtx[m.vaName(v, "n2")][PublishContextHostNQN]
+	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h2 {
+		t.Errorf("after the reconcile the export is %+v, want open to n2's %s", d, h2)
 	}
 }

@@ -32,10 +32,15 @@ import (
 // Every change is one compare-and-swap on the RDS (rds.Client.SwapExport),
 // made by syncExport in rounds of: read the export, THEN read the live
 // claims, then swap from the state read to the state those claims call
-// for. Every state is unique: each attachment has its own host NQN and
-// each close writes a fresh tombstone host, so a state once left never
-// comes back, and a swap that lands late (any RDS command may land up to
-// its timeout late) matches nothing once anything changed. A retirement
+// for. An open state comes back whenever the export returns to its host
+// (a migration aborted, a cut reopened to the remaining holder), so no
+// swap conditioned on one lets a host in: it leads to a state that never
+// was before, a fresh tombstone (closed) or a park (open to a fresh host
+// nobody has, keeping the connections; parkedNQN); only from those is a
+// host let in. A swap whose outcome is unknown is never re-sent
+// (rds.Client), so each fresh state is made at most once, and a swap
+// conditioned on it that lands late (any RDS command may land up to its
+// timeout late) matches nothing once anything changed. A retirement
 // (an unpublish, a fence) always changes the state at least once. So a
 // round that opens the export to attachment X succeeds only if no state
 // change happened between its read of the export and its swap; and since
@@ -137,6 +142,23 @@ func matches(cur, want rds.ExportState) bool {
 	return cur == want
 }
 
+// parkedState is a fresh open state on the way from host (parkedNQN).
+func (d *Driver) parkedState(handle, host string) (rds.ExportState, error) {
+	p, err := parkedNQN(d.opts.AttachmentKey, handle, host)
+	return rds.ExportState{Open: true, Host: p}, err
+}
+
+// parkedFromHolder: host is a park (parkedNQN) on the way from the host
+// of one of claims' attachments, which is still connected.
+func (d *Driver) parkedFromHolder(handle string, claims map[string]informers.Claim, host string) bool {
+	for node, c := range claims {
+		if parkedFrom(d.opts.AttachmentKey, handle, host, d.claimHost(handle, node, c)) {
+			return true
+		}
+	}
+	return false
+}
+
 // closedState is a fresh closed state.
 func closedState() (rds.ExportState, error) {
 	t, err := tombstoneNQN()
@@ -187,15 +209,33 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		switch {
 		case matches(cur, want) && (changed || !g.retire || (want.Open && !g.cut)):
 			return exportResult{state: cur, claims: claims}, nil
-		case !want.Open, cur.Open && (g.cut && !changed || !s.d.holderHost(handle, claims, cur.Host)):
-			// Close, or drop before opening to another host: a fresh
-			// tombstone (every connection goes with the export).
+		case !want.Open, cur.Open && g.cut && !changed:
+			// Close, or drop before opening: a fresh tombstone (every
+			// connection goes with the export).
+			if next, err = closedState(); err != nil {
+				return exportResult{}, err
+			}
+		case cur.Open && s.d.parkedFromHolder(handle, claims, cur.Host):
+			// Parked on its way from a live holder, whose connection
+			// stays: let the wanted host in.
+			next = want
+		case cur.Open && s.d.holderHost(handle, claims, cur.Host):
+			// A move between two live holders without a drop (a
+			// migration): park first. A swap conditioned on an open
+			// state (which comes back whenever the export returns to
+			// that host) only ever leads to a state that never was
+			// before; only such a state lets a host in.
+			if next, err = s.d.parkedState(handle, cur.Host); err != nil {
+				return exportResult{}, err
+			}
+		case cur.Open:
+			// Open to a host no live claim has (a retired attachment, a
+			// park from one): its connections go with the export.
 			if next, err = closedState(); err != nil {
 				return exportResult{}, err
 			}
 		default:
-			// Open (from closed), or move between two live holders
-			// without a drop (a migration).
+			// Open from closed.
 			next = want
 		}
 		if err := ctx.Err(); err != nil {
