@@ -8,35 +8,57 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "rdsctl:", err)
-		os.Exit(1)
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli runs rdsctl and returns its exit status: 0 (also for -h), 1 when the
+// command failed, 2 for a usage error.
+func cli(args []string, stdout, stderr io.Writer) int {
+	err := run(args, stdout, stderr)
+	var usage usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "rdsctl: %v (rdsctl -h shows the commands and flags)\n", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "rdsctl:", err)
+		return 1
 	}
 }
 
-const usage = `usage: rdsctl [flags] COMMAND [ARGS]
+// usageError: the command line itself is wrong; nothing was done.
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+const usage = `usage: rdsctl [flags] COMMAND [ARGS] [flags]
 
 commands:
   probe                         /system resource print
   capacity                      pool size and free space
   list                          every file-backed disk
   get SLOT                      one disk
-  create SLOT SIZE              new exported disk (SIZE like 10G, 1536M, 1073741824);
-                                with -closed, exported to no host until 'export SLOT on'
-  resize SLOT SIZE              grow a disk
+  create SLOT SIZE              new exported disk; with -closed, exported to no host until
+                                'export SLOT on HOSTNQN|any'
+  resize SLOT SIZE              grow a disk (a SIZE below its size is refused: disks never shrink)
   copy SLOT SOURCE [SIZE]       copy a disk (snapshot/clone/restore); not exported
   delete SLOT                   remove a disk and its backing file (a volume or snapshot of the driver)
   allow-host SLOT [HOSTNQN]     set the allowed host alone (empty clears), unconditionally; it
@@ -52,59 +74,92 @@ commands:
                                 (rdsctl-selftest-*), check every parse, print a report
   gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
 
+SIZE is bytes or a number with a binary unit: 1073741824, 10G, 1536M, 1.5G (k, M, G, T;
+whole bytes only). Flags may come before or after the command.
+
 flags:
 `
 
-func run(args []string) error {
+// argCounts are the commands and how many arguments each takes (min, max).
+var argCounts = map[string][2]int{
+	"probe": {0, 0}, "capacity": {0, 0}, "list": {0, 0}, "selftest": {0, 0},
+	"get": {1, 1}, "create": {2, 2}, "resize": {2, 2}, "copy": {2, 3}, "delete": {1, 1},
+	"allow-host": {1, 2}, "export": {2, 3}, "gen-key": {1, 1},
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rdsctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var (
 		cfg       rds.Config
 		pool      = fs.String("pool", "storage-pool", "mount point of the storage pool on the RDS")
 		basePath  = fs.String("base-path", rds.DefaultVolumePath, "directory of the disks' backing files on the RDS (the driver's --rds-volume-path)")
 		nqnPrefix = fs.String("nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of exported disks")
-		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks")
+		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks (1-65535)")
 		show      = fs.Bool("show-commands", false, "print each RouterOS command and what RouterOS returned")
 		closed    = fs.Bool("closed", false, "create: set the NVMe/TCP port and NQN but export to no host (storage fencing)")
 		keepConns = fs.Bool("keep-connections", false, "export on: when the export moves from another host, set the host only instead of turning the export off and on (established connections may survive)")
-		timeout   = fs.Duration("timeout", time.Minute, "overall timeout")
+		timeout   = fs.Duration("timeout", time.Minute, "overall timeout (positive)")
+		verbose   = fs.Bool("v", false, "log what the client does (its INFO lines) on stderr")
 	)
 	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address")
-	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port")
+	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port (1-65535)")
 	fs.StringVar(&cfg.User, "user", "admin", "RDS user")
 	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none sends -user unchanged")
 	fs.StringVar(&cfg.KeyFile, "key", "", "SSH private key file")
 	fs.StringVar(&cfg.KnownHostsFile, "known-hosts", "", "known_hosts file pinning the RDS host key")
 	fs.BoolVar(&cfg.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "accept any host key (labs only)")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return err
+	fs.Usage = func() {} // -h prints to stdout below; a flag error is one line
+	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("no command")
+	if err != nil {
+		return usageError{err}
 	}
-	if fs.Arg(0) == "gen-key" {
-		if fs.NArg() != 2 {
-			return fmt.Errorf("gen-key needs a PATH")
-		}
-		return genKey(fs.Arg(1))
+	if len(pos) == 0 {
+		return usagef("no command")
+	}
+	cmd, rest := pos[0], pos[1:]
+	counts, ok := argCounts[cmd]
+	switch {
+	case !ok:
+		return usagef("unknown command %q", cmd)
+	case len(rest) < counts[0] || len(rest) > counts[1]:
+		return usagef("%s takes %s, not %d: %q", cmd, countText(counts), len(rest), rest)
+	}
+	if err := rds.ValidatePort(cfg.Port); err != nil {
+		return usagef("-port: %v", err)
+	}
+	if err := rds.ValidatePort(*nvmePort); err != nil {
+		return usagef("-nvme-port: %v", err)
+	}
+	if *timeout <= 0 {
+		return usagef("-timeout must be positive, not %v", *timeout)
+	}
+	quietLogs(*verbose)
+	if cmd == "gen-key" {
+		return genKey(rest[0], stdout)
 	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
-			fmt.Printf("  > %s\n", r.Command)
+			fmt.Fprintf(stdout, "  > %s\n", r.Command)
 			for _, l := range strings.Split(strings.TrimRight(r.Output, "\r\n"), "\n") {
 				if l != "" {
-					fmt.Printf("  < %s\n", l)
+					fmt.Fprintf(stdout, "  < %s\n", l)
 				}
 			}
 			if r.Err != nil {
-				fmt.Printf("  ! %v\n", r.Err)
+				fmt.Fprintf(stdout, "  ! %v\n", r.Err)
 			}
 		}
 	}
-	if fs.Arg(0) == "selftest" {
+	if cmd == "selftest" {
 		return selftest(cfg, selftestOptions{pool: *pool, basePath: *basePath, nqnPrefix: *nqnPrefix, nvmePort: *nvmePort,
-			timeout: *timeout, loginOptions: cfg.LoginOptions}, os.Stdout)
+			timeout: *timeout, loginOptions: cfg.LoginOptions}, stdout)
 	}
 	client, err := rds.NewClient(cfg)
 	if err != nil {
@@ -114,13 +169,6 @@ func run(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	need := func(n int) error {
-		if len(rest) < n {
-			return fmt.Errorf("%s needs %d argument(s); see rdsctl -h", cmd, n)
-		}
-		return nil
-	}
 	file := func(slot string) string { return rds.VolumeFilePath(*basePath, slot) }
 	switch cmd {
 	case "probe":
@@ -128,79 +176,59 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("RDS %s, RouterOS %s, up %s\n", info.BoardName, info.Version, info.Uptime)
+		fmt.Fprintf(stdout, "RDS %s, RouterOS %s, up %s\n", info.BoardName, info.Version, info.Uptime)
 	case "capacity":
 		c, err := client.Capacity(ctx, *pool)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("pool %s: %d bytes total, %d bytes free\n", *pool, c.Total, c.Free)
+		fmt.Fprintf(stdout, "pool %s: %d bytes total, %d bytes free\n", *pool, c.Total, c.Free)
 	case "list":
 		disks, err := client.ListDisks(ctx)
 		if err != nil {
 			return err
 		}
-		printDisks(disks...)
+		printDisks(stdout, disks...)
 	case "get":
-		if err := need(1); err != nil {
-			return err
-		}
 		d, err := client.GetDisk(ctx, rest[0])
 		if err != nil {
 			return err
 		}
-		printDisks(*d)
+		printDisks(stdout, *d)
 	case "create":
-		if err := need(2); err != nil {
-			return err
-		}
-		size, err := rds.ParseSize(rest[1])
+		size, err := rds.ParseSizeArgument(rest[1])
 		if err != nil {
-			return fmt.Errorf("size %q: %w", rest[1], err)
+			return err
 		}
 		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: rest[0], FilePath: file(rest[0]), Size: size,
 			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0], Closed: *closed}})
 		if err != nil {
 			return err
 		}
-		printDisks(*d)
+		printDisks(stdout, *d)
 	case "resize":
-		if err := need(2); err != nil {
-			return err
-		}
-		size, err := rds.ParseSize(rest[1])
-		if err != nil {
-			return fmt.Errorf("size %q: %w", rest[1], err)
-		}
-		d, err := client.ResizeDisk(ctx, rest[0], size)
-		if err != nil {
-			return err
-		}
-		printDisks(*d)
+		return resize(ctx, client, rest[0], rest[1], stdout)
 	case "copy":
-		if err := need(2); err != nil {
-			return err
-		}
 		var size int64
 		if len(rest) > 2 {
-			if size, err = rds.ParseSize(rest[2]); err != nil {
-				return fmt.Errorf("size %q: %w", rest[2], err)
+			if size, err = rds.ParseSizeArgument(rest[2]); err != nil {
+				return err
 			}
 		}
 		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: rest[0], FilePath: file(rest[0]), SourceSlot: rest[1], Size: size})
 		if err != nil {
 			return err
 		}
-		printDisks(*d)
+		printDisks(stdout, *d)
 	case "delete":
-		if err := need(1); err != nil {
-			return err
-		}
 		// The disk's own file, if it is one of the driver's: a volume
 		// (<base>/<slot>.img) or a snapshot (<base>/snapshots/<slot>.*.img).
 		d, err := client.GetDisk(ctx, rest[0])
 		if err != nil {
 			return err
+		}
+		if d.FilePath == "" {
+			return fmt.Errorf("disk %s has no backing file (not a file-backed disk), so it is not a volume or snapshot of the driver; refusing to delete", d.Slot)
 		}
 		if rds.FileKind(*basePath, *d) == "" {
 			return fmt.Errorf("disk %s uses %s, not a volume or snapshot file under --base-path %s; refusing to delete", d.Slot, d.FilePath, *basePath)
@@ -208,11 +236,8 @@ func run(args []string) error {
 		if err := client.DeleteDisk(ctx, d.Slot, d.FilePath); err != nil {
 			return err
 		}
-		fmt.Printf("deleted %s and %s\n", d.Slot, d.FilePath)
+		fmt.Fprintf(stdout, "deleted %s and %s\n", d.Slot, d.FilePath)
 	case "allow-host":
-		if err := need(1); err != nil {
-			return err
-		}
 		host := ""
 		if len(rest) > 1 {
 			host = rest[1]
@@ -220,18 +245,87 @@ func run(args []string) error {
 		if err := client.SetAllowedHost(ctx, rest[0], host); err != nil {
 			return err
 		}
-		fmt.Printf("%s: allowed host %q\n", rest[0], host)
+		fmt.Fprintf(stdout, "%s: allowed host %q\n", rest[0], host)
 	case "export":
-		return exportCommand(ctx, client, rest, !*keepConns)
-	default:
-		fs.Usage()
-		return fmt.Errorf("unknown command %q", cmd)
+		return exportCommand(ctx, client, rest, !*keepConns, stdout)
 	}
 	return nil
 }
 
-func printDisks(disks ...rds.Disk) {
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+func countText(c [2]int) string {
+	switch {
+	case c[1] == 0:
+		return "no arguments"
+	case c[0] == c[1]:
+		return fmt.Sprintf("%d argument(s)", c[0])
+	default:
+		return fmt.Sprintf("%d to %d arguments", c[0], c[1])
+	}
+}
+
+// parseInterspersed parses flags placed before, between or after the
+// arguments (`rdsctl list -show-commands`), so that none is silently
+// taken for an argument or ignored; "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		if fs.Arg(0) == "--" {
+			return append(pos, fs.Args()[1:]...), nil
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+}
+
+// quietLogs keeps the client's INFO lines (export changes, retries) off
+// the terminal unless -v: stdout is rdsctl's answer, stderr its errors and
+// warnings (such as the insecure host key check).
+func quietLogs(verbose bool) {
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	threshold := "WARNING"
+	if verbose {
+		threshold = "INFO"
+	}
+	for name, value := range map[string]string{"logtostderr": "true", "legacy_stderr_threshold_behavior": "false", "stderrthreshold": threshold} {
+		if err := kfs.Set(name, value); err != nil {
+			panic(err) // a klog without these flags: a build problem, not an input
+		}
+	}
+}
+
+// resize grows a disk; a size below the disk's is refused, since disks
+// never shrink (the client would return the disk unchanged).
+func resize(ctx context.Context, client *rds.Client, slot, sizeArg string, stdout io.Writer) error {
+	size, err := rds.ParseSizeArgument(sizeArg)
+	if err != nil {
+		return err
+	}
+	want, err := rds.RoundUpSize(size)
+	if err != nil {
+		return fmt.Errorf("size %q: %w", sizeArg, err)
+	}
+	d, err := client.GetDisk(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if d.Size > want {
+		return fmt.Errorf("%w: disk %s has %d bytes, more than the %d of size %q: disks never shrink (create a smaller disk and copy the data instead)", rds.ErrInvalidArgument, slot, d.Size, want, sizeArg)
+	}
+	if d, err = client.ResizeDisk(ctx, slot, size); err != nil {
+		return err
+	}
+	printDisks(stdout, *d)
+	return nil
+}
+
+func printDisks(out io.Writer, disks ...rds.Disk) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "SLOT\tSIZE (bytes)\tEXPORTED\tPORT\tNQN\tALLOWED HOST\tFILE")
 	for _, d := range disks {
 		allowed := d.AllowHost
@@ -245,7 +339,7 @@ func printDisks(disks ...rds.Disk) {
 
 // exportCommand is `export SLOT on HOSTNQN|any` and `export SLOT off
 // [HOSTNQN]`: the driver's own storage-fencing calls, for operators.
-func exportCommand(ctx context.Context, client *rds.Client, args []string, drop bool) error {
+func exportCommand(ctx context.Context, client *rds.Client, args []string, drop bool, stdout io.Writer) error {
 	if len(args) < 2 || (args[1] != "on" && args[1] != "off") || (args[1] == "on" && len(args) != 3) || len(args) > 3 {
 		return fmt.Errorf("usage: export SLOT on HOSTNQN|any, or export SLOT off [HOSTNQN]")
 	}
@@ -265,13 +359,13 @@ func exportCommand(ctx context.Context, client *rds.Client, args []string, drop 
 		}
 		switch {
 		case !ch.Changed:
-			fmt.Printf("%s: already exported to %s\n", slot, label)
+			fmt.Fprintf(stdout, "%s: already exported to %s\n", slot, label)
 		case ch.Dropped:
-			fmt.Printf("%s: exported to %s; established connections dropped, no host could connect for %v\n", slot, label, ch.Gap)
+			fmt.Fprintf(stdout, "%s: exported to %s; established connections dropped, no host could connect for %v\n", slot, label, ch.Gap)
 		case ch.Before.Exported:
-			fmt.Printf("%s: exported to %s, was %s; established connections NOT dropped\n", slot, label, allowedLabel(ch.Before.AllowHost))
+			fmt.Fprintf(stdout, "%s: exported to %s, was %s; established connections NOT dropped\n", slot, label, allowedLabel(ch.Before.AllowHost))
 		default:
-			fmt.Printf("%s: exported to %s (was not exported)\n", slot, label)
+			fmt.Fprintf(stdout, "%s: exported to %s (was not exported)\n", slot, label)
 		}
 		return nil
 	}
@@ -288,12 +382,12 @@ func exportCommand(ctx context.Context, client *rds.Client, args []string, drop 
 	}
 	if !changed {
 		if !d.Exported {
-			fmt.Printf("%s: already not exported\n", slot)
+			fmt.Fprintf(stdout, "%s: already not exported\n", slot)
 			return nil
 		}
 		return fmt.Errorf("%s is exported to %s, not %s: left open (close it with 'export %s off %s')", slot, allowedLabel(d.AllowHost), label, slot, argHost(d.AllowHost))
 	}
-	fmt.Printf("%s: export closed (was exported to %s); established connections dropped\n", slot, label)
+	fmt.Fprintf(stdout, "%s: export closed (was exported to %s); established connections dropped\n", slot, label)
 	return nil
 }
 
@@ -314,7 +408,7 @@ func argHost(host string) string {
 // genKey writes an unencrypted ed25519 private key (it is mounted from a
 // Kubernetes Secret, which is where its protection lives) and its public
 // key in authorized_keys form, for `/user ssh-keys import` on the RDS.
-func genKey(path string) error {
+func genKey(path string, stdout io.Writer) error {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
@@ -341,6 +435,6 @@ func genKey(path string) error {
 	if err := os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s and %s (%s)\n", path, path+".pub", ssh.FingerprintSHA256(sshPub))
+	fmt.Fprintf(stdout, "wrote %s and %s (%s)\n", path, path+".pub", ssh.FingerprintSHA256(sshPub))
 	return nil
 }

@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,7 +51,7 @@ func simWithKey(t *testing.T) ([]string, *rds.Client, *rdssim.Server) {
 func TestRdsctlUsesTheDriversNaming(t *testing.T) {
 	flags, client, srv := simWithKey(t)
 	ctx := context.Background()
-	if err := run(append(flags, "create", "pvc-1", "1G")); err != nil {
+	if err := run(append(flags, "create", "pvc-1", "1G"), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	d, err := client.GetDisk(ctx, "pvc-1")
@@ -62,10 +66,10 @@ func TestRdsctlUsesTheDriversNaming(t *testing.T) {
 	if _, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: "snap-1", FilePath: snapFile, SourceSlot: "pvc-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(append(flags, "delete", "snap-1")); err != nil {
+	if err := run(append(flags, "delete", "snap-1"), io.Discard, io.Discard); err != nil {
 		t.Fatalf("rdsctl delete of the driver's snapshot: %v", err)
 	}
-	if err := run(append(flags, "delete", "pvc-1")); err != nil {
+	if err := run(append(flags, "delete", "pvc-1"), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if disks := srv.Disks(); len(disks) != 0 {
@@ -78,7 +82,7 @@ func TestRdsctlUsesTheDriversNaming(t *testing.T) {
 	if _, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: "other", FilePath: "/storage-pool/elsewhere/other.img", Size: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(append(flags, "delete", "other")); err == nil || !strings.Contains(err.Error(), "not a volume or snapshot file") {
+	if err := run(append(flags, "delete", "other"), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "not a volume or snapshot file") {
 		t.Errorf("delete of a foreign disk: %v", err)
 	}
 }
@@ -97,7 +101,7 @@ func TestRdsctlExport(t *testing.T) {
 		}
 		return d.Exported, d.AllowHost
 	}
-	if err := run(append(flags, "-closed", "create", "pvc-1", "1G")); err != nil {
+	if err := run(append(flags, "-closed", "create", "pvc-1", "1G"), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if exp, _ := state(); exp {
@@ -124,7 +128,7 @@ func TestRdsctlExport(t *testing.T) {
 		{args: []string{"export", "pvc-9", "on", a}, exported: false, host: "", drops: 3, err: "not found"},
 	}
 	for _, st := range steps {
-		err := run(append(flags, st.args...))
+		err := run(append(flags, st.args...), io.Discard, io.Discard)
 		if st.err == "" && err != nil || st.err != "" && (err == nil || !strings.Contains(err.Error(), st.err)) {
 			t.Fatalf("rdsctl %s: %v, want %q", strings.Join(st.args, " "), err, st.err)
 		}
@@ -134,5 +138,142 @@ func TestRdsctlExport(t *testing.T) {
 		if got := srv.ConnectionDrops("pvc-1"); got != st.drops {
 			t.Errorf("after rdsctl %s: %d connection drops, want %d", strings.Join(st.args, " "), got, st.drops)
 		}
+	}
+}
+
+// TestMain lets the tests run rdsctl as a process (rdsctlProcess): its
+// exit status and what it writes to stdout and stderr, logs included.
+func TestMain(m *testing.M) {
+	if os.Getenv("RDSCTL_TEST_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// rdsctlProcess runs rdsctl with args as its own process.
+func rdsctlProcess(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "RDSCTL_TEST_RUN_MAIN=1")
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+// Flags after the command are parsed (or refused when unknown), never
+// ignored; -h is help, not an error; extra arguments are refused.
+func TestRdsctlCommandLine(t *testing.T) {
+	flags, _, _ := simWithKey(t)
+	code, out, errOut := rdsctlProcess(t, append([]string{"list", "-show-commands"}, flags...)...)
+	if code != 0 || !strings.Contains(out, "  > /disk print detail where type=file") {
+		t.Errorf("list -show-commands: exit %d, stdout %q, stderr %q: the flag after the command was not applied", code, out, errOut)
+	}
+	code, out, errOut = rdsctlProcess(t, append(flags, "list", "--json")...)
+	if code != 2 || !strings.Contains(errOut, "-json") || out != "" {
+		t.Errorf("list --json: exit %d, stdout %q, stderr %q; want exit 2 naming the unknown flag", code, out, errOut)
+	}
+	for _, help := range []string{"-h", "--help"} {
+		code, out, _ = rdsctlProcess(t, help)
+		if code != 0 || !strings.Contains(out, "usage: rdsctl") || !strings.Contains(out, "-show-commands") {
+			t.Errorf("%s: exit %d, stdout %q; want the usage and exit 0", help, code, out)
+		}
+	}
+	for _, args := range [][]string{{"list", "extra"}, {"get"}, {"get", "a", "b"}, {"create", "pvc-1"}, {"frobnicate"}, {}} {
+		code, out, errOut = rdsctlProcess(t, append(flags, args...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "rdsctl -h") {
+			t.Errorf("rdsctl %q: exit %d, stdout %q, stderr %q; want a usage error (exit 2)", args, code, out, errOut)
+		}
+	}
+}
+
+// Ports and the timeout are range-checked before anything is dialled.
+func TestRdsctlRanges(t *testing.T) {
+	flags, _, _ := simWithKey(t)
+	for _, tc := range []struct{ flag, says string }{
+		{"-port=0", "-port"}, {"-port=70000", "-port"}, {"-nvme-port=0", "-nvme-port"}, {"-nvme-port=65536", "-nvme-port"},
+		{"-timeout=0", "-timeout"}, {"-timeout=-1s", "-timeout"},
+	} {
+		code, _, errOut := rdsctlProcess(t, append(append([]string{}, flags...), tc.flag, "probe")...)
+		if code != 2 || !strings.Contains(errOut, tc.says) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming %s", tc.flag, code, errOut, tc.says)
+		}
+	}
+}
+
+// stdout is rdsctl's answer and nothing else, stderr is empty on success:
+// the client's INFO lines (an export change logs one) appear with -v only.
+func TestRdsctlOutputIsPipeClean(t *testing.T) {
+	insecure, _, srv := simWithKey(t)
+	// A pinned host key: skipping the check would warn on stderr, by design.
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	if err := srv.WriteKnownHosts(knownHosts); err != nil {
+		t.Fatal(err)
+	}
+	flags := append(insecure[:len(insecure)-1:len(insecure)-1], "--known-hosts", knownHosts)
+	const host = "nqn.2014-08.org.nvmexpress:uuid:a"
+	if err := run(append(flags, "create", "pvc-1", "1G"), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := rdsctlProcess(t, append(flags, "export", "pvc-1", "on", host)...)
+	if code != 0 || !strings.HasPrefix(out, "pvc-1: exported to "+host) || strings.Count(out, "\n") != 1 {
+		t.Errorf("export on: exit %d, stdout %q", code, out)
+	}
+	if errOut != "" {
+		t.Errorf("export on wrote to stderr besides its answer: %q", errOut)
+	}
+	code, _, errOut = rdsctlProcess(t, append(flags, "-v", "export", "pvc-1", "off")...)
+	if code != 0 || !strings.Contains(errOut, "RDS export closed") {
+		t.Errorf("-v export off: exit %d, stderr %q; want the client's log", code, errOut)
+	}
+}
+
+// Sizes: a size that is not a whole number of bytes, or not a size, is
+// refused naming the input (not blamed on RouterOS), nothing created; a
+// shrink is refused, the disk unchanged.
+func TestRdsctlSizes(t *testing.T) {
+	flags, client, srv := simWithKey(t)
+	for _, tc := range []struct{ size, says string }{
+		{"1.5", `size "1.5" is 1.5 bytes, not a whole number of bytes`},
+		{"abc", `size "abc" is not a number`},
+		{"0", `size "0" must be more than 0 bytes`},
+	} {
+		code, out, errOut := rdsctlProcess(t, append(flags, "create", "pvc-1", tc.size)...)
+		if code != 1 || !strings.Contains(errOut, tc.says) || strings.Contains(errOut, "RouterOS") || out != "" {
+			t.Errorf("create pvc-1 %s: exit %d, stdout %q, stderr %q; want %q", tc.size, code, out, errOut, tc.says)
+		}
+		if d := srv.Disks(); len(d) != 0 {
+			t.Fatalf("create pvc-1 %s created %+v", tc.size, d)
+		}
+	}
+	if err := run(append(flags, "create", "pvc-1", "1G"), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := rdsctlProcess(t, append(flags, "resize", "pvc-1", "512M")...)
+	if code != 1 || !strings.Contains(errOut, "disk pvc-1 has 1073741824 bytes, more than the 536870912 of size \"512M\": disks never shrink") || out != "" {
+		t.Errorf("resize to a smaller size: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if d, err := client.GetDisk(context.Background(), "pvc-1"); err != nil || d.Size != rds.GiB {
+		t.Errorf("after a refused shrink: %+v %v", d, err)
+	}
+	if code, out, errOut = rdsctlProcess(t, append(flags, "resize", "pvc-1", "2G")...); code != 0 || !strings.Contains(out, "2147483648") {
+		t.Errorf("resize to 2G: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// A disk without a backing file (the pool itself) is refused by name.
+func TestRdsctlDeleteOfADiskWithoutFile(t *testing.T) {
+	flags, _, _ := simWithKey(t)
+	code, _, errOut := rdsctlProcess(t, append(flags, "delete", "storage-pool")...)
+	if code != 1 || !strings.Contains(errOut, "disk storage-pool has no backing file") || strings.Contains(errOut, "uses ,") {
+		t.Errorf("delete storage-pool: exit %d, stderr %q", code, errOut)
 	}
 }

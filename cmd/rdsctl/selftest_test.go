@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,7 +89,7 @@ func TestSelftestReportsFailureAndCleansUp(t *testing.T) {
 
 func TestSelftestCommand(t *testing.T) {
 	flags, _, srv := simWithKey(t)
-	if err := run(append(flags, "--login-options", "ct", "selftest")); err != nil {
+	if err := run(append(flags, "--login-options", "ct", "selftest"), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if d := srv.Disks(); len(d) != 0 {

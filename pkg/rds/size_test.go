@@ -2,7 +2,9 @@ package rds
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -80,5 +82,48 @@ func TestRoundUpAndFormat(t *testing.T) {
 	}
 	if s := FormatSize(1000); s != "1000" {
 		t.Errorf("FormatSize(1000) = %q", s)
+	}
+}
+
+// A size a person typed is read exactly or refused with an
+// ErrInvalidArgument that names it: never rounded to another size, never
+// blamed on RouterOS.
+func TestParseSizeArgument(t *testing.T) {
+	good := []struct {
+		in   string
+		want int64
+	}{
+		{"1073741824", GiB},
+		{"10G", 10 * GiB},
+		{"1536M", 1536 * MiB},
+		{"1.5G", 3 * GiB / 2},
+		{"512", 512},
+		{"1 073 741 824", GiB},
+	}
+	for _, tc := range good {
+		if got, err := ParseSizeArgument(tc.in); err != nil || got != tc.want {
+			t.Errorf("ParseSizeArgument(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	bad := []struct{ in, says string }{
+		{"1.5", "is 1.5 bytes, not a whole number of bytes"},
+		{"0.1G", "not a whole number of bytes"},
+		{"0", "more than 0 bytes"},
+		{"0G", "more than 0 bytes"},
+		{"abc", "is not a number"},
+		{"-1G", "is not a number"},
+		{"10 XB", "is not a number"},
+		{"1 2345", "malformed digit groups"},
+		{"99999999999T", "too large"},
+	}
+	for _, tc := range bad {
+		_, err := ParseSizeArgument(tc.in)
+		if !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrBadOutput) {
+			t.Errorf("ParseSizeArgument(%q): %v, want ErrInvalidArgument", tc.in, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("%q", tc.in)) || !strings.Contains(msg, tc.says) || strings.Contains(msg, "RouterOS") {
+			t.Errorf("ParseSizeArgument(%q): %q does not name the input and say %q", tc.in, msg, tc.says)
+		}
 	}
 }
