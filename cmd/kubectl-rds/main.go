@@ -144,6 +144,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "kubectl rds %s: %v\n", cmd, err)
 		return exitError
 	}
+	// The command line is checked before the kubeconfig is read: a usage
+	// error is about the arguments, whatever the cluster.
+	if err := checkArgs(cmd, pos, *node); err != nil {
+		if errors.Is(err, errUnknownCommand) {
+			fmt.Fprint(stderr, usage)
+		}
+		return fail(err)
+	}
 	var cl clients
 	if fake != nil {
 		cl = *fake
@@ -157,24 +165,42 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	defer cancel()
 	switch cmd {
 	case "why":
-		if len(pos) != 2 {
-			return fail(errors.New("usage: kubectl rds why (pod|pvc|pv) NAME"))
-		}
 		return why(ctx, cl, g, strings.ToLower(pos[0]), pos[1], stdout, stderr)
 	case "check":
-		if len(pos) != 0 {
-			return fail(errors.New("check takes no arguments"))
-		}
 		return check(ctx, cl, g, stdout, stderr)
-	case "release":
-		if len(pos) != 1 || *node == "" {
-			return fail(errors.New("usage: kubectl rds release PV --node NODE [--yes]"))
-		}
+	default: // release
 		return release(ctx, cl, g, pos[0], *node, *yes, stdin, stdout, stderr)
-	default:
-		fmt.Fprint(stderr, usage)
-		return fail(fmt.Errorf("unknown command %q", cmd))
 	}
+}
+
+var errUnknownCommand = errors.New("unknown command")
+
+// checkArgs checks a command's arguments and required flags, each error
+// saying what is missing and how to find it.
+func checkArgs(cmd string, pos []string, node string) error {
+	switch cmd {
+	case "why":
+		if len(pos) != 2 {
+			return errors.New("usage: kubectl rds why (pod|pvc|pv) NAME")
+		}
+		if name := pos[1][strings.Index(pos[1], "/")+1:]; name == "" {
+			return fmt.Errorf("why %s: the name is empty (%q)", pos[0], pos[1])
+		}
+	case "check":
+		if len(pos) != 0 {
+			return fmt.Errorf("check takes no arguments, not %q", pos)
+		}
+	case "release":
+		switch {
+		case len(pos) != 1 || pos[0] == "":
+			return errors.New("usage: kubectl rds release PV --node NODE [--yes]: one PV name")
+		case node == "":
+			return fmt.Errorf("--node is required: the node whose claim on PV %s to drop (kubectl rds why pv %s names the nodes that claim it); usage: kubectl rds release %s --node NODE [--yes]", pos[0], pos[0], pos[0])
+		}
+	default:
+		return fmt.Errorf("%w %q", errUnknownCommand, cmd)
+	}
+	return nil
 }
 
 // parseInterspersed parses flags placed anywhere among the arguments, as

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,37 @@ func TestUsage(t *testing.T) {
 	}
 	if code, out, _ := runCmd(t, cl, ""); code != exitOK || !strings.Contains(out, "kubectl rds why") {
 		t.Errorf("no arguments: exit %d, %s", code, out)
+	}
+}
+
+// A command line that lacks something says what and how to find it,
+// before (and whatever) the kubeconfig: release without --node names
+// the flag and the command that lists the claiming nodes; an empty name
+// is refused.
+func TestUsageErrorsSayWhatIsMissing(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	cl, _ := fakeClients(staleWorld()...)
+	tests := []struct {
+		args []string
+		says []string
+	}{
+		{[]string{"release", "pv-1"}, []string{"--node is required", "kubectl rds why pv pv-1", "release pv-1 --node NODE"}},
+		{[]string{"release", "pv-1", "--yes"}, []string{"--node is required"}},
+		{[]string{"why", "pod", "shop/"}, []string{"the name is empty"}},
+		{[]string{"why", "pvc", ""}, []string{"the name is empty"}},
+	}
+	for _, tc := range tests {
+		for _, fake := range []*clients{cl, nil} { // nil: the kubeconfig, absent here
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), tc.args, strings.NewReader(""), &out, &errOut, fake)
+			if code != exitError {
+				t.Errorf("%q (fake clients %v): exit %d, want %d", tc.args, fake != nil, code, exitError)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(errOut.String(), s) || strings.Contains(errOut.String(), "kubeconfig") {
+					t.Errorf("%q (fake clients %v): %q does not say %q (or blames the kubeconfig)", tc.args, fake != nil, errOut.String(), s)
+				}
+			}
+		}
 	}
 }

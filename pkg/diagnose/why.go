@@ -242,6 +242,25 @@ func (s *Story) holders() []holder {
 	return out
 }
 
+// describePod is the kubectl command that describes the pod of s that
+// runs on node: the story's pod, else the first user there.
+func describePod(s *Story, node string) string {
+	pod := s.Pod
+	if pod == "" {
+		for _, u := range s.Users {
+			if p, n, _ := strings.Cut(u, "@"); n == node {
+				pod = p
+				break
+			}
+		}
+	}
+	ns, name, ok := strings.Cut(pod, "/")
+	if !ok {
+		return "kubectl get pods -A --field-selector spec.nodeName=" + node
+	}
+	return fmt.Sprintf("kubectl describe pod -n %s %s", ns, name)
+}
+
 func (c *Cluster) judgeHolders(s *Story, pv *corev1.PersistentVolume) {
 	v := func(code, next, format string, a ...any) {
 		s.Verdict = Verdict{Code: code, Summary: fmt.Sprintf(format, a...), Next: next}
@@ -264,7 +283,7 @@ func (c *Cluster) judgeHolders(s *Story, pv *corev1.PersistentVolume) {
 	for _, h := range holders {
 		if h.node.Name == want {
 			if h.va != nil {
-				v(VerdictAttached, "kubectl describe pod   # look at the pod's events and the node plugin's log on "+want,
+				v(VerdictAttached, describePod(s, want)+"   # look at the pod's events and the node plugin's log on "+want,
 					"PV %s is attached to %s, the node that wants it: the volume does not block the pod", pv.Name, want)
 				return
 			}

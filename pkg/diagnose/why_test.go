@@ -106,6 +106,7 @@ func TestWhy(t *testing.T) {
 			world: held("True", time.Hour),
 			kind:  KindPod, target: "e2e/pod-a",
 			code: VerdictAttached,
+			next: "kubectl describe pod -n e2e pod-a   #", // a command that runs as written
 		},
 		{
 			name: "the wanted node's attachment fails",
