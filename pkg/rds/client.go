@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -121,6 +122,8 @@ type Client struct {
 	dialing chan struct{} // closed when the dial in progress ends; nil when none
 	dials   int
 	closed  bool
+
+	skipped atomic.Int64 // listing entries skipped as unreadable (SkippedEntries)
 }
 
 // NewClient validates the configuration and loads the key and known_hosts.
@@ -460,27 +463,40 @@ func isConditional(cmd string) bool {
 // that prints nothing when it succeeds.
 func isPrint(cmd string) bool { return strings.Contains(cmd, " print") }
 
-// printDetail runs a `print detail` command and parses its entries. Output
-// that is not a listing at all is RouterOS refusing the command, whatever
-// its wording.
+// printDetail runs a `print detail` command and parses its entries; an
+// entry it cannot read fails it (printListing reads the others).
 func (c *Client) printDetail(ctx context.Context, format string, values ...string) ([]Entry, error) {
-	cmd, err := command(format, values...)
+	l, err := c.printListing(ctx, format, values...)
 	if err != nil {
 		return nil, err
+	}
+	if len(l.Skipped) > 0 {
+		return nil, fmt.Errorf("%w (entry %d of the output)", l.Skipped[0].Err, l.Skipped[0].Number)
+	}
+	return l.Entries, nil
+}
+
+// printListing runs a `print detail` command and parses its entries,
+// skipping the ones it cannot read. Output that is not a listing at all is
+// RouterOS refusing the command, whatever its wording.
+func (c *Client) printListing(ctx context.Context, format string, values ...string) (Listing, error) {
+	cmd, err := command(format, values...)
+	if err != nil {
+		return Listing{}, err
 	}
 	out, err := c.run(ctx, cmd)
 	if err != nil {
-		return nil, err
+		return Listing{}, err
 	}
-	entries, err := ParsePrintDetail(out)
+	l, err := ParseListing(out)
 	if err != nil {
 		line := strings.TrimSpace(firstLine(out))
 		if !strings.Contains(line, "=") && !strings.HasPrefix(line, "Flags:") && !entryStart.MatchString(line) {
-			return nil, &CommandError{Command: cmd, Output: line, kind: errorKind(line)}
+			return Listing{}, &CommandError{Command: cmd, Output: line, kind: errorKind(line)}
 		}
-		return nil, fmt.Errorf("%w (command: %s)", err, cmd)
+		return Listing{}, fmt.Errorf("%w (command: %s)", err, cmd)
 	}
-	return entries, nil
+	return l, nil
 }
 
 func (c *Client) wait(ctx context.Context, attempt int) error {

@@ -20,6 +20,7 @@ const (
 	corpusSnapshot = "snap-0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
 	corpusSnapFile = "/storage-pool/kubernetes-volumes/snapshots/" + corpusSnapshot + ".src-" + corpusVolume + ".t-1795000000123456789.img"
 	corpusHashed   = "vol-0123456789abcdef0123456789abcdef"
+	corpusClosed   = "pvc-0f923194-922a-5dd8-b376-c2c6ccb56dd8"
 )
 
 func corpusDir() string { return filepath.Join("testdata", "routeros") }
@@ -55,6 +56,30 @@ func TestCorpusDisks(t *testing.T) {
 				Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-1", Flags: "Bt"},
 		}},
 		{"disk-no-match-legend-only.txt", nil},
+		// Issue 22 items 1, 2 and 5: flag columns under a legend of B, M
+		// and t (a mounted image beside the driver's disks: `B t`, and a
+		// closed disk printing `B  ` and no port, NQN or allowed host).
+		{"disk-mounted-image-beside-exported.txt", []Disk{
+			{Slot: "debian-13-iso", Type: "file", FilePath: "/storage-pool/iso/debian-13.1.0-amd64-netinst.iso", Size: 790626304, Flags: "BM"},
+			{Slot: corpusClosed, Type: "file", FilePath: "/storage-pool/kubernetes-volumes/" + corpusClosed + ".img", Size: GiB, Flags: "B"},
+			{Slot: corpusVolume, Type: "file", FilePath: "/storage-pool/kubernetes-volumes/" + corpusVolume + ".img", Size: 10 * GiB,
+				Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + corpusVolume, Flags: "Bt"},
+		}},
+		// Issue 22 item 1: the RDS2216 shapes `27 B r type=raid` and `26
+		// BM  type=raid`, numbers of one to three digits, separator lines
+		// holding one space.
+		{"disk-raid-flag-columns.txt", []Disk{
+			{Slot: "nvme12", Type: "hardware", Size: 7681501126656, Flags: "Br"},
+			{Slot: "raid1-a", Type: "raid", Size: 7681501126656, Flags: "Br"},
+			{Slot: "raid1-b", Type: "raid", Size: 7681501126656, Flags: "Br"},
+			{Slot: "raid10", Type: "raid", Size: 15363002253312, Flags: "BM"},
+		}},
+		// Issue 22 item 3: the peer driver's hardware fix (commit
+		// a28f18e), a file-path broken short of the width before a '-'.
+		{"disk-file-path-broken-short.txt", []Disk{
+			{Slot: "pvc-ccdecfad-a8bf-572e-9120-464c4d99f12f", Type: "file", FilePath: "/storage-pool/metal-csi/pvc-ccdecfad-a8bf-572e-9120-464c4d99f12f.img",
+				Size: 10 * GiB, Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-ccdecfad-a8bf-572e-9120-464c4d99f12f", Flags: "Bt"},
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {

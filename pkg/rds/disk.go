@@ -1,10 +1,13 @@
 package rds
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/klog/v2"
 )
 
 // Disk is a file-backed RouterOS disk as the driver sees it.
@@ -176,16 +179,64 @@ func disksFromOutput(out string) ([]Disk, error) {
 }
 
 func disksFromEntries(entries []Entry) ([]Disk, error) {
-	disks := make([]Disk, 0, len(entries))
-	for _, e := range entries {
+	l := disksFromListing(Listing{Entries: entries})
+	if len(l.Skipped) > 0 {
+		return nil, l.Skipped[0].Err
+	}
+	return l.Disks, nil
+}
+
+// DiskListing is a listing of disks: the disks read, sorted by slot, and
+// the entries that could not be read as disks (skipped, not fatal: one
+// disk of a kind the parser does not know must not hide the driver's).
+type DiskListing struct {
+	Disks   []Disk
+	Skipped []SkippedEntry
+}
+
+func disksFromListing(l Listing) DiskListing {
+	dl := DiskListing{Disks: make([]Disk, 0, len(l.Entries)), Skipped: l.Skipped}
+	for _, e := range l.Entries {
 		d, err := diskFromEntry(e)
 		if err != nil {
-			return nil, err
+			dl.Skipped = append(dl.Skipped, SkippedEntry{Number: e.Number, Text: entryText(e), Err: err})
+			continue
 		}
-		disks = append(disks, d)
+		dl.Disks = append(dl.Disks, d)
 	}
-	sort.Slice(disks, func(i, j int) bool { return disks[i].Slot < disks[j].Slot })
-	return disks, nil
+	sort.Slice(dl.Disks, func(i, j int) bool { return dl.Disks[i].Slot < dl.Disks[j].Slot })
+	return dl
+}
+
+// entryText renders a parsed entry for the record of a skipped one.
+func entryText(e Entry) string {
+	keys := make([]string, 0, len(e.Values))
+	for k := range e.Values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", e.Number, e.Flags)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%q", k, e.Values[k])
+	}
+	return b.String()
+}
+
+// mayUseFile reports whether a skipped entry may be a disk on path: its
+// text, with the line breaks and blanks RouterOS may have put into the
+// path taken out, holds the path. Conservative: a file that an entry we
+// could not read may use is never taken for debris.
+func (s SkippedEntry) mayUseFile(path string) bool {
+	squeeze := func(t string) string {
+		return strings.Map(func(r rune) rune {
+			if r == ' ' || r == '\t' || r == '\r' || r == '\n' {
+				return -1
+			}
+			return r
+		}, t)
+	}
+	return strings.Contains(squeeze(s.Text), squeeze(path))
 }
 
 func capacityFromOutput(pool, out string) (Capacity, error) {
@@ -220,3 +271,37 @@ func capacityFromEntries(pool string, entries []Entry) (Capacity, error) {
 
 // fileName turns a disk's file-path into a /file name (no leading slash).
 func fileName(path string) string { return strings.TrimPrefix(path, "/") }
+
+// ListDisksReport lists every file-backed disk, sorted by slot, and the
+// entries of the listing it could not read. Each skipped entry is logged
+// (a warning naming its number and why) and counted in SkippedEntries; it
+// never fails the listing, so one foreign disk of a shape the parser does
+// not know (a RAID member, a mounted image) cannot hide the driver's own.
+func (c *Client) ListDisksReport(ctx context.Context) (DiskListing, error) {
+	l, err := c.printListing(ctx, "/disk print detail where type=file")
+	if err != nil {
+		return DiskListing{}, err
+	}
+	dl := disksFromListing(l)
+	if n := len(dl.Skipped); n > 0 {
+		c.skipped.Add(int64(n))
+		logger := klog.FromContext(ctx)
+		for _, s := range dl.Skipped {
+			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", truncateText(s.Text))
+		}
+	}
+	return dl, nil
+}
+
+// SkippedEntries is how many listing entries this client has skipped as
+// unreadable since it was made (for a metric; each is also logged).
+func (c *Client) SkippedEntries() int64 { return c.skipped.Load() }
+
+// truncateText keeps a skipped entry's text short enough for a log line.
+func truncateText(s string) string {
+	const limit = 300
+	if len(s) > limit {
+		return s[:limit] + "..."
+	}
+	return s
+}

@@ -10,43 +10,93 @@ import (
 // Entry is one item of `print detail` output.
 type Entry struct {
 	Number  int    // RouterOS' entry number; -1 when the output had none
-	Flags   string // flag letters printed after the number, e.g. "Bt"
+	Flags   string // the flag letters set, blanks left out: "Bt" for `B t`
 	Comment string // `;;; text` comment lines, joined
 	Values  map[string]string
+}
+
+// Listing is `print detail` output read entry by entry: the entries
+// understood, and the ones that were not, each with its reason. One entry
+// the parser cannot read (a disk of a kind it does not know, a flag
+// column it cannot place) never hides the others.
+type Listing struct {
+	Entries []Entry
+	Skipped []SkippedEntry
+}
+
+// SkippedEntry is an entry of a listing that could not be read.
+type SkippedEntry struct {
+	Number int    // its entry number; -1 when it had none
+	Text   string // its lines as printed
+	Err    error  // why it was skipped; wraps ErrBadOutput
 }
 
 var (
 	entryStart = regexp.MustCompile(`^\s*([0-9]+)(\s|$)`)
 	keyPattern = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
-	flagsWord  = regexp.MustCompile(`^[A-Za-z*]+$`)
+	// flagsWord is a run of flag letters where no legend names them.
+	flagsWord = regexp.MustCompile(`^[A-Za-z*+]+$`)
 )
 
-// ParsePrintDetail parses `print detail` output into entries. It accepts a
-// `Flags:` legend (also one that runs onto more lines), numbered entries
-// with flag letters, indented continuation lines, `;;;` comments, bare and
-// quoted values, bare values that continue after a space
-// (`size=53 687 091 200`, `type=.img file`), CRLF line ends, and values that
-// the terminal width broke across lines at any column (see joinFragment).
-// Empty output is zero entries. Anything else is ErrBadOutput. It runs in
-// time linear in the length of the output.
+// ParsePrintDetail parses `print detail` output into entries and fails
+// on the first entry it cannot read (ParseListing reads the others).
 func ParsePrintDetail(out string) ([]Entry, error) {
+	l, err := ParseListing(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Skipped) > 0 {
+		return nil, l.Skipped[0].Err
+	}
+	return l.Entries, nil
+}
+
+// ParseListing parses `print detail` output. It accepts a `Flags:` legend
+// (also one that runs onto more lines), numbered entries whose flags stand
+// in the legend's columns (one column per `;`-separated group of the
+// legend, a blank for a flag not set: `27 B r`, `26 BM `, `31 B t`),
+// indented continuation lines, `;;;` comments, bare and quoted values,
+// bare values that continue after a space (`size=53 687 091 200`,
+// `type=.img file`), CRLF line ends, separator lines holding blanks, and
+// values that RouterOS broke across lines at any column (see lineBreak).
+// Empty output is zero entries. An entry it cannot read is put in
+// Skipped; output that is not a listing at all is ErrBadOutput. It runs in
+// time linear in the length of the output.
+func ParseListing(out string) (Listing, error) {
 	var (
 		entries  []Entry
 		scanners []*pairScanner
 		comments [][]string
+		texts    []strings.Builder
+		errs     []error
 		cur      = -1
 		propCol  = 0 // column of the current entry's first property
-		legend   = false
-		// The longest line: a line this long may have been broken at the
-		// terminal width; a shorter one ended where RouterOS ended it.
-		width    = longestLine(out)
-		prevFull = false
+		legend   strings.Builder
+		inLegend = false
+		columns  []string // the legend's flag columns, once read
+		colsRead = false
 	)
 	newEntry := func(n int, flags string) {
 		entries = append(entries, Entry{Number: n, Flags: flags, Values: map[string]string{}})
 		scanners = append(scanners, &pairScanner{dst: entries[len(entries)-1].Values})
 		comments = append(comments, nil)
+		texts = append(texts, strings.Builder{})
+		errs = append(errs, nil)
 		cur = len(entries) - 1
+	}
+	// fail marks the current entry unreadable; the rest of its lines are
+	// kept for the record and not scanned.
+	fail := func(err error) {
+		if errs[cur] == nil {
+			errs[cur] = err
+		}
+	}
+	feed := func(text string, continued bool) {
+		if errs[cur] == nil {
+			if err := scanners[cur].feed(text, continued); err != nil {
+				fail(err)
+			}
+		}
 	}
 	for len(out) > 0 {
 		var raw string
@@ -55,24 +105,31 @@ func ParsePrintDetail(out string) ([]Entry, error) {
 		} else {
 			raw, out = out, ""
 		}
-		raw = strings.TrimSuffix(raw, "\r")
-		full := len(raw) >= width
-		raw = strings.TrimRight(raw, " \t")
+		raw = strings.TrimRight(strings.TrimSuffix(raw, "\r"), " \t")
 		line := strings.TrimLeft(raw, " \t")
 		indent := len(raw) - len(line)
 		switch {
 		case line == "":
 			continue
 		case cur < 0 && strings.HasPrefix(line, "Flags:"):
-			legend = true
+			inLegend = true
+			legend.WriteString(strings.TrimPrefix(line, "Flags:"))
 			continue
-		case legend && cur < 0 && !strings.Contains(line, "=") && !entryStart.MatchString(raw):
-			continue // the legend ran onto another line
-		case strings.HasPrefix(line, ";;;"):
-			if cur < 0 || !scanners[cur].empty() {
+		case inLegend && cur < 0 && !strings.Contains(line, "=") && !entryStart.MatchString(raw):
+			// The legend ran onto another line.
+			legend.WriteByte(' ')
+			legend.WriteString(line)
+			continue
+		}
+		if !colsRead {
+			columns, colsRead = legendColumns(legend.String()), true
+		}
+		if strings.HasPrefix(line, ";;;") {
+			if cur < 0 || !scanners[cur].empty() || errs[cur] != nil {
 				newEntry(-1, "")
 				propCol = 0
 			}
+			texts[cur].WriteString(raw + "\n")
 			comments[cur] = append(comments[cur], strings.TrimSpace(line[3:]))
 			continue
 		}
@@ -80,68 +137,156 @@ func ParsePrintDetail(out string) ([]Entry, error) {
 		// column is a continuation even when it starts with digits (the
 		// rest of a wrapped `size=10 737 41` / `8 240`).
 		if m := entryStart.FindStringSubmatch(raw); m != nil && (cur < 0 || indent < propCol || propCol == 0) {
-			n, err := strconv.Atoi(m[1])
-			if err != nil {
-				return nil, fmt.Errorf("%w: entry number %q", ErrBadOutput, m[1])
+			numEnd := strings.Index(raw, m[1]) + len(m[1])
+			n, nerr := strconv.Atoi(m[1])
+			if nerr != nil {
+				n = -1
 			}
-			rest := strings.TrimLeft(raw[len(m[0]):], " \t")
-			flags := ""
-			if f, _, _ := strings.Cut(rest, " "); f != "" && flagsWord.MatchString(f) {
-				flags = f
-				rest = strings.TrimLeft(rest[len(f):], " \t")
-			}
-			if strings.HasPrefix(rest, ";;;") {
-				if cur >= 0 && entries[cur].Number == -1 && scanners[cur].empty() {
-					entries[cur].Number, entries[cur].Flags = n, flags
-				} else {
-					newEntry(n, flags)
-				}
-				comments[cur] = append(comments[cur], strings.TrimSpace(rest[3:]))
-				rest = ""
-			} else if cur >= 0 && entries[cur].Number == -1 && scanners[cur].empty() {
+			flags, rest, ferr := readFlags(raw[numEnd:], columns)
+			if cur >= 0 && entries[cur].Number == -1 && scanners[cur].empty() && errs[cur] == nil && len(comments[cur]) > 0 {
 				// A comment line opened this entry before its number line.
 				entries[cur].Number, entries[cur].Flags = n, flags
 			} else {
 				newEntry(n, flags)
 			}
+			texts[cur].WriteString(raw + "\n")
+			switch {
+			case nerr != nil:
+				fail(fmt.Errorf("%w: entry number %q", ErrBadOutput, truncate(m[1])))
+			case ferr != nil:
+				fail(fmt.Errorf("%w: entry %d: %v", ErrBadOutput, n, ferr))
+			}
+			if strings.HasPrefix(rest, ";;;") {
+				comments[cur] = append(comments[cur], strings.TrimSpace(rest[3:]))
+				rest = ""
+			}
 			propCol = len(raw) - len(rest)
 			if rest == "" {
 				propCol = len(raw) + 1
 			}
-			if err := scanners[cur].feed(rest, false, false); err != nil {
-				return nil, err
-			}
-			prevFull = full
+			feed(rest, false)
 			continue
 		}
 		if cur < 0 {
 			// Output without entry numbers (seen in single-item prints).
 			if !strings.Contains(line, "=") {
-				return nil, fmt.Errorf("%w: unexpected line %q", ErrBadOutput, truncate(line))
+				return Listing{}, fmt.Errorf("%w: unexpected line %q", ErrBadOutput, truncate(line))
 			}
 			newEntry(-1, "")
 			propCol = indent + 1
-			if err := scanners[cur].feed(line, false, false); err != nil {
-				return nil, err
-			}
-			prevFull = full
+			texts[cur].WriteString(raw + "\n")
+			feed(line, false)
 			continue
 		}
-		if err := scanners[cur].feed(line, !scanners[cur].empty(), prevFull); err != nil {
-			return nil, err
-		}
-		prevFull = full
+		texts[cur].WriteString(raw + "\n")
+		feed(line, !scanners[cur].empty())
 	}
+	var l Listing
 	for i := range entries {
-		if err := scanners[i].finish(); err != nil {
-			return nil, err
+		err := errs[i]
+		if err == nil {
+			err = scanners[i].finish()
+		}
+		if err == nil && len(entries[i].Values) == 0 {
+			err = fmt.Errorf("%w: entry %d has no properties", ErrBadOutput, entries[i].Number)
+		}
+		if err != nil {
+			l.Skipped = append(l.Skipped, SkippedEntry{Number: entries[i].Number, Text: texts[i].String(), Err: err})
+			continue
 		}
 		entries[i].Comment = strings.Join(comments[i], " ")
-		if len(entries[i].Values) == 0 {
-			return nil, fmt.Errorf("%w: entry %d has no properties", ErrBadOutput, entries[i].Number)
+		l.Entries = append(l.Entries, entries[i])
+	}
+	return l, nil
+}
+
+// legendColumns reads the flag columns of a `Flags:` legend (the text
+// after "Flags:", its lines joined): one column per group between
+// semicolons, each holding the letters of its comma-separated flags
+// (`X - DISABLED; A - ACQUIRED, E - EMPTY, B - BLOCK-DEVICE; M - MOUNTED`
+// is three columns: X, AEB, M). nil when there is no legend or a part of
+// it is not `letter - NAME`.
+func legendColumns(text string) []string {
+	var cols []string
+	for _, group := range strings.Split(text, ";") {
+		if strings.TrimSpace(group) == "" {
+			continue
+		}
+		letters := ""
+		for _, part := range strings.Split(group, ",") {
+			letter, _, _ := strings.Cut(strings.TrimSpace(part), " - ")
+			letter = strings.TrimSpace(letter)
+			if len(letter) != 1 || letter[0] <= ' ' || letter[0] > '~' || letter == "=" || letter == `"` {
+				return nil
+			}
+			letters += letter
+		}
+		cols = append(cols, letters)
+	}
+	return cols
+}
+
+// readFlags reads the flags after an entry's number (s starts right after
+// the digits) and returns the letters set and the rest of the line. The
+// flags are read by column against the legend: one space after the
+// number, then one character per column, a blank or one of that column's
+// letters. Where that does not fit (a legend the parser could not read,
+// numbers padded another way), the words before the first property are
+// taken as flags, each letter one the legend names (any letter when there
+// is no legend).
+func readFlags(s string, columns []string) (flags, rest string, err error) {
+	if n := len(columns); n > 0 && strings.HasPrefix(s, " ") {
+		field, tail := s[1:], ""
+		if len(field) > n {
+			field, tail = field[:n], field[n:]
+		}
+		if tail == "" || tail[0] == ' ' {
+			var b strings.Builder
+			ok := true
+			for i := 0; i < len(field) && ok; i++ {
+				switch c := field[i]; {
+				case c == ' ':
+				case strings.IndexByte(columns[i], c) >= 0:
+					b.WriteByte(c)
+				default:
+					ok = false
+				}
+			}
+			if ok {
+				return b.String(), strings.TrimLeft(tail, " \t"), nil
+			}
 		}
 	}
-	return entries, nil
+	rest = strings.TrimLeft(s, " \t")
+	for rest != "" {
+		w, after, _ := strings.Cut(rest, " ")
+		if strings.Contains(w, "=") || strings.HasPrefix(w, ";;;") {
+			break
+		}
+		if len(columns) == 0 {
+			if !flagsWord.MatchString(w) {
+				break // not flags: the property scanner judges it
+			}
+		} else {
+			for i := 0; i < len(w); i++ {
+				if !inColumns(columns, w[i]) {
+					return "", "", fmt.Errorf("flag %q is not in the Flags legend", truncate(w))
+				}
+			}
+		}
+		flags += w
+		rest = strings.TrimLeft(after, " \t")
+	}
+	return flags, rest, nil
+}
+
+func inColumns(columns []string, c byte) bool {
+	for _, col := range columns {
+		if strings.IndexByte(col, c) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // scanState is where a pairScanner is within `key=value key="v" ...`.
@@ -177,16 +322,15 @@ type pairScanner struct {
 
 func (p *pairScanner) empty() bool { return !p.fed }
 
-// feed scans one line. continued reports that the line is a continuation
-// of the entry (a line break precedes it); afterFull, that the line before
-// it was as long as the longest line, so the break may be the terminal's.
-func (p *pairScanner) feed(line string, continued, afterFull bool) error {
+// feed scans one line. continued reports that the line continues the
+// entry's text after a line break.
+func (p *pairScanner) feed(line string, continued bool) error {
 	if line == "" {
 		return nil
 	}
 	p.fed = true
 	if continued {
-		if err := p.lineBreak(line, afterFull); err != nil {
+		if err := p.lineBreak(line); err != nil {
 			return err
 		}
 	}
@@ -199,13 +343,14 @@ func (p *pairScanner) feed(line string, continued, afterFull bool) error {
 }
 
 // lineBreak decides what the break before next means for the token being
-// read.
-func (p *pairScanner) lineBreak(next string, afterFull bool) error {
+// read, by what can continue it, never by the length of the line: RouterOS
+// breaks lines at the terminal width, and also well short of it (a
+// file-path broken before a '-' in the middle of a UUID). A `key=` starts
+// a property; inside quotes or right after '=' the pieces are joined; a
+// word without '=' that cannot continue the open value is a key broken in
+// the middle; otherwise joinFragment decides.
+func (p *pairScanner) lineBreak(next string) error {
 	first, _, _ := strings.Cut(next, " ")
-	if !afterFull && (p.state == inWord || p.state == inBare) {
-		// A shorter line ended where RouterOS ended it, or at a space.
-		return p.char(' ')
-	}
 	startsProperty := false
 	if k, _, ok := strings.Cut(first, "="); ok && keyPattern.MatchString(k) {
 		startsProperty = true
@@ -240,12 +385,12 @@ func (p *pairScanner) lineBreak(next string, afterFull bool) error {
 }
 
 // joinFragment decides how a value broken at a line end continues with the
-// first word of the next line: "" joins the pieces (a value broken at the
-// terminal width: the driver's IDs, paths and NQNs never contain spaces),
-// " " when the break fell on a space inside one of the values RouterOS
-// prints with spaces (digit groups, `type=.img file`, a date and time).
+// first word of the next line: "" joins the pieces (the driver's IDs,
+// paths and NQNs never contain spaces, wherever RouterOS broke them), " "
+// when the break fell on a space inside one of the values RouterOS prints
+// with spaces (digit groups, `type=.img file`, a date and time).
 func joinFragment(key, sofar string, digitsOnly, spaced bool, group int, next string) string {
-	if digitsOnly && sofar != "" && allDigits(next) {
+	if digitsOnly && sofar != "" && allDigits(next) && (spaced || groupedKeys[key]) {
 		// Exactly one of the two readings gives genuine thousands groups:
 		// every group but the first has three digits, the first 1-3.
 		firstGroup := !spaced
@@ -267,21 +412,6 @@ func joinFragment(key, sofar string, digitsOnly, spaced bool, group int, next st
 	return ""
 }
 
-// longestLine is the length of the longest line of out, without its CR.
-func longestLine(out string) int {
-	longest := 0
-	for len(out) > 0 {
-		line := out
-		if i := strings.IndexByte(out, '\n'); i >= 0 {
-			line, out = out[:i], out[i+1:]
-		} else {
-			out = ""
-		}
-		longest = max(longest, len(strings.TrimSuffix(line, "\r")))
-	}
-	return longest
-}
-
 func allDigits(s string) bool {
 	if s == "" {
 		return false
@@ -293,6 +423,11 @@ func allDigits(s string) bool {
 	}
 	return true
 }
+
+// groupedKeys are the properties whose numbers RouterOS prints in digit
+// groups (`size=53 687 091 200`); other numbers (a port, an offset) are
+// printed whole, so a break inside one never fell on a space.
+var groupedKeys = map[string]bool{"size": true, "free": true}
 
 // continues reports whether a word at a line end, after the open bare
 // value and a space, is more of that value (a digit group, the `file` of

@@ -2,6 +2,7 @@ package rds
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -164,4 +165,13 @@ func TestClassifyOutput(t *testing.T) {
 			t.Errorf("%q: a RouterOS refusal must never be transient", tc.out)
 		}
 	}
+}
+
+// longestLine is the length of the longest line of out, without its CR.
+func longestLine(out string) int {
+	longest := 0
+	for _, line := range strings.Split(out, "\n") {
+		longest = max(longest, len(strings.TrimSuffix(line, "\r")))
+	}
+	return longest
 }
