@@ -201,14 +201,21 @@ func (c *Client) cleanup(ctx context.Context, slot, path string) {
 	}
 }
 
+// disksUsingFile counts the disks on path, and the listing entries it
+// could not read that may be on it (their text holds the path).
 func (c *Client) disksUsingFile(ctx context.Context, path string) (int, error) {
-	disks, err := c.ListDisks(ctx)
+	l, err := c.ListDisksReport(ctx)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, d := range disks {
+	for _, d := range l.Disks {
 		if d.FilePath == path {
+			n++
+		}
+	}
+	for _, s := range l.Skipped {
+		if s.mayUseFile(path) {
 			n++
 		}
 	}
@@ -242,13 +249,14 @@ func (c *Client) GetDisk(ctx context.Context, slot string) (*Disk, error) {
 }
 
 // ListDisks returns every file-backed disk, sorted by slot, so that callers
-// can paginate with a stable order.
+// can paginate with a stable order. Entries it cannot read are skipped
+// (ListDisksReport).
 func (c *Client) ListDisks(ctx context.Context) ([]Disk, error) {
-	entries, err := c.printDetail(ctx, "/disk print detail where type=file")
+	l, err := c.ListDisksReport(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return disksFromEntries(entries)
+	return l.Disks, nil
 }
 
 // ResizeDisk grows a disk to at least size bytes and returns it. A disk that
