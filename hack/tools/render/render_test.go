@@ -1,0 +1,226 @@
+package render
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func helmObjects(t *testing.T, o HelmOptions) map[string]Object {
+	t.Helper()
+	out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Objects(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func kustomizeObjects(t *testing.T, dir string) map[string]Object {
+	t.Helper()
+	out, err := Kustomize(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Objects(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// overlay writes a kustomization in a temporary directory with the given
+// body (paths in it relative to the repository root) and returns its dir.
+func overlay(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, root(t)) // kustomize refuses absolute paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = strings.ReplaceAll(body, "ROOT", rel)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The chart with no values renders the same objects as the kustomize tree
+// an install uses (manifests/: base + storageclass), field for field.
+func TestChartDefaultEqualsKustomize(t *testing.T) {
+	h := helmObjects(t, HelmOptions{})
+	k := kustomizeObjects(t, filepath.Join(root(t), "manifests"))
+	if d := Diff("kustomize", k, "helm", h); d != "" {
+		t.Errorf("the chart's default render differs from manifests/:\n%s", d)
+	}
+	if len(k) < 15 {
+		t.Errorf("kustomize rendered only %d objects", len(k))
+	}
+	t.Logf("%d objects equal", len(k))
+}
+
+// What the chart's values switch on equals the kustomize pieces that do
+// the same: storage fencing as the component overlays/storage-fencing, the
+// snapshot class as manifests/snapshot, and a site's address and Secret
+// as the example overlay does them.
+func TestChartValuesEqualKustomizePieces(t *testing.T) {
+	cases := []struct {
+		name string
+		set  []string
+		kust string
+	}{
+		{
+			name: "storage fencing",
+			set:  []string{"storageFencing.enabled=true"},
+			kust: "resources: [ROOT/manifests]\ncomponents: [ROOT/manifests/overlays/storage-fencing]\n",
+		},
+		{
+			name: "snapshot class",
+			set:  []string{"volumeSnapshotClass.create=true"},
+			kust: "resources: [ROOT/manifests, ROOT/manifests/snapshot]\n",
+		},
+		{
+			name: "image",
+			set:  []string{"image.repository=registry.example.internal/rds-csi-driver", "image.tag=v9.9.9"},
+			kust: `resources: [ROOT/manifests]
+images:
+  - name: ghcr.io/srvlab/rds-csi-driver
+    newName: registry.example.internal/rds-csi-driver
+    newTag: v9.9.9
+`,
+		},
+		{
+			name: "replicas",
+			set:  []string{"controller.replicas=3"},
+			kust: `resources: [ROOT/manifests]
+replicas:
+  - name: rds-csi-controller
+    count: 3
+`,
+		},
+		{
+			name: "site address",
+			set:  []string{"rds.address=192.0.2.10", "rds.port=2222", "nvme.address=198.51.100.7"},
+			kust: `resources: [ROOT/manifests]
+patches:
+  - target: {kind: ConfigMap, name: rds-csi-config}
+    patch: |-
+      - {op: replace, path: /data/rds-address, value: 192.0.2.10}
+      - {op: replace, path: /data/rds-port, value: "2222"}
+      - {op: replace, path: /data/nvme-address, value: 198.51.100.7}
+`,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := helmObjects(t, HelmOptions{Set: c.set})
+			k := kustomizeObjects(t, overlay(t, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"+c.kust))
+			if d := Diff("kustomize", k, "helm", h); d != "" {
+				t.Errorf("helm --set %v differs from its kustomize equivalent:\n%s", c.set, d)
+			}
+		})
+	}
+}
+
+// path walks o along keys (map keys, or "[i]" list indexes written as ints).
+func path(o interface{}, keys ...interface{}) interface{} {
+	if obj, ok := o.(Object); ok {
+		o = map[string]interface{}(obj)
+	}
+	for _, k := range keys {
+		switch k := k.(type) {
+		case string:
+			m, _ := o.(map[string]interface{})
+			o = m[k]
+		case int:
+			l, _ := o.([]interface{})
+			if k >= len(l) {
+				return nil
+			}
+			o = l[k]
+		}
+	}
+	return o
+}
+
+// The values a user changes that have no one-line kustomize twin land
+// where the pods and classes read them.
+func TestChartValues(t *testing.T) {
+	h := helmObjects(t, HelmOptions{
+		ValueFiles: []string{writeFile(t, "values.yaml", `
+controller:
+  nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+node:
+  nodeSelector: {storage.example/nvme: "yes"}
+  tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedule}]
+  kubeletDir: /var/lib/k0s/kubelet
+rds:
+  sshSecret: {name: site-ssh, create: true, privateKey: KEY, knownHosts: HOSTS}
+storageClasses:
+  - name: rds-xfs
+    parameters: {csi.storage.k8s.io/fstype: xfs}
+    allowVolumeExpansion: false
+    reclaimPolicy: Retain
+`)},
+	})
+	dep := h["Deployment/rds-csi/rds-csi-controller"]
+	if got := path(dep, "spec", "template", "spec", "nodeSelector", "node-role.kubernetes.io/control-plane"); got != "" {
+		t.Errorf("controller nodeSelector: %v", path(dep, "spec", "template", "spec", "nodeSelector"))
+	}
+	if got := path(dep, "spec", "template", "spec", "volumes", 1, "secret", "secretName"); got != "site-ssh" {
+		t.Errorf("controller mounts Secret %v, want site-ssh", got)
+	}
+	ds := h["DaemonSet/rds-csi/rds-csi-node"]
+	if got, _ := path(ds, "spec", "template", "spec", "nodeSelector").(map[string]interface{}); got["storage.example/nvme"] != "yes" || got["kubernetes.io/os"] != "linux" {
+		// Helm merges a map value into the default one (a key set to null
+		// removes a default key); lists replace.
+		t.Errorf("node nodeSelector: %v", got)
+	}
+	if got := path(ds, "spec", "template", "spec", "tolerations", 0, "key"); got != "dedicated" {
+		t.Errorf("node tolerations: %v", path(ds, "spec", "template", "spec", "tolerations"))
+	}
+	if got := path(ds, "spec", "template", "spec", "containers", 1, "args", 1); got != "--kubelet-registration-path=/var/lib/k0s/kubelet/plugins/rds.csi.srvlab.io/csi.sock" {
+		t.Errorf("registrar: %v", got)
+	}
+	sec := h["Secret/rds-csi/site-ssh"]
+	if path(sec, "data", "id_ed25519") != "S0VZ" || path(sec, "data", "known_hosts") != "SE9TVFM=" {
+		t.Errorf("Secret site-ssh: %v", sec)
+	}
+	sc := h["StorageClass//rds-xfs"]
+	if path(sc, "parameters", "csi.storage.k8s.io/fstype") != "xfs" || path(sc, "allowVolumeExpansion") != false || path(sc, "reclaimPolicy") != "Retain" {
+		t.Errorf("StorageClass rds-xfs: %v", sc)
+	}
+	if _, ok := h["StorageClass//rds-nvme-ext4"]; ok {
+		t.Error("storageClasses replaces the default list, but rds-nvme-ext4 is still there")
+	}
+}
+
+// A Secret asked for without its key is refused with the value's name.
+func TestChartSecretNeedsItsKeys(t *testing.T) {
+	_, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: []string{"rds.sshSecret.create=true", "rds.sshSecret.knownHosts=x"}})
+	if err == nil || !strings.Contains(err.Error(), "rds.sshSecret.privateKey is required") {
+		t.Errorf("err = %v, want one naming rds.sshSecret.privateKey", err)
+	}
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
