@@ -64,6 +64,7 @@ type options struct {
 	faultControl   string
 	copyFromProps  string
 	copyFromData   string
+	closedProps    string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -85,6 +86,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.faultControl, "fault-control", "", "unix socket path to serve the fault control protocol on (below), created with mode 0600 and removed at exit; empty: none")
 	fs.StringVar(&o.copyFromProps, "copy-from-properties", string(rdssim.CopyFromFresh), "where /disk add copy-from takes the properties the add does not set: inherit (from the source disk, as RouterOS's CLI manual describes copy-from) or fresh (a new disk's defaults)")
 	fs.StringVar(&o.copyFromData, "copy-from-data", string(rdssim.CopyFromDataCopy), "what /disk add copy-from puts in the copy's file: copy (the source's data, as the driver assumes) or none (zeros at the source's size); RouterOS' behaviour is not confirmed")
+	fs.StringVar(&o.closedProps, "closed-export-props", string(rdssim.ClosedExportShown), "whether /disk print shows nvme-tcp-server-port, -nqn and -allow-host-name of a disk whose export is off: shown, or hidden (as RAID disks printed on RDS2216 hardware); where/find conditions see them either way; RouterOS' behaviour for file disks is not known")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
 }
 
@@ -225,6 +227,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--copy-from-data: %w", err)
 	}
+	closedProps, err := rdssim.ParseClosedExportProps(o.closedProps)
+	if err != nil {
+		return fmt.Errorf("--closed-export-props: %w", err)
+	}
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
@@ -249,6 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		AllowHostChange:     hostChange,
 		CopyFromProperties:  copyProps,
 		CopyFromData:        copyData,
+		ClosedExportProps:   closedProps,
 	})
 	if err != nil {
 		return err
@@ -287,6 +294,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "not exporting over NVMe/TCP (no nvmet)")
 	}
 	fmt.Fprintf(stdout, "a change of a disk's allowed host: %s established connections (--allow-host-change)\n", hostChange)
+	fmt.Fprintf(stdout, "a closed export's server properties: %s (--closed-export-props)\n", closedProps)
 	if o.faultControl != "" {
 		fmt.Fprintf(stdout, "fault control on %s\n", o.faultControl)
 	}

@@ -69,7 +69,7 @@ func TestDiskPrint(t *testing.T) {
       file-path=/storage-pool/k8s/pvc-with-a-much-longer-name-0123456789abcdef.img file-size=1.5GiB
       file-offset=0
 `
-	first := strings.TrimPrefix(docSample(t), legend)
+	first := strings.TrimPrefix(docSample(t), "Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT\n")
 	pool := func(free string) string {
 		return ` 0 BM type=partition slot="storage-pool" slot-default="" parent="" fs=btrfs model=""
       size=107 374 182 400 free=` + free + ` mount-filesystem=yes mount-read-only=no
@@ -77,22 +77,41 @@ func TestDiskPrint(t *testing.T) {
       iscsi-export=no nfs-sharing=no smb-sharing=no media-sharing=no media-interface=none swap=no
 `
 	}
-	renumber := func(entry string, n int) string { return fmt.Sprintf("%2d", n) + entry[2:] }
+	// relayout gives an entry another number and flag field: the flags
+	// stand in the columns of the legend printed with it (only the flags
+	// the listing uses), and the continuation lines follow the first
+	// property.
+	relayout := func(entry string, n int, field string) string {
+		first, rest, _ := strings.Cut(entry, "\n")
+		_, props, _ := strings.Cut(strings.TrimLeft(first, " 0123456789"), " type=")
+		prefix := fmt.Sprintf("%2d %s ", n, field)
+		out := prefix + "type=" + props + "\n"
+		for _, l := range strings.Split(strings.TrimSuffix(rest, "\n"), "\n") {
+			out += strings.Repeat(" ", len(prefix)) + strings.TrimLeft(l, " ") + "\n"
+		}
+		return out
+	}
+	const (
+		legendB   = "Flags: B - BLOCK-DEVICE\n"
+		legendBM  = "Flags: B - BLOCK-DEVICE; M - MOUNTED\n"
+		legendBt  = "Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT\n"
+		legendBMt = legend
+	)
 
 	for _, tc := range []struct {
 		cmd, want string
 	}{
-		{`/disk print detail where slot="snap-1"`, legend + renumber(snap, 0)},
-		{`/disk print detail where slot=snap-1`, legend + renumber(snap, 0)},
-		{`/disk print detail where type=file`, legend + first + "\n" + snap + "\n" + renumber(long, 2)},
-		{`/disk/print detail where type="file" and slot="pvc-1"`, legend + first},
-		{`/disk print detail where slot="pvc-with-a-much-longer-name-0123456789abcdef"`, legend + long},
-		{`/disk print detail where mount-point="storage-pool"`, legend + pool("84 288 733 184")},
-		{`/disk print detail where mount-point=storage-pool`, legend + pool("84 288 733 184")},
-		{`/disk print detail where size="10 737 418 240" and nvme-tcp-export=no`, legend + renumber(snap, 0)},
-		{`/disk print detail where slot="nope"`, legend},
-		{`/disk print detail where mount-point="other-pool"`, legend},
-		{`/disk print detail`, legend + pool("84 288 733 184") + "\n" + renumber(first, 1) + "\n" + renumber(snap, 2) + "\n" + renumber(long, 3)},
+		{`/disk print detail where slot="snap-1"`, legendB + relayout(snap, 0, "B")},
+		{`/disk print detail where slot=snap-1`, legendB + relayout(snap, 0, "B")},
+		{`/disk print detail where type=file`, legendBt + first + "\n" + snap + "\n" + relayout(long, 2, "Bt")},
+		{`/disk/print detail where type="file" and slot="pvc-1"`, legendBt + first},
+		{`/disk print detail where slot="pvc-with-a-much-longer-name-0123456789abcdef"`, legendBt + long},
+		{`/disk print detail where mount-point="storage-pool"`, legendBM + pool("84 288 733 184")},
+		{`/disk print detail where mount-point=storage-pool`, legendBM + pool("84 288 733 184")},
+		{`/disk print detail where size="10 737 418 240" and nvme-tcp-export=no`, legendB + relayout(snap, 0, "B")},
+		{`/disk print detail where slot="nope"`, legendBMt},
+		{`/disk print detail where mount-point="other-pool"`, legendBMt},
+		{`/disk print detail`, legendBMt + relayout(pool("84 288 733 184"), 0, "BM ") + "\n" + relayout(first, 1, "B t") + "\n" + relayout(snap, 2, "B  ") + "\n" + relayout(long, 3, "B t")},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {
 			if got := ts.run(tc.cmd); got != tc.want {
@@ -472,7 +491,7 @@ func TestSetAndResize(t *testing.T) {
 		t.Errorf("allow-host not cleared: %+v", d)
 	}
 	ts.mustRun(`/disk set [find slot="pvc-1"] nvme-tcp-export=no`)
-	if out := ts.run(`/disk print detail where slot="pvc-1"`); !strings.Contains(out, "\n 0 B  type=file") {
+	if out := ts.run(`/disk print detail where slot="pvc-1"`); !strings.HasPrefix(out, "Flags: B - BLOCK-DEVICE\n 0 B type=file") {
 		t.Errorf("t flag still shown:\n%s", out)
 	}
 }

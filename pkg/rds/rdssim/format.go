@@ -89,11 +89,14 @@ func humanSize(n int64) string {
 }
 
 // prop is one key=value pair of a printed item. raw is the plain value used
-// by where/find conditions; text is how it is printed.
+// by where/find conditions; text is how it is printed. A hidden property
+// is not printed, and where/find conditions still see it (as RouterOS
+// evaluates a condition on the property, not on the printed text).
 type prop struct {
-	key  string
-	raw  string
-	text string
+	key    string
+	raw    string
+	text   string
+	hidden bool
 }
 
 // strProp is a string-typed property: always printed double-quoted.
@@ -143,52 +146,76 @@ func quote(v string) string {
 	return b.String()
 }
 
-// item is one numbered entry of a print detail listing.
+// item is one numbered entry of a print detail listing: the letters of
+// its flags that are set, and its properties.
 type item struct {
 	flags string
 	props []prop
 }
 
+// flagColumn is one column of a Flags legend.
+type flagColumn struct {
+	letter byte
+	name   string
+}
+
 // formatDetail renders items in the RouterOS `print detail` form for a
-// terminal width columns wide (<= 0: no limit): the Flags legend, even when
-// nothing matched, wrapped after its `;` separators; numbered entries with
-// flag letters; properties wrapped between them, a property longer than a
-// line broken in the middle of its value; continuation lines indented under
-// the first property; a blank line between entries. No items and no legend
-// prints nothing at all.
-func formatDetail(legend string, items []item, width int) string {
+// terminal width columns wide (<= 0: no limit), as RDS hardware printed
+// it: the Flags legend, naming the flags of columns that the printed items
+// set (all of them when nothing matched, when the legend is printed alone),
+// wrapped after its `;` separators; numbered entries, the number
+// right-aligned, then one character per legend column, the flag's letter
+// or a blank (`26 BM `, `27 B r`, ` 1 B t`); properties wrapped between
+// them, a property longer than a line broken in the middle of its value;
+// continuation lines indented under the first property; a blank line
+// between entries. Without columns there is no legend and no flag field.
+// No items and no legend prints nothing at all.
+func formatDetail(columns []flagColumn, items []item, width int) string {
 	var b strings.Builder
-	if legend != "" {
+	used := columns
+	if len(items) > 0 {
+		used = nil
+		for _, c := range columns {
+			for _, it := range items {
+				if strings.IndexByte(it.flags, c.letter) >= 0 {
+					used = append(used, c)
+					break
+				}
+			}
+		}
+	}
+	if len(used) > 0 {
 		const prefix = "Flags: "
-		wrapWords(&b, prefix, splitLegend(legend), len(prefix), width)
+		names := make([]string, len(used))
+		for i, c := range used {
+			names[i] = string(c.letter) + " - " + c.name
+		}
+		wrapWords(&b, prefix, splitLegend(strings.Join(names, "; ")), len(prefix), width)
 	}
 	if len(items) == 0 {
 		return b.String()
 	}
-	numWidth := len(strconv.Itoa(len(items) - 1))
-	if numWidth < 2 {
-		numWidth = 2
-	}
-	// The flag column is at least two letters wide whatever is printed,
-	// so entries line up ("Bt" and "B ").
-	flagWidth := 0
-	if legend != "" {
-		flagWidth = 2
-	}
-	for _, it := range items {
-		flagWidth = max(flagWidth, len(it.flags))
-	}
+	numWidth := max(len(strconv.Itoa(len(items)-1)), 2)
 	for i, it := range items {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
 		prefix := fmt.Sprintf("%*d ", numWidth, i)
-		if flagWidth > 0 {
-			prefix += fmt.Sprintf("%-*s ", flagWidth, it.flags)
+		if len(used) > 0 {
+			field := make([]byte, len(used))
+			for j, c := range used {
+				field[j] = ' '
+				if strings.IndexByte(it.flags, c.letter) >= 0 {
+					field[j] = c.letter
+				}
+			}
+			prefix += string(field) + " "
 		}
-		words := make([]string, len(it.props))
-		for j, p := range it.props {
-			words[j] = p.key + "=" + p.text
+		words := make([]string, 0, len(it.props))
+		for _, p := range it.props {
+			if !p.hidden {
+				words = append(words, p.key+"="+p.text)
+			}
 		}
 		wrapWords(&b, prefix, words, len(prefix), width)
 	}

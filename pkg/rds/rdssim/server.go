@@ -93,6 +93,10 @@ type Config struct {
 	// the connections already established to its export: keep (the
 	// default, as Linux nvmet) or drop. Export off drops them either way.
 	AllowHostChange AllowHostChange
+	// ClosedExportProps is whether /disk print shows the NVMe/TCP server
+	// properties of a disk whose export is off: shown (the default) or
+	// hidden, as RAID disks printed on RDS2216 hardware (closedexport.go).
+	ClosedExportProps ClosedExportProps
 }
 
 // Stats counts connections.
@@ -130,6 +134,7 @@ type Server struct {
 	lastExports    []Export
 	exportsApplied bool
 	hostChange     AllowHostChange
+	closedProps    ClosedExportProps
 	drops          map[string]int // ConnectionDrops by slot; under stateMu
 	exportLog      []ExportChange // under stateMu
 
@@ -187,6 +192,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
 	}
+	closedProps, err := ParseClosedExportProps(string(cfg.ClosedExportProps))
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
 	copyFrom, err := newCopyModel(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
@@ -220,23 +229,24 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	s := &Server{
-		dataDir:    dataDir,
-		pool:       cfg.PoolName,
-		poolSize:   cfg.PoolSize,
-		crlf:       cfg.CRLF,
-		width:      cfg.TerminalWidth,
-		exitFail:   cfg.ExitStatusOnFailure,
-		copyRate:   cfg.CopyRate,
-		copying:    map[string]bool{},
-		copyFrom:   copyFrom,
-		log:        cfg.Logger,
-		now:        cfg.Now,
-		hostKey:    hostKey,
-		disks:      disks,
-		conns:      map[net.Conn]struct{}{},
-		exporter:   cfg.Exporter,
-		hostChange: hostChange,
-		drops:      map[string]int{},
+		dataDir:     dataDir,
+		pool:        cfg.PoolName,
+		poolSize:    cfg.PoolSize,
+		crlf:        cfg.CRLF,
+		width:       cfg.TerminalWidth,
+		exitFail:    cfg.ExitStatusOnFailure,
+		copyRate:    cfg.CopyRate,
+		copying:     map[string]bool{},
+		copyFrom:    copyFrom,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		hostKey:     hostKey,
+		disks:       disks,
+		conns:       map[net.Conn]struct{}{},
+		exporter:    cfg.Exporter,
+		hostChange:  hostChange,
+		closedProps: closedProps,
+		drops:       map[string]int{},
 	}
 	if err := s.syncExports(); err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)

@@ -29,6 +29,8 @@ type disk struct {
 	Port      int    `json:"nvmeTcpServerPort"`
 	NQN       string `json:"nvmeTcpServerNqn"`
 	AllowHost string `json:"nvmeTcpServerAllowHostName"`
+	// Mounted: a disk mounted beside the driver's (an image; AddMountedImage).
+	Mounted bool `json:"mounted,omitempty"`
 }
 
 type stateFile struct {
@@ -214,12 +216,17 @@ func (s *Server) diskBySlot(slot string) *disk {
 	return nil
 }
 
-// diskLegend is the Flags line of /disk print.
+// diskFlags are the /disk flags the simulator sets, in the order of
+// RouterOS's /disk reference (X A E B M F S f r c g p t i s n m L O o),
+// which is the order of the legend's columns.
+var diskFlags = []flagColumn{{'B', "BLOCK-DEVICE"}, {'M', "MOUNTED"}, {'t', "NVME-TCP-EXPORT"}}
+
+// diskLegend is the Flags line of a /disk print that matches nothing.
 const diskLegend = "B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT"
 
 // diskKeys are the properties /disk where and find accept: those of the
 // pool disk and of file disks.
-var diskKeys = propKeys((&Server{}).poolItem(0, 0), fileDiskItem(&disk{}, 0))
+var diskKeys = propKeys((&Server{}).poolItem(0, 0), fileDiskItem(&disk{}, 0, false))
 
 func propKeys(items ...item) map[string]bool {
 	keys := map[string]bool{}
@@ -257,13 +264,24 @@ func (s *Server) poolItem(size, free int64) item {
 	}}
 }
 
-func fileDiskItem(d *disk, size int64) item {
+// fileDiskItem is a file disk as /disk print shows it. hideClosed leaves
+// the NVMe/TCP server properties out of the print while the export is off
+// (Config.ClosedExportProps hidden); conditions still see them. A mounted
+// disk (an image mounted beside the driver's disks) carries M and its
+// mount point.
+func fileDiskItem(d *disk, size int64, hideClosed bool) item {
 	flags := "B"
+	mounted := "no"
+	if d.Mounted {
+		flags += "M"
+		mounted = "yes"
+	}
 	if d.Export {
 		flags += "t"
 	}
+	hide := hideClosed && !d.Export
 	sz := max(size, 0)
-	return item{flags: flags, props: []prop{
+	props := []prop{
 		bareProp("type", "file"),
 		strProp("slot", d.Slot),
 		strProp("slot-default", ""),
@@ -271,15 +289,20 @@ func fileDiskItem(d *disk, size int64) item {
 		bareProp("fs", "-"),
 		strProp("model", d.FilePath),
 		{key: "size", raw: fmt.Sprint(sz), text: spacedNumber(sz)},
-		bareProp("mount-filesystem", "no"),
-		bareProp("mount-read-only", "no"),
+		bareProp("mount-filesystem", mounted),
+		bareProp("mount-read-only", mounted),
+	}
+	if d.Mounted {
+		props = append(props, strProp("mount-point", d.Slot))
+	}
+	props = append(props,
 		bareProp("compress", "no"),
 		bareProp("sector-size", "512"),
 		bareProp("raid-master", "none"),
 		bareProp("nvme-tcp-export", yesNo(d.Export)),
-		bareProp("nvme-tcp-server-port", fmt.Sprint(d.Port)),
-		strProp("nvme-tcp-server-nqn", d.NQN),
-		strProp("nvme-tcp-server-allow-host-name", d.AllowHost),
+		hidden(bareProp("nvme-tcp-server-port", fmt.Sprint(d.Port)), hide),
+		hidden(strProp("nvme-tcp-server-nqn", d.NQN), hide),
+		hidden(strProp("nvme-tcp-server-allow-host-name", d.AllowHost), hide),
 		bareProp("iscsi-export", "no"),
 		bareProp("nfs-sharing", "no"),
 		bareProp("smb-sharing", "no"),
@@ -289,7 +312,13 @@ func fileDiskItem(d *disk, size int64) item {
 		bareProp("file-path", d.FilePath),
 		bareProp("file-size", humanSize(sz)),
 		bareProp("file-offset", "0"),
-	}}
+	)
+	return item{flags: flags, props: props}
+}
+
+func hidden(p prop, hide bool) prop {
+	p.hidden = hide
+	return p
 }
 
 // diskItems returns the pool disk and then every file disk, in table order,
@@ -302,7 +331,7 @@ func (s *Server) diskItems() ([]item, []*disk, error) {
 	items := []item{s.poolItem(s.poolSize, f)}
 	disks := []*disk{nil}
 	for _, d := range s.disks {
-		items = append(items, fileDiskItem(d, s.fileSize(d)))
+		items = append(items, fileDiskItem(d, s.fileSize(d), s.closedProps == ClosedExportHidden))
 		disks = append(disks, d)
 	}
 	return items, disks, nil
