@@ -70,8 +70,12 @@ commands:
   export SLOT off [HOSTNQN]     close the export (drops every connection) and clear its allowed
                                 host, only while it is exported to HOSTNQN (default: the host
                                 it is exported to now)
-  selftest                      create, print, resize, snapshot, restore and delete scratch disks
-                                (rdsctl-selftest-*), check every parse, print a report
+  selftest                      create, print, fence, resize, snapshot, restore and delete scratch
+                                disks (rdsctl-selftest-*, exported only to random host NQNs),
+                                check every parse, report each RouterOS fact of docs/routeros.md
+                                as confirmed, contradicted or skipped (-o json; -data also checks
+                                a copy's data over NVMe/TCP); removes its disks on every exit,
+                                Ctrl-C included
   gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
 
 SIZE is bytes or a number with a binary unit: 1073741824, 10G, 1536M, 1.5G (k, M, G, T;
@@ -101,6 +105,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		keepConns = fs.Bool("keep-connections", false, "export on: when the export moves from another host, set the host only instead of turning the export off and on (established connections may survive)")
 		timeout   = fs.Duration("timeout", time.Minute, "overall timeout (positive)")
 		verbose   = fs.Bool("v", false, "log what the client does (its INFO lines) on stderr")
+		selftestF = addSelftestFlags(fs) // selftest.go
 	)
 	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address")
 	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port (1-65535)")
@@ -158,8 +163,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if cmd == "selftest" {
-		return selftest(cfg, selftestOptions{pool: *pool, basePath: *basePath, nqnPrefix: *nqnPrefix, nvmePort: *nvmePort,
-			timeout: *timeout, loginOptions: cfg.LoginOptions}, stdout)
+		return selftestCommand(cfg, selftestOptions{pool: *pool, basePath: *basePath, nqnPrefix: *nqnPrefix, nvmePort: *nvmePort,
+			timeout: *timeout, loginOptions: cfg.LoginOptions}, selftestF, stdout)
 	}
 	client, err := rds.NewClient(cfg)
 	if err != nil {

@@ -1,28 +1,129 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"path"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
+// The self-test runs the driver's whole RouterOS vocabulary on scratch
+// disks of its own and reports, besides a line per check, one line per
+// RouterOS fact that docs/routeros.md lists (facts table, selftestFacts):
+// confirmed, contradicted or skipped, with what was measured.
+//
+// It must never harm the RDS it tests:
+//   - no scratch disk is ever exported to any host: they are created
+//     closed (the driver's storage-fencing form) and opened only to host
+//     NQNs made up for this run from 128 random bits;
+//   - every exit path removes what it created: a failed check, the
+//     timeout, SIGINT or SIGTERM (a second signal abandons the cleanup and
+//     names what is left); a copy still running on the RDS is waited for
+//     (-copy-wait), since its file cannot be removed before it completes.
+
 // selftestOptions are the rdsctl flags the self-test uses.
 type selftestOptions struct {
 	pool, basePath, nqnPrefix string
 	nvmePort                  int
-	timeout                   time.Duration
+	timeout                   time.Duration // bounds the checks, not the cleanup
 	loginOptions              string
+	json                      bool          // -o json
+	copyWait                  time.Duration // how long the cleanup waits for a running copy
+	data                      dataPath      // nil: the data check is skipped
 }
 
+// selftestFlags are the flags only the self-test reads.
+type selftestFlags struct {
+	output      string
+	data        bool
+	nvmeAddress string
+	copyWait    time.Duration
+}
+
+func addSelftestFlags(fs *flag.FlagSet) *selftestFlags {
+	f := &selftestFlags{}
+	fs.StringVar(&f.output, "o", "text", "selftest: report format, text or json")
+	fs.BoolVar(&f.data, "data", false, "selftest: also check that a copy holds its source's data, over NVMe/TCP from this host (Linux, root, nvme-tcp module): write a pattern to a scratch disk, copy it, read the copy")
+	fs.StringVar(&f.nvmeAddress, "nvme-address", "", "selftest -data: the RDS's NVMe/TCP address (default: -address)")
+	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the cleanup waits for a copy still running on the RDS before it names what it could not remove")
+	return f
+}
+
+// selftestCommand is `rdsctl selftest`: it checks the flags, sets up the
+// data path and runs the self-test until it ends or a signal stops it.
+func selftestCommand(cfg rds.Config, o selftestOptions, f *selftestFlags, out io.Writer) error {
+	switch f.output {
+	case "text":
+	case "json":
+		o.json = true
+	default:
+		return fmt.Errorf("-o %q: want text or json", f.output)
+	}
+	o.copyWait = f.copyWait
+	if f.data {
+		addr := f.nvmeAddress
+		if addr == "" {
+			addr = cfg.Address
+		}
+		p, err := newNVMeDataPath(o.nqnPrefix+scratchPrefix, addr, o.nvmePort)
+		if err != nil {
+			return fmt.Errorf("-data: %w", err)
+		}
+		o.data = p
+	}
+	return selftestWithSignals(cfg, o, out)
+}
+
+// selftestWithSignals runs the self-test; the first SIGINT or SIGTERM
+// stops the checks and lets the cleanup run, a second one stops the
+// cleanup too.
+func selftestWithSignals(cfg rds.Config, o selftestOptions, out io.Writer) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	runCtx, stopRun := context.WithCancelCause(context.Background())
+	cleanCtx, stopClean := context.WithCancelCause(context.Background())
+	defer stopRun(nil)
+	defer stopClean(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for n := 0; n < 2; n++ {
+			select {
+			case s := <-sigs:
+				if n == 0 {
+					stopRun(fmt.Errorf("interrupted by %v", s))
+				} else {
+					stopClean(fmt.Errorf("cleanup abandoned after a second %v", s))
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return selftest(runCtx, cleanCtx, cfg, o, out)
+}
+
+// scratchPrefix starts every scratch disk's slot.
+const scratchPrefix = "rdsctl-selftest-"
+
 // transcript records every command of the self-test with its output, for
-// the checks on RouterOS' behaviour and for the report.
+// the measurements.
 type transcript struct {
 	mu      sync.Mutex
 	records []rds.CommandRecord
@@ -40,13 +141,61 @@ func (t *transcript) all() []rds.CommandRecord {
 	return append([]rds.CommandRecord(nil), t.records...)
 }
 
-// selftest runs the driver's whole RouterOS vocabulary against an RDS on a
-// scratch disk of its own (created, printed, resized, snapshotted,
-// restored, deleted), checks every answer the client parsed, and writes a
-// report: one line per check, then what it saw of the behaviour that
-// docs/routeros.md marks as assumed. It removes what it created, also after
-// a failed check. It returns an error when any check failed.
-func selftest(cfg rds.Config, o selftestOptions, out io.Writer) error {
+// last is the latest command containing match.
+func (t *transcript) last(match string) (rds.CommandRecord, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := len(t.records) - 1; i >= 0; i-- {
+		if strings.Contains(t.records[i].Command, match) {
+			return t.records[i], true
+		}
+	}
+	return rds.CommandRecord{}, false
+}
+
+// report is what the self-test found; -o json prints it as it is.
+type report struct {
+	Target      string        `json:"target"`
+	Scratch     string        `json:"scratchPrefix"`
+	Checks      []checkResult `json:"checks"`
+	Facts       []factResult  `json:"facts"`
+	Cleanup     []cleanupItem `json:"cleanup"`
+	Interrupted string        `json:"interrupted,omitempty"`
+	Failed      int           `json:"failedChecks"`
+	Commands    int           `json:"commands"`
+}
+
+type checkResult struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // ok, fail, skip
+	Detail string `json:"detail"`
+}
+
+type factResult struct {
+	ID       string `json:"id"`
+	Fact     string `json:"fact"`
+	Status   string `json:"status"` // confirmed, contradicted, skipped
+	Measured string `json:"measured"`
+}
+
+type cleanupItem struct {
+	Slot   string `json:"slot"`
+	File   string `json:"file"`
+	Status string `json:"status"` // removed, left
+	Detail string `json:"detail,omitempty"`
+}
+
+const (
+	confirmed    = "confirmed"
+	contradicted = "contradicted"
+	skipped      = "skipped"
+)
+
+// selftest runs the checks with runCtx (bounded by o.timeout) and then
+// the cleanup with cleanCtx (bounded by o.copyWait plus a minute), and
+// writes the report. It returns an error when a check failed, the run was
+// interrupted, or something could not be removed.
+func selftest(runCtx, cleanCtx context.Context, cfg rds.Config, o selftestOptions, out io.Writer) error {
 	var tr transcript
 	prev := cfg.Observer
 	cfg.Observer = func(r rds.CommandRecord) {
@@ -60,298 +209,852 @@ func selftest(cfg rds.Config, o selftestOptions, out io.Writer) error {
 		return err
 	}
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	ctx, cancel := context.WithTimeout(runCtx, o.timeout)
 	defer cancel()
 
-	st := &selftestRun{c: client, o: o, out: out, ctx: ctx}
-	stamp := time.Now().UTC().Format("20060102-150405")
-	scratch := "rdsctl-selftest-" + stamp
-	snap := scratch + "-snap"
-	restore := scratch + "-restore"
-	snapFile := path.Join(o.basePath, rds.SnapshotDir, snap+".src-"+scratch+".t-"+fmt.Sprint(time.Now().UnixNano())+".img")
-	defer st.cleanup(map[string]string{
-		restore: rds.VolumeFilePath(o.basePath, restore),
-		snap:    snapFile,
-		scratch: rds.VolumeFilePath(o.basePath, scratch),
-	})
+	suffix, err := randomHex(3)
+	if err != nil {
+		return err
+	}
+	scratch := scratchPrefix + time.Now().UTC().Format("20060102-150405") + "-" + suffix
+	st := &selftestRun{c: client, o: o, out: out, ctx: ctx, tr: &tr, facts: map[string]factResult{},
+		rep: report{Target: fmt.Sprintf("%s:%d as %s", cfg.Address, cfg.Port, cfg.User), Scratch: scratch}}
+	if !o.json {
+		fmt.Fprintf(out, "rdsctl selftest on %s, scratch disks %s*\n", st.rep.Target, scratch)
+		fmt.Fprintf(out, "scratch disks are exported only to host NQNs made up for this run, never to any host\n\n")
+	}
+	st.runChecks(scratch)
+	if cause := context.Cause(runCtx); cause != nil {
+		st.rep.Interrupted = cause.Error()
+	} else if ctx.Err() != nil {
+		st.rep.Interrupted = fmt.Sprintf("the checks ran out of -timeout %v", o.timeout)
+	}
+	st.cleanup(cleanCtx)
+	st.observe()
+	st.rep.Commands = len(tr.all())
+	return st.finish()
+}
 
-	fmt.Fprintf(out, "rdsctl selftest on %s:%d as %s, scratch disks %s*\n\n", cfg.Address, cfg.Port, cfg.User, scratch)
+// selftestRun is one run's state.
+type selftestRun struct {
+	c       *rds.Client
+	o       selftestOptions
+	out     io.Writer
+	ctx     context.Context
+	tr      *transcript
+	rep     report
+	facts   map[string]factResult
+	created []scratchDisk // in creation order; the cleanup goes backwards
+	stopped bool          // a check failed: the rest are skipped
+	// closedHidden: a closed disk printed no port, NQN or allowed host.
+	closedHidden bool
+	pattern      []byte // what the data check wrote
+}
+
+type scratchDisk struct{ slot, file string }
+
+func (st *selftestRun) made(slot, file string) {
+	st.created = append(st.created, scratchDisk{slot, file})
+}
+
+// check runs one step; after a failure or an interruption the later
+// steps, which build on it, are skipped.
+func (st *selftestRun) check(name string, fn func() (string, error)) bool {
+	r := checkResult{Name: name}
+	switch {
+	case st.stopped:
+		r.Status, r.Detail = "skip", "after an earlier failure"
+	case st.ctx.Err() != nil:
+		r.Status, r.Detail = "skip", "interrupted"
+	default:
+		detail, err := fn()
+		if err != nil {
+			r.Status, r.Detail = "fail", err.Error()
+			st.stopped = true
+			st.rep.Failed++
+		} else {
+			r.Status, r.Detail = "ok", detail
+		}
+	}
+	st.rep.Checks = append(st.rep.Checks, r)
+	if !st.o.json {
+		label := map[string]string{"ok": "ok  ", "fail": "FAIL", "skip": "SKIP"}[r.Status]
+		fmt.Fprintf(st.out, "%s  %-40s %s\n", label, name, r.Detail)
+	}
+	return r.Status == "ok"
+}
+
+// fact records a measurement of one fact of selftestFacts; the first
+// record of a fact wins, except that a contradiction replaces a
+// confirmation.
+func (st *selftestRun) fact(id, status, format string, args ...any) {
+	def, ok := factByID(id)
+	if !ok {
+		panic("selftest: unknown fact " + id)
+	}
+	if old, seen := st.facts[id]; seen && !(old.Status == confirmed && status == contradicted) {
+		return
+	}
+	st.facts[id] = factResult{ID: id, Fact: def.fact, Status: status, Measured: fmt.Sprintf(format, args...)}
+}
+
+func (st *selftestRun) runChecks(scratch string) {
+	c, ctx, o := st.c, st.ctx, st.o
+	snap, restore, plain := scratch+"-snap", scratch+"-restore", scratch+"-copy"
+	volFile := rds.VolumeFilePath(o.basePath, scratch)
+	snapFile := path.Join(o.basePath, rds.SnapshotDir, snap+".src-"+scratch+".t-"+fmt.Sprint(time.Now().UnixNano())+".img")
+	restoreFile := rds.VolumeFilePath(o.basePath, restore)
+	plainFile := rds.VolumeFilePath(o.basePath, plain)
+	hostA, hostB, hostC, tomb := randomHostNQN(), randomHostNQN(), randomHostNQN(), randomHostNQN()
+	if hostA == "" || hostB == "" || hostC == "" || tomb == "" {
+		st.check("random host NQNs", func() (string, error) { return "", errors.New("the system's random source failed") })
+		return
+	}
+
 	st.check("probe", func() (string, error) {
-		info, err := client.Probe(ctx)
+		info, err := c.Probe(ctx)
 		if err != nil {
 			return "", err
 		}
 		if info.Version == "" || info.BoardName == "" {
+			st.fact("resource-print", contradicted, "no version or board-name in %v", info.Raw)
 			return "", fmt.Errorf("no version or board-name in %v", info.Raw)
 		}
+		st.fact("resource-print", confirmed, "version %q, board-name %q", info.Version, info.BoardName)
 		return fmt.Sprintf("RouterOS %s on %s", info.Version, info.BoardName), nil
 	})
 	st.check("capacity", func() (string, error) {
-		c, err := client.Capacity(ctx, o.pool)
+		cp, err := c.Capacity(ctx, o.pool)
 		if err != nil {
 			return "", err
 		}
-		if c.Total <= 0 || c.Free < 0 || c.Free > c.Total {
-			return "", fmt.Errorf("total %d, free %d", c.Total, c.Free)
+		if cp.Total <= 0 || cp.Free < 0 || cp.Free > cp.Total {
+			st.fact("pool-capacity", contradicted, "total %d, free %d", cp.Total, cp.Free)
+			return "", fmt.Errorf("total %d, free %d", cp.Total, cp.Free)
 		}
-		return fmt.Sprintf("pool %s: %d bytes, %d free", o.pool, c.Total, c.Free), nil
+		st.fact("pool-capacity", confirmed, "size=%d free=%d bytes", cp.Total, cp.Free)
+		return fmt.Sprintf("pool %s: %d bytes, %d free", o.pool, cp.Total, cp.Free), nil
 	})
-	const size = 64*rds.MiB + 1 // not a whole MiB: rounded up to 65 MiB
-	export := &rds.Export{Port: o.nvmePort, NQN: o.nqnPrefix + scratch}
-	want := rds.Disk{Slot: scratch, Type: "file", FilePath: rds.VolumeFilePath(o.basePath, scratch), Size: 65 * rds.MiB,
-		Exported: true, Port: o.nvmePort, NQN: export.NQN}
-	st.check("create", func() (string, error) {
-		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: scratch, FilePath: want.FilePath, Size: size, Export: export})
+
+	// The driver's create under storage fencing: port and NQN, closed.
+	const size = 64*rds.MiB + 1 // not a whole MiB: sent as 65M
+	nqn := o.nqnPrefix + scratch
+	want := rds.Disk{Slot: scratch, Type: "file", FilePath: volFile, Size: 65 * rds.MiB, Port: o.nvmePort, NQN: nqn}
+	st.check("create closed (storage fencing's form)", func() (string, error) {
+		st.made(scratch, volFile)
+		d, err := c.CreateDisk(ctx, rds.CreateDiskRequest{Slot: scratch, FilePath: volFile, Size: size,
+			Export: &rds.Export{Port: o.nvmePort, NQN: nqn, Closed: true}})
 		if err != nil {
 			return "", err
 		}
-		return sameDisk(d, want)
+		if d.Size == want.Size {
+			st.fact("size-suffix", confirmed, "file-size=65M read back as %d bytes", d.Size)
+		} else {
+			st.fact("size-suffix", contradicted, "file-size=65M read back as %d bytes", d.Size)
+		}
+		st.measurePrint(d)
+		st.measureClosed(d, "after a closed create", nqn, "")
+		return sameDisk(d, want, false)
 	})
 	st.check("print (get)", func() (string, error) {
-		d, err := client.GetDisk(ctx, scratch)
+		d, err := c.GetDisk(ctx, scratch)
 		if err != nil {
 			return "", err
 		}
-		return sameDisk(d, want)
+		return sameDisk(d, want, false)
 	})
 	st.check("print (list)", func() (string, error) {
-		disks, err := client.ListDisks(ctx)
+		disks, err := c.ListDisks(ctx)
 		if err != nil {
 			return "", err
 		}
+		st.measureFlagColumns()
 		for i := range disks {
 			if disks[i].Slot == scratch {
-				return sameDisk(&disks[i], want)
+				return sameDisk(&disks[i], want, false)
 			}
 		}
 		return "", fmt.Errorf("%s not among %d disks", scratch, len(disks))
 	})
 	st.check("file print", func() (string, error) {
-		f, err := client.GetFile(ctx, want.FilePath)
+		f, err := c.GetFile(ctx, volFile)
 		if err != nil {
 			return "", err
 		}
-		if "/"+f.Name != want.FilePath {
-			return "", fmt.Errorf("name %q, want %q", f.Name, strings.TrimPrefix(want.FilePath, "/"))
+		if "/"+f.Name != volFile {
+			return "", fmt.Errorf("name %q, want %q", f.Name, strings.TrimPrefix(volFile, "/"))
 		}
 		return fmt.Sprintf("%s type=%q size=%d", f.Name, f.Type, f.Size), nil
 	})
-	// Storage fencing on the scratch disk, which is open to any host: open
-	// it to one host, move it, close it, open it to any host again.
-	hostA, hostB := o.nqnPrefix+scratch+"-host-a", o.nqnPrefix+scratch+"-host-b"
-	exportedTo := func(exported bool, host string) error {
-		d, err := client.GetDisk(ctx, scratch)
-		if err != nil {
-			return err
+	st.check("file remove refused while a disk uses it", func() (string, error) {
+		err := c.RemoveFile(ctx, volFile)
+		if err == nil {
+			st.fact("file-remove-in-use", contradicted, "/file remove of a disk's file succeeded")
+			return "", fmt.Errorf("RouterOS removed the file of disk %s", scratch)
 		}
-		if d.Exported != exported || d.AllowHost != host {
-			return fmt.Errorf("read back: exported=%v allow-host=%q, want exported=%v allow-host=%q", d.Exported, d.AllowHost, exported, host)
+		if _, gerr := c.GetFile(ctx, volFile); gerr != nil {
+			return "", fmt.Errorf("refused (%v), but the file is gone: %v", err, gerr)
 		}
-		return nil
-	}
-	for _, step := range []struct {
-		name, host string
-		dropped    bool
-	}{
-		{"fencing: open to one host", hostA, true},
-		{"fencing: move to another host", hostB, true},
-	} {
-		st.check(step.name, func() (string, error) {
-			ch, err := client.SetExportHost(ctx, scratch, step.host, true)
+		st.fact("file-remove-in-use", confirmed, "refused: %v", err)
+		return "refused, file kept", nil
+	})
+
+	// Storage fencing, as the controller does it (SwapExport), only ever
+	// to this run's random host NQNs.
+	swap := func(name string, from, to rds.ExportState, measure func(*rds.Disk)) {
+		st.check(name, func() (string, error) {
+			after, err := c.SwapExport(ctx, scratch, from, to)
 			if err != nil {
 				return "", err
 			}
-			if ch.Dropped != step.dropped {
-				return "", fmt.Errorf("dropped=%v, want %v", ch.Dropped, step.dropped)
-			}
-			if err := exportedTo(true, step.host); err != nil {
+			d, err := c.GetDisk(ctx, scratch)
+			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("export off, host set, on: no host could connect for %v", ch.Gap), nil
+			if measure != nil {
+				measure(d)
+			}
+			return fmt.Sprintf("%s -> %s", describe(from), describe(after)), nil
 		})
 	}
-	st.check("fencing: close for another host", func() (string, error) {
-		changed, err := client.CloseExport(ctx, scratch, hostA)
+	swap("fencing: open to this run's host A", rds.ExportState{}, rds.ExportState{Open: true, Host: hostA}, func(d *rds.Disk) {
+		st.fact("find-where-and", confirmed, "[find where slot=... and nvme-tcp-server-allow-host-name=\"\" and nvme-tcp-export=no] matched the closed disk")
+		st.fact("set-two-props", confirmed, "one set made it exported=%v with the allowed host read back %s", d.Exported, sameHost(d.AllowHost, hostA))
+		if d.Port == o.nvmePort && d.NQN == nqn {
+			st.fact("add-closed", confirmed, "opened with port %d and NQN %s as created closed", d.Port, d.NQN)
+		} else {
+			st.fact("add-closed", contradicted, "opened with port %d NQN %q, created closed with %d %q", d.Port, d.NQN, o.nvmePort, nqn)
+		}
+	})
+	if o.data != nil {
+		st.dataWrite(nqn, hostA)
+	}
+	swap("fencing: migrate to host B (no drop)", rds.ExportState{Open: true, Host: hostA}, rds.ExportState{Open: true, Host: hostB}, nil)
+	swap("fencing: close to a tombstone host", rds.ExportState{Open: true, Host: hostB}, rds.ExportState{Host: tomb}, func(d *rds.Disk) {
+		st.measureClosed(d, "after a close to a tombstone", nqn, tomb)
+		if d.AllowHost == tomb {
+			st.fact("allow-host-uuid", confirmed, "a uuid host NQN never seen, set on a closed disk, read back")
+		} else if d.AllowHost != "" {
+			st.fact("allow-host-uuid", contradicted, "set a uuid host NQN, read back %q", d.AllowHost)
+		}
+	})
+	st.check("fencing: a stale condition changes nothing", func() (string, error) {
+		before := len(st.tr.all())
+		after, err := c.SwapExport(ctx, scratch, rds.ExportState{Open: true, Host: hostA}, rds.ExportState{Open: true, Host: hostC})
+		if !errors.Is(err, rds.ErrExportChanged) {
+			st.fact("cas-stale", contradicted, "SwapExport from a stale state: %v, state after %s", err, describe(after))
+			return "", fmt.Errorf("SwapExport from a stale state: %v (state after: %s), want ErrExportChanged", err, describe(after))
+		}
+		if after != (rds.ExportState{Host: tomb}) && !(after == rds.ExportState{} && st.closedHidden) {
+			st.fact("cas-stale", contradicted, "the set with a stale condition changed the disk to %s", describe(after))
+			return "", fmt.Errorf("the set with a stale condition changed the disk to %s", describe(after))
+		}
+		st.fact("cas-stale", confirmed, "state unchanged (%s), ErrExportChanged", describe(after))
+		for _, r := range st.tr.all()[before:] {
+			if strings.Contains(r.Command, " set [find where ") {
+				if out := strings.TrimSpace(r.Output); out == "" && r.Err == nil {
+					st.fact("find-empty", confirmed, "the set matching nothing printed nothing")
+				} else {
+					st.fact("find-empty", contradicted, "the set matching nothing answered %q, %v (the client takes it for no match either way)", out, r.Err)
+				}
+			}
+		}
+		return "nothing changed, ErrExportChanged", nil
+	})
+	// rdsctl export's multi-step sequences (SetExportHost, CloseExport).
+	st.check("rdsctl export: reopen to host B", func() (string, error) {
+		ch, err := c.SetExportHost(ctx, scratch, hostB, true)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("changed=%v dropped=%v gap %v", ch.Changed, ch.Dropped, ch.Gap), exportedTo(ctx, c, scratch, true, hostB)
+	})
+	st.check("rdsctl export: close for another host", func() (string, error) {
+		changed, err := c.CloseExport(ctx, scratch, hostA)
 		if err != nil || changed {
 			return "", fmt.Errorf("changed=%v, %v; want the export left alone", changed, err)
 		}
-		return "left open to its host, nothing sent", exportedTo(true, hostB)
+		return "left open to its host, nothing sent", exportedTo(ctx, c, scratch, true, hostB)
 	})
-	st.check("fencing: close", func() (string, error) {
-		changed, err := client.CloseExport(ctx, scratch, hostB)
+	st.check("rdsctl export: close", func() (string, error) {
+		changed, err := c.CloseExport(ctx, scratch, hostB)
 		if err != nil || !changed {
 			return "", fmt.Errorf("changed=%v, %v", changed, err)
 		}
-		return "export off, allowed host cleared", exportedTo(false, "")
-	})
-	st.check("fencing: open to any host", func() (string, error) {
-		if _, err := client.SetExportHost(ctx, scratch, "", true); err != nil {
-			return "", err
-		}
-		return "exported to any host again", exportedTo(true, "")
+		return "export off, allowed host cleared", exportedTo(ctx, c, scratch, false, "")
 	})
 	st.check("resize", func() (string, error) {
-		d, err := client.ResizeDisk(ctx, scratch, 128*rds.MiB)
+		d, err := c.ResizeDisk(ctx, scratch, 128*rds.MiB)
 		if err != nil {
 			return "", err
 		}
 		want.Size = 128 * rds.MiB
-		return sameDisk(d, want)
+		st.fact("resize-grow", confirmed, "file-size=128M read back as %d bytes", d.Size)
+		return sameDisk(d, want, false)
 	})
-	st.check("snapshot (copy)", func() (string, error) {
-		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: snap, FilePath: snapFile, SourceSlot: scratch})
+
+	// Copies, each with every export property set (the driver's forms).
+	st.check("snapshot (copy, closed, own NQN)", func() (string, error) {
+		st.made(snap, snapFile)
+		start := time.Now()
+		d, err := c.CopyDisk(ctx, rds.CopyDiskRequest{Slot: snap, FilePath: snapFile, SourceSlot: scratch,
+			Export: &rds.Export{Port: o.nvmePort, NQN: o.nqnPrefix + snap, Closed: true}})
 		if err != nil {
 			return "", err
 		}
-		return sameDisk(d, rds.Disk{Slot: snap, Type: "file", FilePath: snapFile, Size: 128 * rds.MiB, Port: d.Port})
+		st.fact("copy-complete", confirmed, "the copy's disk was listed as soon as its add returned (%v)", time.Since(start).Round(time.Millisecond))
+		return sameDisk(d, rds.Disk{Slot: snap, Type: "file", FilePath: snapFile, Size: 128 * rds.MiB, Port: o.nvmePort, NQN: o.nqnPrefix + snap}, true)
+	})
+	st.check("copy without export properties", func() (string, error) {
+		st.made(plain, plainFile)
+		d, err := c.CopyDisk(ctx, rds.CopyDiskRequest{Slot: plain, FilePath: plainFile, SourceSlot: scratch})
+		if err != nil {
+			return "", err
+		}
+		if d.Exported || d.AllowHost != "" {
+			return "", fmt.Errorf("the copy is %s, want not exported with no allowed host", describe(rds.StateOf(d)))
+		}
+		switch {
+		case d.NQN == nqn:
+			st.fact("copy-inherits", confirmed, "a copy that sets no NQN has its source's, %s", d.NQN)
+		case d.NQN == "" && d.Port == 0 && st.closedHidden:
+			st.fact("copy-inherits", skipped, "a closed disk prints no port or NQN here, so what the copy took cannot be read")
+		default:
+			st.fact("copy-inherits", contradicted, "a copy that sets no NQN has %q, its source %q", d.NQN, nqn)
+		}
+		return fmt.Sprintf("not exported; port %d NQN %q", d.Port, d.NQN), nil
 	})
 	st.check("find file by prefix (where name~)", func() (string, error) {
-		files, err := client.FilesWithPrefix(ctx, path.Join(o.basePath, rds.SnapshotDir, snap)+".src-")
+		files, err := c.FilesWithPrefix(ctx, path.Join(o.basePath, rds.SnapshotDir, snap)+".src-")
 		if err != nil {
 			return "", err
 		}
 		if len(files) != 1 || "/"+files[0].Name != snapFile {
+			st.fact("file-regex", contradicted, "found %v, want only %s", files, snapFile)
 			return "", fmt.Errorf("found %v, want only %s", files, snapFile)
 		}
+		st.fact("file-regex", confirmed, "where name~\"^...\" found the %d-character name", len(snapFile))
 		return fmt.Sprintf("%d-character name found", len(snapFile)), nil
 	})
-	st.check("restore (copy, grown)", func() (string, error) {
-		r := rds.Disk{Slot: restore, Type: "file", FilePath: rds.VolumeFilePath(o.basePath, restore), Size: 256 * rds.MiB,
-			Exported: true, Port: o.nvmePort, NQN: o.nqnPrefix + restore}
-		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: restore, FilePath: r.FilePath, SourceSlot: snap, Size: 256 * rds.MiB,
-			Export: &rds.Export{Port: o.nvmePort, NQN: r.NQN}})
+	restoreNQN := o.nqnPrefix + restore
+	st.check("restore (copy of the snapshot, closed, grown)", func() (string, error) {
+		st.made(restore, restoreFile)
+		r := rds.Disk{Slot: restore, Type: "file", FilePath: restoreFile, Size: 256 * rds.MiB, Port: o.nvmePort, NQN: restoreNQN}
+		d, err := c.CopyDisk(ctx, rds.CopyDiskRequest{Slot: restore, FilePath: restoreFile, SourceSlot: snap, Size: 256 * rds.MiB,
+			Export: &rds.Export{Port: o.nvmePort, NQN: restoreNQN, Closed: true}})
 		if err != nil {
 			return "", err
 		}
-		return sameDisk(d, r)
+		return sameDisk(d, r, false)
 	})
 	st.check("errors: missing disk", func() (string, error) {
-		_, err := client.GetDisk(ctx, scratch+"-missing")
+		_, err := c.GetDisk(ctx, scratch+"-missing")
 		if !errors.Is(err, rds.ErrNotFound) {
 			return "", fmt.Errorf("got %v, want not found", err)
 		}
-		_, err = client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: scratch + "-x", FilePath: rds.VolumeFilePath(o.basePath, scratch+"-x"), SourceSlot: scratch + "-missing"})
+		if r, ok := st.tr.last("where slot=\"" + scratch + "-missing\""); ok {
+			if out := strings.TrimSpace(r.Output); out == "" {
+				st.fact("legend-empty", contradicted, "a print matching nothing printed nothing (tolerated)")
+			} else if strings.HasPrefix(out, "Flags:") && !strings.Contains(out, "slot=") {
+				st.fact("legend-empty", confirmed, "printed the legend alone (%d characters)", len(out))
+			} else {
+				st.fact("legend-empty", contradicted, "printed %q", truncateText(out))
+			}
+		}
+		_, err = c.CopyDisk(ctx, rds.CopyDiskRequest{Slot: scratch + "-x", FilePath: rds.VolumeFilePath(o.basePath, scratch+"-x"), SourceSlot: scratch + "-missing"})
 		if !errors.Is(err, rds.ErrNotFound) {
+			st.fact("no-such-item", contradicted, "copy-from a missing disk: %v", err)
 			return "", fmt.Errorf("copy of a missing disk: %v, want not found", err)
 		}
+		st.fact("no-such-item", confirmed, "copy-from a missing disk: %v", err)
 		return "not found, as expected", nil
 	})
-	for _, del := range []struct{ name, slot, file string }{
-		{"restored volume", restore, rds.VolumeFilePath(o.basePath, restore)},
-		{"snapshot", snap, snapFile},
-		{"volume", scratch, want.FilePath},
-	} {
-		slot, file := del.slot, del.file
-		st.check("delete "+del.name, func() (string, error) {
-			if err := client.DeleteDisk(ctx, slot, file); err != nil {
+	// The source and the snapshot go first: the restore is then read
+	// without them (copies are independent).
+	for _, del := range []scratchDisk{{scratch, volFile}, {snap, snapFile}, {plain, plainFile}} {
+		st.check("delete "+del.slot, func() (string, error) {
+			if err := c.DeleteDisk(ctx, del.slot, del.file); err != nil {
 				return "", err
 			}
-			if _, err := client.GetDisk(ctx, slot); !errors.Is(err, rds.ErrNotFound) {
+			if _, err := c.GetDisk(ctx, del.slot); !errors.Is(err, rds.ErrNotFound) {
 				return "", fmt.Errorf("disk still there: %v", err)
 			}
-			if _, err := client.GetFile(ctx, file); !errors.Is(err, rds.ErrNotFound) {
+			if _, err := c.GetFile(ctx, del.file); !errors.Is(err, rds.ErrNotFound) {
 				return "", fmt.Errorf("file still there: %v", err)
 			}
-			st.deleted = append(st.deleted, slot)
 			return "disk and file gone", nil
 		})
 	}
-	st.observations(tr.all())
-	fmt.Fprintf(out, "\n%d checks, %d failed\n", st.checks, st.failed)
-	if st.failed > 0 {
-		return fmt.Errorf("selftest: %d of %d checks failed", st.failed, st.checks)
+	if o.data != nil {
+		st.dataCompare(restore, restoreNQN, hostA, tomb)
+	}
+	st.check("delete "+restore, func() (string, error) {
+		if err := c.DeleteDisk(ctx, restore, restoreFile); err != nil {
+			return "", err
+		}
+		return "disk and file gone", nil
+	})
+}
+
+// exportedTo reads slot back and compares its export.
+func exportedTo(ctx context.Context, c *rds.Client, slot string, exported bool, host string) error {
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if d.Exported != exported || d.AllowHost != host {
+		return fmt.Errorf("read back: exported=%v allow-host=%q, want exported=%v allow-host=%q", d.Exported, d.AllowHost, exported, host)
 	}
 	return nil
 }
 
-type selftestRun struct {
-	c             *rds.Client
-	o             selftestOptions
-	out           io.Writer
-	ctx           context.Context
-	checks        int
-	failed        int
-	deleted       []string
-	stopAtFailure bool
-}
-
-// check runs one step; after a failure the later steps, which build on it,
-// are skipped.
-func (st *selftestRun) check(name string, fn func() (string, error)) {
-	st.checks++
-	if st.stopAtFailure {
-		fmt.Fprintf(st.out, "SKIP  %-36s after an earlier failure\n", name)
-		st.failed++
+// measurePrint records what the print of a disk showed about wrapping
+// and sizes.
+func (st *selftestRun) measurePrint(d *rds.Disk) {
+	r, ok := st.tr.last("/disk print detail where slot=\"" + d.Slot + "\"")
+	if !ok {
 		return
 	}
-	detail, err := fn()
-	if err != nil {
-		st.failed++
-		st.stopAtFailure = true
-		fmt.Fprintf(st.out, "FAIL  %-36s %v\n", name, err)
-		return
+	longest, continued := 0, 0
+	lines := strings.Split(strings.ReplaceAll(r.Output, "\r", ""), "\n")
+	for i, l := range lines {
+		longest = max(longest, len(l))
+		// A line that does not start with key=, an entry number or the
+		// legend continues a value broken on the line before.
+		t := strings.TrimSpace(l)
+		if i > 0 && t != "" && !strings.HasPrefix(t, "Flags:") && !startsWithKey(t) && !entryLine.MatchString(l) && !strings.HasPrefix(lines[i-1], "Flags:") {
+			continued++
+		}
 	}
-	fmt.Fprintf(st.out, "ok    %-36s %s\n", name, detail)
+	width := loginWidth(st.o.loginOptions)
+	switch {
+	case width == 0:
+		st.fact("login-width", skipped, "the login options %q ask for no width; longest print line %d columns", st.o.loginOptions, longest)
+	case longest > 80:
+		st.fact("login-width", confirmed, "longest print line %d columns with width %d asked (80 is the default)", longest, width)
+	case width <= 80:
+		st.fact("login-width", skipped, "width %d asked, longest print line %d columns: cannot tell from the default of 80", width, longest)
+	default:
+		st.fact("login-width", contradicted, "width %d asked, but the longest print line has %d columns (tolerated: values are rejoined)", width, longest)
+	}
+	if d.FilePath == rds.VolumeFilePath(st.o.basePath, d.Slot) && d.NQN == st.o.nqnPrefix+d.Slot {
+		st.fact("wrap-rejoin", confirmed, "file-path (%d characters) and NQN read back whole; longest line %d columns, %d continuation lines", len(d.FilePath), longest, continued)
+	} else {
+		st.fact("wrap-rejoin", contradicted, "read back file-path %q, NQN %q", d.FilePath, d.NQN)
+	}
+	if i := strings.Index(r.Output, " size="); i >= 0 {
+		v := strings.Fields(r.Output[i+len(" size="):])
+		got := ""
+		for _, w := range v {
+			if !allDigits(w) {
+				break
+			}
+			got += w + " "
+		}
+		got = strings.TrimSpace(got)
+		if got != "" && strings.ReplaceAll(got, " ", "") == fmt.Sprint(d.Size) {
+			st.fact("size-print", confirmed, "size=%s", got)
+		} else {
+			st.fact("size-print", contradicted, "size= printed as %q for %d bytes (the client falls back on file-size=)", got, d.Size)
+		}
+	}
 }
 
-// cleanup removes the scratch disks the checks did not delete.
-func (st *selftestRun) cleanup(files map[string]string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(st.ctx), time.Minute)
+// measureFlagColumns records how the last /disk listing printed its flags:
+// in one column per letter of its Flags: legend (blank where unset), or
+// compacted.
+func (st *selftestRun) measureFlagColumns() {
+	r, ok := st.tr.last("/disk print detail where type=file")
+	if !ok {
+		return
+	}
+	legend, fields := flagFields(r.Output)
+	if legend == "" {
+		st.fact("flag-columns", skipped, "the listing printed no Flags: legend")
+		return
+	}
+	blanks := 0
+	for _, f := range fields {
+		if len(f) != len(legend) {
+			st.fact("flag-columns", contradicted, "legend %q (%d letters), an entry's flag field %q", legend, len(legend), f)
+			return
+		}
+		for i := range f {
+			switch f[i] {
+			case ' ':
+				blanks++
+			case legend[i]:
+			default:
+				st.fact("flag-columns", contradicted, "legend %q, an entry's flag field %q has %c in %c's column", legend, f, f[i], legend[i])
+				return
+			}
+		}
+	}
+	if blanks == 0 {
+		st.fact("flag-columns", skipped, "legend %q; no entry had an unset flag inside its field, so columns cannot be told from compacted letters", legend)
+		return
+	}
+	st.fact("flag-columns", confirmed, "legend %q, flag fields %q", legend, fields)
+}
+
+// measureClosed records whether a closed disk printed its port, NQN and
+// allowed host (issue 22, item 5).
+func (st *selftestRun) measureClosed(d *rds.Disk, when, nqn, host string) {
+	switch {
+	case d.Port == st.o.nvmePort && d.NQN == nqn && (host == "" || d.AllowHost == host):
+		st.fact("closed-print", confirmed, "%s: port %d, NQN and allowed host printed", when, d.Port)
+	case d.Port == 0 && d.NQN == "" && d.AllowHost == "":
+		st.closedHidden = true
+		st.fact("closed-print", contradicted, "%s: no port, NQN or allowed host printed", when)
+	default:
+		st.fact("closed-print", contradicted, "%s: port %d NQN %q allowed host %q printed", when, d.Port, d.NQN, d.AllowHost)
+	}
+}
+
+// flagFields finds a listing's legend letters ("BMt") and each entry's
+// flag field as printed: as many characters after the entry number and
+// its space as the legend has letters (compacted letters, or a field of
+// another width, show up as a mismatch).
+func flagFields(out string) (legend string, fields []string) {
+	var legendText strings.Builder
+	inLegend := false
+	for _, l := range strings.Split(strings.ReplaceAll(out, "\r", ""), "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "Flags:") {
+			inLegend = true
+			legendText.WriteString(strings.TrimPrefix(t, "Flags:"))
+			continue
+		}
+		m := entryLine.FindString(l)
+		if m == "" {
+			if inLegend {
+				legendText.WriteString(" " + strings.TrimSpace(l))
+			}
+			continue
+		}
+		if inLegend {
+			inLegend = false
+			for _, part := range strings.Split(legendText.String(), ";") {
+				if letter, _, ok := strings.Cut(strings.TrimSpace(part), " - "); ok && len(letter) == 1 {
+					legend += letter
+				}
+			}
+		}
+		rest := l[len(m):]
+		if len(rest) > len(legend) && rest[len(legend)] == ' ' {
+			fields = append(fields, rest[:len(legend)])
+		} else {
+			fields = append(fields, rest[:min(len(rest), len(legend)+1)])
+		}
+	}
+	return legend, fields
+}
+
+// entryLine is the start of an entry: its number, right-aligned in a few
+// columns, and one space (continuation lines are indented further).
+var entryLine = regexp.MustCompile(`^ {0,3}[0-9]+ `)
+
+func startsWithKey(t string) bool {
+	k, _, ok := strings.Cut(t, "=")
+	return ok && k != "" && !strings.ContainsAny(k, " \"") && k[0] >= 'a' && k[0] <= 'z'
+}
+
+func allDigits(s string) bool {
+	for i := range s {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// loginWidth is the width option of RouterOS login options ("ct511w4098h"
+// asks for 511), or 0.
+func loginWidth(opts string) int {
+	n, num := 0, 0
+	for i := range opts {
+		switch c := opts[i]; {
+		case c >= '0' && c <= '9':
+			num = num*10 + int(c-'0')
+		case c == 'w':
+			n, num = num, 0
+		default:
+			num = 0
+		}
+	}
+	return n
+}
+
+// observe records what the whole transcript shows.
+func (st *selftestRun) observe() {
+	silent, noisy := 0, 0
+	for _, r := range st.tr.all() {
+		if strings.Contains(r.Command, " print") || r.Err != nil {
+			continue
+		}
+		if strings.TrimSpace(r.Output) == "" {
+			silent++
+		} else {
+			noisy++
+		}
+	}
+	switch {
+	case noisy > 0:
+		st.fact("silent-success", contradicted, "%d successful add/set/remove commands printed something, %d nothing", noisy, silent)
+	case silent > 0:
+		st.fact("silent-success", confirmed, "%d successful add/set/remove commands, all printed nothing", silent)
+	}
+	if st.o.data == nil {
+		st.fact("copy-data", skipped, "the data check was skipped: run with -data on a Linux host that reaches the RDS over NVMe/TCP")
+		st.fact("allow-host-enforced", skipped, "needs -data (a host connecting over NVMe/TCP)")
+	}
+}
+
+// finish completes the facts (every one of selftestFacts gets a line),
+// writes the report and returns the run's error.
+func (st *selftestRun) finish() error {
+	conf, contra, skip := 0, 0, 0
+	for _, def := range selftestFacts {
+		f, ok := st.facts[def.id]
+		if !ok {
+			why := def.unmeasured
+			if why == "" {
+				why = "not reached"
+				if st.stopped {
+					why = "not reached: a check failed first"
+				} else if st.rep.Interrupted != "" {
+					why = "not reached: " + st.rep.Interrupted
+				}
+			}
+			f = factResult{ID: def.id, Fact: def.fact, Status: skipped, Measured: why}
+		}
+		switch f.Status {
+		case confirmed:
+			conf++
+		case contradicted:
+			contra++
+		default:
+			skip++
+		}
+		st.rep.Facts = append(st.rep.Facts, f)
+	}
+	left := 0
+	for _, c := range st.rep.Cleanup {
+		if c.Status != "removed" {
+			left++
+		}
+	}
+	var err error
+	switch {
+	case st.rep.Interrupted != "":
+		err = fmt.Errorf("selftest %s", st.rep.Interrupted)
+	case st.rep.Failed > 0:
+		err = fmt.Errorf("selftest: %d of %d checks failed", st.rep.Failed, len(st.rep.Checks))
+	}
+	if left > 0 {
+		err = errors.Join(err, fmt.Errorf("selftest: %d scratch disks or files left on the RDS (listed in the report)", left))
+	}
+	if st.o.json {
+		enc := json.NewEncoder(st.out)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(st.rep); jerr != nil {
+			return errors.Join(err, jerr)
+		}
+		return err
+	}
+	fmt.Fprintf(st.out, "\nfacts (docs/routeros.md, \"Facts the driver relies on\"):\n")
+	for _, f := range st.rep.Facts {
+		fmt.Fprintf(st.out, "  %-13s %-20s %s\n", f.Status, f.ID, f.Measured)
+	}
+	fmt.Fprintln(st.out)
+	for _, c := range st.rep.Cleanup {
+		if c.Status == "removed" {
+			fmt.Fprintf(st.out, "cleanup: removed %s\n", c.Slot)
+		} else {
+			fmt.Fprintf(st.out, "cleanup: LEFT %s (file %s): %s; remove it by hand: /disk remove [find slot=%q]; /file remove [find name=%q]\n",
+				c.Slot, c.File, c.Detail, c.Slot, strings.TrimPrefix(c.File, "/"))
+		}
+	}
+	if st.rep.Interrupted != "" {
+		fmt.Fprintf(st.out, "%s\n", st.rep.Interrupted)
+	}
+	fmt.Fprintf(st.out, "%d checks, %d failed; facts: %d confirmed, %d contradicted, %d skipped; %d commands (-show-commands prints them)\n",
+		len(st.rep.Checks), st.rep.Failed, conf, contra, skip, st.rep.Commands)
+	return err
+}
+
+// cleanup removes every scratch disk and file the run made and did not
+// delete, newest first. A copy still running on the RDS has a file but no
+// disk yet, and its file cannot be removed: it is waited for (polling,
+// up to o.copyWait) and then removed. ctx is cancelled by a second
+// signal.
+func (st *selftestRun) cleanup(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, st.o.copyWait+time.Minute)
 	defer cancel()
-	for slot, file := range files {
-		done := false
-		for _, d := range st.deleted {
-			done = done || d == slot
+	for i := len(st.created) - 1; i >= 0; i-- {
+		sd := st.created[i]
+		item := cleanupItem{Slot: sd.slot, File: sd.file, Status: "removed"}
+		if err := st.remove(ctx, sd); err != nil {
+			item.Status, item.Detail = "left", err.Error()
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
+				item.Detail = cause.Error() + ": " + item.Detail
+			}
 		}
-		if done {
-			continue
+		st.rep.Cleanup = append(st.rep.Cleanup, item)
+	}
+}
+
+// remove deletes one scratch disk and its file, waiting out a copy that
+// is still running.
+func (st *selftestRun) remove(ctx context.Context, sd scratchDisk) error {
+	deadline := time.Now().Add(st.o.copyWait)
+	told := false
+	for {
+		d, err := st.c.GetDisk(ctx, sd.slot)
+		switch {
+		case err == nil && d.FilePath != sd.file:
+			return fmt.Errorf("slot %s holds a disk on %s, not this run's %s: not removed", sd.slot, d.FilePath, sd.file)
+		case err == nil:
+			err = st.c.DeleteDisk(ctx, sd.slot, sd.file)
+		case errors.Is(err, rds.ErrNotFound):
+			// No disk: a file alone is gone, never made, or a copy that
+			// has not completed.
+			if _, ferr := st.c.GetFile(ctx, sd.file); errors.Is(ferr, rds.ErrNotFound) {
+				return nil
+			}
+			err = st.c.RemoveFile(ctx, sd.file)
 		}
-		if err := st.c.DeleteDisk(ctx, slot, file); err != nil {
-			fmt.Fprintf(st.out, "cleanup: %s: %v (remove it by hand)\n", slot, err)
+		if err == nil {
+			if _, ferr := st.c.GetFile(ctx, sd.file); errors.Is(ferr, rds.ErrNotFound) {
+				return nil
+			}
+			err = fmt.Errorf("file %s still there", sd.file)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		if !told && !st.o.json {
+			fmt.Fprintf(st.out, "cleanup: %s not removed yet (%v); a copy may still be running on the RDS: waiting up to %v (-copy-wait; a second Ctrl-C gives up)\n", sd.slot, err, st.o.copyWait)
+		}
+		told = true
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
 		}
 	}
 }
 
-// observations reports what the transcript shows of RouterOS' behaviour
-// that docs/routeros.md marks as assumed.
-func (st *selftestRun) observations(records []rds.CommandRecord) {
-	longest, silent, noisy, copies, fencing := 0, 0, 0, 0, 0
-	for _, r := range records {
-		if strings.Contains(r.Command, " print") {
-			for _, l := range strings.Split(r.Output, "\n") {
-				longest = max(longest, len(strings.TrimRight(l, "\r")))
-			}
-			continue
-		}
-		if strings.Contains(r.Command, "copy-from") {
-			copies++
-		}
-		if strings.Contains(r.Command, "[find where slot=") && r.Err == nil {
-			fencing++
-		}
-		if r.Err == nil {
-			if strings.TrimSpace(r.Output) == "" {
-				silent++
-			} else {
-				noisy++
-			}
-		}
-	}
-	fmt.Fprintf(st.out, "\nobserved (compare with the **assumed** lines of docs/routeros.md):\n")
-	fmt.Fprintf(st.out, "  longest print line: %d columns (login options %q; over 80 means the width option was honoured)\n", longest, st.o.loginOptions)
-	fmt.Fprintf(st.out, "  successful add/set/remove commands that printed nothing: %d, that printed something: %d\n", silent, noisy)
-	fmt.Fprintf(st.out, "  copies (/disk add copy-from) run: %d; each returned with its disk listed at once\n", copies)
-	fmt.Fprintf(st.out, "  conditional sets ([find where slot=... and nvme-tcp-server-allow-host-name=... and nvme-tcp-export=...]) accepted: %d\n", fencing)
-	fmt.Fprintf(st.out, "  NOT checked here: what a host change or export off does to established NVMe/TCP connections (needs a connected host)\n")
-	fmt.Fprintf(st.out, "  commands: %d; rerun with -show-commands for the full transcript\n", len(records))
-}
-
-// sameDisk compares what the RDS reported with what was asked for.
-func sameDisk(got *rds.Disk, want rds.Disk) (string, error) {
+// sameDisk compares what the RDS reported with what was asked for; the
+// flags, the allowed host and (closed) the export's port and NQN, which a
+// closed disk may not print, are not compared.
+func sameDisk(got *rds.Disk, want rds.Disk, closedMayHide bool) (string, error) {
 	g := *got
 	g.Flags, g.AllowHost = "", ""
+	if closedMayHide && !g.Exported && g.Port == 0 && g.NQN == "" {
+		g.Port, g.NQN = want.Port, want.NQN
+	}
+	if !want.Exported && !g.Exported && g.Port == 0 && g.NQN == "" {
+		g.Port, g.NQN = want.Port, want.NQN
+	}
 	if g != want {
 		return "", fmt.Errorf("got %+v, want %+v", g, want)
 	}
 	return fmt.Sprintf("%s %d bytes, file %s", got.Slot, got.Size, got.FilePath), nil
+}
+
+func describe(s rds.ExportState) string {
+	if s.Host != "" {
+		// Scratch hosts are random and mean nothing to the reader.
+		return strings.Replace(s.String(), s.Host, "a host of this run", 1)
+	}
+	return s.String()
+}
+
+func sameHost(got, want string) string {
+	if got == want {
+		return "as set"
+	}
+	return fmt.Sprintf("as %q", got)
+}
+
+// randomHostNQN is a uuid-form host NQN from 122 random bits (version 4),
+// known to nobody else: the only hosts scratch disks are exported to.
+func randomHostNQN() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return ""
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func truncateText(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "..."
+	}
+	return s
+}
+
+// dataPattern is what the data check writes: random, so that nothing but
+// a copy of this very write can match it.
+const dataOffset, dataLen = 4 * rds.MiB, 64 * 1024
+
+// dataWrite writes the pattern to the scratch disk, open to host.
+func (st *selftestRun) dataWrite(nqn, host string) {
+	st.check("data: write a pattern to the volume", func() (string, error) {
+		p := make([]byte, dataLen)
+		if _, err := rand.Read(p); err != nil {
+			return "", err
+		}
+		if err := st.o.data.write(st.ctx, nqn, host, dataOffset, p); err != nil {
+			return "", err
+		}
+		st.pattern = p
+		st.fact("allow-host-enforced", confirmed, "the allowed host connected over %s", st.o.data.describe())
+		return fmt.Sprintf("%d random bytes at %d over %s", len(p), dataOffset, st.o.data.describe()), nil
+	})
+}
+
+// dataCompare opens the restore (a copy of a copy, its sources deleted)
+// to host, reads where the pattern was written, compares, and closes it.
+func (st *selftestRun) dataCompare(slot, nqn, host, tomb string) {
+	st.check("data: the restore holds the volume's data", func() (string, error) {
+		if _, err := st.c.SwapExport(st.ctx, slot, rds.ExportState{}, rds.ExportState{Open: true, Host: host}); err != nil {
+			return "", err
+		}
+		got, rerr := st.o.data.read(st.ctx, nqn, host, dataOffset, dataLen)
+		if _, err := st.c.SwapExport(st.ctx, slot, rds.ExportState{Open: true, Host: host}, rds.ExportState{Host: tomb}); err != nil {
+			return "", errors.Join(rerr, err)
+		}
+		if rerr != nil {
+			return "", rerr
+		}
+		if bytes.Equal(got, st.pattern) {
+			st.fact("copy-data", confirmed, "the %d bytes written to the volume read back from its restore (volume -> snapshot -> restore, both sources deleted)", dataLen)
+			st.fact("copy-independent", confirmed, "the restore kept the data after its source volume and snapshot were deleted")
+			return fmt.Sprintf("%d bytes equal", dataLen), nil
+		}
+		same, zeros := 0, 0
+		for i := range got {
+			if got[i] == st.pattern[i] {
+				same++
+			}
+			if got[i] == 0 {
+				zeros++
+			}
+		}
+		st.fact("copy-data", contradicted, "the restore holds %d of %d bytes of the pattern (%d zero bytes): copy-from did not copy the data; run the driver with --copy-from-data=unsupported", same, dataLen, zeros)
+		return "", fmt.Errorf("the restore holds %d of the %d bytes written (%d zero bytes): /disk add copy-from did not copy the data; run the driver with --copy-from-data=unsupported", same, dataLen, zeros)
+	})
 }

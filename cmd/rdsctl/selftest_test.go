@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
-	"io"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +21,9 @@ import (
 )
 
 // selftestSim starts a simulator that prints like the hardware (80
-// columns, CRLF, exit status 1 on a refusal) and a config for it.
-func selftestSim(t *testing.T) (*rdssim.Server, rds.Config) {
+// columns, CRLF, exit status 1 on a refusal), changed by mod, and a config
+// for it.
+func selftestSim(t *testing.T, mod func(*rdssim.Config)) (*rdssim.Server, rds.Config) {
 	t.Helper()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "id_ed25519")
@@ -25,8 +31,11 @@ func selftestSim(t *testing.T) (*rdssim.Server, rds.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub},
-		CRLF: true, ExitStatusOnFailure: true})
+	cfg := rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}, CRLF: true, ExitStatusOnFailure: true}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := rdssim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,53 +55,277 @@ func selftestSim(t *testing.T) (*rdssim.Server, rds.Config) {
 
 func selftestOpts() selftestOptions {
 	return selftestOptions{pool: "storage-pool", basePath: rds.DefaultVolumePath, nqnPrefix: "nqn.2000-02.com.mikrotik:",
-		nvmePort: 4420, timeout: time.Minute, loginOptions: "ct"}
+		nvmePort: 4420, timeout: time.Minute, loginOptions: "ct", copyWait: time.Minute}
 }
 
-// TestSelftestAgainstSimulator: every check passes over SSH against the
-// simulator wrapping at 80 columns, and nothing is left behind.
-func TestSelftestAgainstSimulator(t *testing.T) {
-	srv, cfg := selftestSim(t)
+func runSelftest(cfg rds.Config, o selftestOptions) (string, error) {
 	var out bytes.Buffer
-	if err := selftest(cfg, selftestOpts(), &out); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
+	err := selftest(context.Background(), context.Background(), cfg, o, &out)
+	return out.String(), err
+}
+
+// simDataPath stands in for a host connected over NVMe/TCP: it reads and
+// writes the simulator's backing file of the disk exported under an NQN,
+// and, like an export that checks its allowed host, refuses a disk that is
+// not exported to exactly that host.
+type simDataPath struct{ srv *rdssim.Server }
+
+func (p simDataPath) slot(nqn, hostNQN string) (string, error) {
+	for _, d := range p.srv.Disks() {
+		if d.NVMeTCPNQN != nqn {
+			continue
+		}
+		if !d.NVMeTCPExport || d.AllowHostName != hostNQN {
+			return "", fmt.Errorf("%s refuses host %s: exported=%v, allowed host %q", nqn, hostNQN, d.NVMeTCPExport, d.AllowHostName)
+		}
+		return d.Slot, nil
 	}
-	report := out.String()
-	for _, want := range []string{"ok    probe", "ok    create", "ok    resize", "ok    snapshot (copy)", "ok    restore (copy, grown)",
-		"ok    find file by prefix", "ok    delete snapshot", "ok    delete volume", "ok    fencing: open to one host", "ok    fencing: move to another host",
-		"ok    fencing: close for another host", "ok    fencing: close ", "ok    fencing: open to any host", "19 checks, 0 failed", "longest print line: 80 columns"} {
-		if !strings.Contains(report, want) {
-			t.Errorf("report lacks %q:\n%s", want, report)
+	return "", fmt.Errorf("no subsystem %s", nqn)
+}
+
+func (p simDataPath) write(_ context.Context, nqn, hostNQN string, off int64, b []byte) error {
+	slot, err := p.slot(nqn, hostNQN)
+	if err != nil {
+		return err
+	}
+	return p.srv.WriteDisk(slot, off, b)
+}
+
+func (p simDataPath) read(_ context.Context, nqn, hostNQN string, off int64, n int) ([]byte, error) {
+	slot, err := p.slot(nqn, hostNQN)
+	if err != nil {
+		return nil, err
+	}
+	return p.srv.ReadDisk(slot, off, n)
+}
+
+func (simDataPath) describe() string { return "the simulator's backing files" }
+
+// nothingLeft fails the test if the simulator holds a disk or a disk
+// file.
+func nothingLeft(t *testing.T, srv *rdssim.Server) {
+	t.Helper()
+	if d := srv.Disks(); len(d) != 0 {
+		t.Errorf("disks left behind: %+v", d)
+	}
+	filepath.WalkDir(srv.DataDir(), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".img") {
+			t.Errorf("file left behind: %s", p)
+		}
+		return err
+	})
+}
+
+// neverOpenToAnyHost fails the test if any scratch disk was ever exported
+// with no allowed host.
+func neverOpenToAnyHost(t *testing.T, srv *rdssim.Server) {
+	t.Helper()
+	for _, c := range srv.ExportLog() {
+		if c.Export && c.AllowHost == "" {
+			t.Errorf("disk %s was exported to any host (command %d)", c.Slot, c.Seq)
 		}
 	}
-	if d := srv.Disks(); len(d) != 0 {
-		t.Errorf("left behind: %+v", d)
+}
+
+// factStatus is the status of fact id in a text report.
+func factStatus(t *testing.T, report, id string) string {
+	t.Helper()
+	for _, l := range strings.Split(report, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[1] == id && (f[0] == confirmed || f[0] == contradicted || f[0] == skipped) {
+			return f[0]
+		}
+	}
+	t.Errorf("no line for fact %s in:\n%s", id, report)
+	return ""
+}
+
+// TestSelftestVariants runs the self-test against the simulator in both
+// variants of each unknown copy-from behaviour, with and without a data
+// path: every check passes where the RDS behaves as the driver needs, the
+// data check fails where copy-from copies no data, each fact is reported
+// as measured, no scratch disk is ever open to any host, and nothing is
+// left behind.
+func TestSelftestVariants(t *testing.T) {
+	for _, tc := range []struct {
+		props          rdssim.CopyFromProperties
+		data           rdssim.CopyFromData
+		withData       bool
+		wantInherits   string
+		wantCopyData   string
+		wantFailedData bool
+	}{
+		{rdssim.CopyFromInherit, rdssim.CopyFromDataCopy, true, confirmed, confirmed, false},
+		{rdssim.CopyFromFresh, rdssim.CopyFromDataCopy, true, contradicted, confirmed, false},
+		{rdssim.CopyFromInherit, rdssim.CopyFromDataNone, true, confirmed, contradicted, true},
+		{rdssim.CopyFromFresh, rdssim.CopyFromDataNone, true, contradicted, contradicted, true},
+		{rdssim.CopyFromInherit, rdssim.CopyFromDataNone, false, confirmed, skipped, false},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/data=%v", tc.props, tc.data, tc.withData), func(t *testing.T) {
+			srv, cfg := selftestSim(t, func(c *rdssim.Config) { c.CopyFromProperties, c.CopyFromData = tc.props, tc.data })
+			o := selftestOpts()
+			if tc.withData {
+				o.data = simDataPath{srv}
+			}
+			report, err := runSelftest(cfg, o)
+			if tc.wantFailedData {
+				if err == nil || !strings.Contains(report, "FAIL  data: the restore holds the volume's data") || !strings.Contains(report, "--copy-from-data=unsupported") {
+					t.Errorf("a copy without data: err %v, report:\n%s", err, report)
+				}
+			} else if err != nil {
+				t.Fatalf("%v\n%s", err, report)
+			}
+			if got := factStatus(t, report, "copy-inherits"); got != tc.wantInherits {
+				t.Errorf("copy-inherits %s, want %s", got, tc.wantInherits)
+			}
+			if got := factStatus(t, report, "copy-data"); got != tc.wantCopyData {
+				t.Errorf("copy-data %s, want %s", got, tc.wantCopyData)
+			}
+			if !tc.withData && !strings.Contains(report, "the data check was skipped") {
+				t.Errorf("without a data path the report does not say the data check was skipped:\n%s", report)
+			}
+			for _, id := range []string{"cas-stale", "find-where-and", "set-two-props", "closed-print", "add-closed", "allow-host-uuid", "size-suffix", "size-print", "wrap-rejoin", "file-regex", "no-such-item", "file-remove-in-use", "legend-empty", "silent-success", "copy-complete"} {
+				if got := factStatus(t, report, id); got != confirmed {
+					t.Errorf("fact %s: %s, want confirmed (the simulator behaves as documented)", id, got)
+				}
+			}
+			for _, def := range selftestFacts {
+				if n := strings.Count(report, " "+def.id+" "); n != 1 {
+					t.Errorf("fact %s has %d lines, want 1", def.id, n)
+				}
+			}
+			neverOpenToAnyHost(t, srv)
+			nothingLeft(t, srv)
+		})
 	}
 }
 
 // TestSelftestReportsFailureAndCleansUp: a refused resize fails the run,
 // the later checks are skipped, and the scratch disk is removed anyway.
 func TestSelftestReportsFailureAndCleansUp(t *testing.T) {
-	srv, cfg := selftestSim(t)
+	srv, cfg := selftestSim(t, nil)
 	srv.FailNth(1, "] file-size=", "invalid parameter")
-	var out bytes.Buffer
-	err := selftest(cfg, selftestOpts(), &out)
-	report := out.String()
+	report, err := runSelftest(cfg, selftestOpts())
 	if err == nil || !strings.Contains(report, "FAIL  resize") || !strings.Contains(report, "invalid parameter") ||
-		!strings.Contains(report, "SKIP  snapshot (copy)") {
+		!strings.Contains(report, "SKIP  snapshot (copy") {
 		t.Fatalf("err %v, report:\n%s", err, report)
 	}
-	if d := srv.Disks(); len(d) != 0 {
-		t.Errorf("left behind: %+v", d)
+	if got := factStatus(t, report, "copy-data"); got != skipped {
+		t.Errorf("copy-data after a failure: %s", got)
 	}
+	nothingLeft(t, srv)
+}
+
+// TestSelftestPatientWithLongCopies: a copy that outlives the client's
+// copy timeout is still running on the RDS when the checks end; its file
+// cannot be removed until it completes. The cleanup waits for it and
+// removes it (before, the cleanup failed and left the copy behind).
+func TestSelftestPatientWithLongCopies(t *testing.T) {
+	srv, cfg := selftestSim(t, func(c *rdssim.Config) { c.CopyRate = 64 * rds.MiB }) // 128 MiB: 2 s
+	cfg.CopyTimeout = 100 * time.Millisecond
+	report, err := runSelftest(cfg, selftestOpts())
+	if err == nil || !strings.Contains(report, "FAIL  snapshot (copy") || !strings.Contains(report, "cleanup: removed "+scratchOf(report)+"-snap") {
+		t.Errorf("err %v, report:\n%s", err, report)
+	}
+	if strings.Contains(report, "LEFT") {
+		t.Errorf("the cleanup left something:\n%s", report)
+	}
+	nothingLeft(t, srv)
+}
+
+func scratchOf(report string) string {
+	i := strings.Index(report, scratchPrefix)
+	if i < 0 {
+		return "?"
+	}
+	return strings.TrimRight(strings.Fields(report[i:])[0], "*,")
+}
+
+// TestSelftestSignal: SIGINT or SIGTERM while a copy runs on the RDS
+// stops the checks; the cleanup waits for the copy and removes every
+// scratch disk and file; the run reports the interruption.
+func TestSelftestSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			srv, cfg := selftestSim(t, func(c *rdssim.Config) { c.CopyRate = 64 * rds.MiB }) // 128 MiB: 2 s
+			var out bytes.Buffer
+			done := make(chan error, 1)
+			go func() { done <- selftestWithSignals(cfg, selftestOpts(), &out) }()
+			waitForCommand(t, srv, "copy-from")
+			if err := syscall.Kill(os.Getpid(), sig); err != nil {
+				t.Fatal(err)
+			}
+			err := <-done
+			report := out.String()
+			if err == nil || !strings.Contains(err.Error(), "interrupted by "+sig.String()) || !strings.Contains(report, "SKIP  delete") {
+				t.Errorf("err %v, report:\n%s", err, report)
+			}
+			neverOpenToAnyHost(t, srv)
+			nothingLeft(t, srv)
+		})
+	}
+}
+
+// waitForCommand waits until the simulator has received a command
+// containing match (logged before it runs).
+func waitForCommand(t *testing.T, srv *rdssim.Server, match string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, c := range srv.Commands() {
+			if strings.Contains(c.Text, match) {
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the simulator never received %q", match)
+}
+
+// TestSelftestJSON: -o json prints one document with every check, a fact
+// for each of selftestFacts and the cleanup, and nothing else.
+func TestSelftestJSON(t *testing.T) {
+	srv, cfg := selftestSim(t, nil)
+	o := selftestOpts()
+	o.json = true
+	text, err := runSelftest(cfg, o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	var rep report
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil || dec.More() {
+		t.Fatalf("not one JSON document: %v\n%s", err, text)
+	}
+	if rep.Failed != 0 || len(rep.Checks) < 20 || len(rep.Facts) != len(selftestFacts) || len(rep.Cleanup) == 0 || rep.Commands == 0 {
+		t.Errorf("report: %+v", rep)
+	}
+	for i, f := range rep.Facts {
+		if f.ID != selftestFacts[i].id || f.Measured == "" || (f.Status != confirmed && f.Status != contradicted && f.Status != skipped) {
+			t.Errorf("fact %d: %+v", i, f)
+		}
+	}
+	for _, c := range rep.Checks {
+		if c.Status != "ok" {
+			t.Errorf("check %+v", c)
+		}
+	}
+	nothingLeft(t, srv)
 }
 
 func TestSelftestCommand(t *testing.T) {
 	flags, _, srv := simWithKey(t)
-	if err := run(append(flags, "--login-options", "ct", "selftest"), io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
+	var stdout, stderr bytes.Buffer
+	if err := run(append(flags, "--login-options", "ct", "selftest", "-o", "json"), &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
 	}
-	if d := srv.Disks(); len(d) != 0 {
-		t.Errorf("left behind: %+v", d)
+	var rep report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Failed != 0 {
+		t.Errorf("%v: %s", err, stdout.String())
 	}
+	if err := run(append(flags, "selftest", "-o", "yaml"), &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "-o") {
+		t.Errorf("-o yaml: %v", err)
+	}
+	nothingLeft(t, srv)
 }
