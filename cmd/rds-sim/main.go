@@ -65,6 +65,7 @@ type options struct {
 	copyFromProps  string
 	copyFromData   string
 	closedProps    string
+	globalReqs     string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -84,9 +85,10 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
 	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
 	fs.StringVar(&o.faultControl, "fault-control", "", "unix socket path to serve the fault control protocol on (below), created with mode 0600 and removed at exit; empty: none")
-	fs.StringVar(&o.copyFromProps, "copy-from-properties", string(rdssim.CopyFromFresh), "where /disk add copy-from takes the properties the add does not set: inherit (from the source disk, as RouterOS's CLI manual describes copy-from) or fresh (a new disk's defaults)")
+	fs.StringVar(&o.copyFromProps, "copy-from-properties", string(rdssim.CopyFromInherit), "where /disk add copy-from takes the properties the add does not set: inherit (from the source disk, as RouterOS's CLI manual describes copy-from) or fresh (a new disk's defaults)")
 	fs.StringVar(&o.copyFromData, "copy-from-data", string(rdssim.CopyFromDataCopy), "what /disk add copy-from puts in the copy's file: copy (the source's data, as the driver assumes) or none (zeros at the source's size); RouterOS' behaviour is not confirmed")
 	fs.StringVar(&o.closedProps, "closed-export-props", string(rdssim.ClosedExportShown), "whether /disk print shows nvme-tcp-server-port, -nqn and -allow-host-name of a disk whose export is off: shown, or hidden (as RAID disks printed on RDS2216 hardware); where/find conditions see them either way; RouterOS' behaviour for file disks is not known")
+	fs.StringVar(&o.globalReqs, "global-requests", string(rdssim.GlobalRequestsReject), "how SSH global requests such as keepalive@openssh.com are answered: reject, ignore (never answered) or close (the connection); RouterOS does not support keepalive@openssh.com, and which of these it does is not known")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
 }
 
@@ -231,6 +233,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--closed-export-props: %w", err)
 	}
+	globalReqs, err := rdssim.ParseGlobalRequests(o.globalReqs)
+	if err != nil {
+		return fmt.Errorf("--global-requests: %w", err)
+	}
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
@@ -256,6 +262,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CopyFromProperties:  copyProps,
 		CopyFromData:        copyData,
 		ClosedExportProps:   closedProps,
+		GlobalRequests:      globalReqs,
 	})
 	if err != nil {
 		return err

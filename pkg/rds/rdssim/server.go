@@ -68,9 +68,9 @@ type Config struct {
 	// be removed. 0 copies at once.
 	CopyRate int64
 	// CopyFromProperties and CopyFromData model what /disk add copy-from
-	// takes from its source (copyfrom.go): by default a new disk's
-	// properties (CopyFromInherit: the source's, as RouterOS's CLI manual
-	// describes), and its data, as the driver assumes.
+	// takes from its source (copyfrom.go): by default its properties, as
+	// RouterOS's CLI manual describes copy-from (CopyFromFresh: a new
+	// disk's defaults), and its data, as the driver assumes.
 	CopyFromProperties CopyFromProperties
 	CopyFromData       CopyFromData
 	// ExitStatusOnFailure makes a refused command exit with status 1
@@ -97,6 +97,10 @@ type Config struct {
 	// properties of a disk whose export is off: shown (the default) or
 	// hidden, as RAID disks printed on RDS2216 hardware (closedexport.go).
 	ClosedExportProps ClosedExportProps
+	// GlobalRequests is how SSH global requests (keepalive@openssh.com)
+	// are answered: reject (the default), ignore or close
+	// (globalrequests.go).
+	GlobalRequests GlobalRequests
 }
 
 // Stats counts connections.
@@ -105,6 +109,7 @@ type Stats struct {
 	Refused         int // closed at once because of SetRefuseConnections
 	HandshakeFailed int // SSH handshake or authentication failed
 	Commands        int // exec requests received
+	GlobalRequests  int // SSH global requests received (keepalives)
 }
 
 // Server is a simulated RDS: an SSH server that runs the RouterOS subset of
@@ -135,6 +140,7 @@ type Server struct {
 	exportsApplied bool
 	hostChange     AllowHostChange
 	closedProps    ClosedExportProps
+	globalReqs     GlobalRequests
 	drops          map[string]int // ConnectionDrops by slot; under stateMu
 	exportLog      []ExportChange // under stateMu
 
@@ -196,6 +202,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
 	}
+	globalReqs, err := ParseGlobalRequests(string(cfg.GlobalRequests))
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
 	copyFrom, err := newCopyModel(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
@@ -246,6 +256,7 @@ func New(cfg Config) (*Server, error) {
 		exporter:    cfg.Exporter,
 		hostChange:  hostChange,
 		closedProps: closedProps,
+		globalReqs:  globalReqs,
 		drops:       map[string]int{},
 	}
 	if err := s.syncExports(); err != nil {
@@ -435,7 +446,7 @@ func (s *Server) handleConn(c net.Conn) {
 		sconn.Wait()
 		cancel()
 	}()
-	go ssh.DiscardRequests(reqs)
+	go s.serveGlobalRequests(c, reqs)
 
 	var sessions sync.WaitGroup
 	for nc := range chans {
