@@ -20,13 +20,20 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # Every test the repo has: unit and integration tests with the race detector
-# (the RDS simulator over real SSH, loop devices where root), csi-sanity
+# (the RDS simulator over real SSH, loop devices where root; the documented
+# commands, ./docs), csi-sanity
 # against the shipped binaries, then each fuzz target briefly, then the e2e
 # suite on a real control plane, then the NVMe/TCP tier in a VM.
 test: lint unit sanity-loop model fuzz e2e e2e-nvme
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+# The commands of README.md and docs/ run as written against the simulator
+# (docs/commands_test.go; part of `unit` through ./...), alone.
+.PHONY: docs-test
+docs-test:
+	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored' ./docs
 
 # The publish model check (pkg/csi/publish_model_test.go) at full size
 # without the race detector: two controller replicas with adversarially
