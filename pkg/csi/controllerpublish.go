@@ -63,10 +63,8 @@ type ClaimStore interface {
 	// keeps the claim.
 	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (bool, error)
 	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
-	// of handle on node exists, and whether it is marked attached.
-	// answered is the publish_context the attacher recorded when it is
-	// marked attached (nil otherwise).
-	LiveAttachment(ctx context.Context, handle, node string) (live bool, answered map[string]string, err error)
+	// of handle on node exists.
+	LiveAttachment(ctx context.Context, handle, node string) (bool, error)
 	// Withdraw drops node's claim if it is still the one committed.
 	Withdraw(ctx context.Context, pvName, node string, committed informers.Claim) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.
@@ -251,10 +249,6 @@ type publishing struct {
 	// live: nodes read from the API server during this call. The decision
 	// uses them over the index, so a fence stands on a live read.
 	live map[string]fencing.NodeState
-	// answered: the publish_context of the publish of this
-	// VolumeAttachment answered before (from its status, read live before
-	// the commit); nil when it is not marked attached.
-	answered map[string]string
 }
 
 func (p *publishing) node(name string) fencing.NodeState {
@@ -403,18 +397,6 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// The RDS lets the attachment in (and everyone else out) before the
 		// node is told it may write; fenced nodes' claims are gone with the
 		// commit, so their hosts are dropped.
-		// A holder whose attachment was answered before (its
-		// VolumeAttachment attached with this very attachment's host NQN)
-		// has been let in: the source of a migration keeps its connection
-		// while the export allows the target.
-		admitted := false
-		if sameNode && p.answered != nil {
-			want := ""
-			if claim.Nonce != "" {
-				want = s.d.claimHost(id, node, claim)
-			}
-			admitted = p.answered[PublishContextHostNQN] == want
-		}
 		// A publish that fences another holder (its claim went with the
 		// commit), or replaces its own node's earlier attachment (another
 		// incarnation of the node, a claim only a stale PV showed), drops
@@ -422,7 +404,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// the requester: the retired attachment may still be connected (a
 		// migration's other holder keeps its connection).
 		replaces := len(fenced) > 0 || (claimed && !sameNode)
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, admitted: admitted, retire: replaces, cut: replaces})
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, retire: replaces, cut: replaces})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)
@@ -476,7 +458,7 @@ func newClaimTime(now time.Time, others map[string]informers.Claim) time.Time {
 // on the node exists (read from the API server).
 func (p *publishing) requireAttachment(ctx context.Context) error {
 	id, node := p.req.GetVolumeId(), p.ident.Name
-	ok, answered, err := p.s.pub.Claims.LiveAttachment(ctx, id, node)
+	ok, err := p.s.pub.Claims.LiveAttachment(ctx, id, node)
 	if err != nil {
 		p.s.pub.Reporter.PublishFailed("unconfirmed")
 		return statusf(codes.Unavailable, "volume %s: cannot confirm its VolumeAttachment on node %s with the API server (%v); retry", id, node, err)
@@ -484,9 +466,6 @@ func (p *publishing) requireAttachment(ctx context.Context) error {
 	if !ok {
 		p.s.pub.Reporter.PublishFailed("no-attachment")
 		return statusf(codes.Aborted, "volume %s: no live VolumeAttachment of it on node %s (it was detached or is being deleted, e.g. this request comes from an attacher that lost its lease); nothing was recorded", id, node)
-	}
-	if p.answered == nil {
-		p.answered = answered
 	}
 	return nil
 }

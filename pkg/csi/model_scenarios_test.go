@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,8 +18,7 @@ import (
 // on its own harness: two replicas, watch streams delivered by hand, late
 // RDS commands placed by hand, the model's checks on every answer. Each
 // is a finding of the model check, as the smallest deterministic
-// interleaving found, kept as a regression test once fixed. The open ones
-// are in model_findings_test.go.
+// interleaving found, kept as a regression test once fixed.
 
 // scriptedModel is the model with nothing random: no late RDS commands,
 // every stream of every replica delivered.
@@ -293,7 +294,7 @@ func TestCommitFenceDropsTheFencedHolder(t *testing.T) {
 // Fixed after the model found them (findings 6, 7, 8; see the comment on
 // each for the interleaving).
 
-// Finding 6 (in the model check on dd90a1e: RDS_CSI_MODEL_STRICT=6
+// Finding 6 (in the model check on dd90a1e:
 // RDS_CSI_MODEL_SEED=1 RDS_CSI_MODEL_OPS=2186, step 2186): the fix of finding 1 is incomplete. Commit now
 // writes each PV its own claims plus the change, but the change itself,
 // the requester's claim, is taken from the index's merged view: a repeated
@@ -365,7 +366,7 @@ func TestRepublishDoesNotBringBackItsReleasedClaim(t *testing.T) {
 	}
 }
 
-// Finding 7 (in the model check on dd90a1e: RDS_CSI_MODEL_STRICT=7
+// Finding 7 (in the model check on dd90a1e:
 // RDS_CSI_MODEL_SEED=48 RDS_CSI_MODEL_OPS=27281, step 27281; a variant of
 // finding 5, whose fix drops connections when a publish fences another
 // node's claim): a
@@ -575,5 +576,104 @@ func TestLateJoinDoesNotLetARetiredHolderIn(t *testing.T) {
 	h2 := m.answeredCtx[m.vaName(v, "n2")][PublishContextHostNQN]
 	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h2 {
 		t.Errorf("after the reconcile the export is %+v, want open to n2's %s", d, h2)
+	}
+}
+
+// Found by the model check (finding 2, on dd90a1e: seed 1, step 1441):
+// a live migration's source whose connection a fence dropped was told it
+// may write while the export let in the target alone.
+// decideAndCommit passes admitted=true to syncExport when the source's
+// VolumeAttachment is attached with this attachment's host NQN (it was
+// let in before, "and keeps the connection it has"), and syncExport then
+// leaves an export that allows the other holder as it is. But a fence of
+// the source cuts (drops every connection and reopens the export to the
+// remaining holder) BEFORE it releases the source's claim; when the fence
+// does not complete (its reopen times out, or the release fails; it is
+// retried later), the claim and the attached VolumeAttachment remain, the
+// connection does not. No second writer results: the source cannot
+// connect. But the success answered is not backed by an export open to
+// that attachment (issue 21's invariant), and a source that is back in
+// service (untainted, or Ready again before the retried fence reads it)
+// stays cut off while it is told it may write: the migration's source VM
+// loses its disk. (The model found it with n0 still out of service.)
+//
+// Interleaving (raw-block RWX volume):
+//  1. r0 publishes to n0 (export open to H0), the attacher records it.
+//  2. r0 publishes to n1, the migration target (export moved to H1,
+//     without a drop: n0 keeps its connection).
+//  3. n0 is tainted out of service; the leader's fence of n0 cuts: the
+//     export is closed (n0's and n1's connections dropped), and its
+//     reopen to H1 times out: the fence fails, n0's claim stays.
+//  4. The leader's reconcile reopens the export to H1 (n1 reconnects).
+//  5. n0 is back in service (the taint removed; the retried fence keeps
+//     its claim), and r1 publishes to n0 again (its VolumeAttachment is
+//     attached as H0). It was answered OK with H0 (the publish trusted
+//     the VolumeAttachment's status: "let in before, keeps its
+//     connection") while the export allowed H1 alone and n0's kernel
+//     could not reconnect. Now the older holder's repeated publish is
+//     refused (ABORTED) while the export allows the newer one.
+func TestCutSourceNotToldItMayWrite(t *testing.T) {
+	m := scriptedModel(t, true)
+	r0, r1 := m.replicas[0], m.replicas[1]
+	v := m.vols[3]
+	// 1, 2.
+	m.publish(r0, v, "n0")
+	m.markAttached()
+	m.deliverAll()
+	h0 := m.answeredCtx[m.vaName(v, "n0")][PublishContextHostNQN]
+	m.publish(r0, v, "n1")
+	m.markAttached()
+	m.deliverAll()
+	h1 := m.answeredCtx[m.vaName(v, "n1")][PublishContextHostNQN]
+	if h0 == "" || h1 == "" {
+		t.Fatal("scripting: the publishes to n0 and n1 should succeed")
+	}
+	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h1 || !m.conns[v.id]["n0"] {
+		t.Fatalf("scripting: the export should allow the target with the source still connected: %+v, conns %v", d, m.conns[v.id])
+	}
+	// 3.
+	m.leader = 0
+	m.timeOutSwap(2)
+	m.taintOutOfService("n0")
+	m.deliverAll()
+	m.dropLost()
+	if _, ok := m.liveClaims(v)["n0"]; !ok {
+		t.Fatal("scripting: the fence of n0 should have failed with its claim kept")
+	}
+	if m.conns[v.id]["n0"] {
+		t.Fatal("scripting: the fence's cut should have dropped n0's connection")
+	}
+	// 4.
+	if _, err := r0.cs.ReconcileExports(m.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h1 {
+		t.Fatalf("scripting: the reconcile should reopen the export to the target: %+v", d)
+	}
+	// 5. n0 is back in service (the taint removed): the retried fence
+	// keeps its claim.
+	n, err := m.api.CoreV1().Nodes().Get(m.ctx, "n0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = nil
+	if _, err := m.api.CoreV1().Nodes().Update(m.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.oos["n0"] = false
+	m.deliverAll()
+	resp, err := r1.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n0"))
+	if err == nil {
+		d, _ := m.rds.disk(v.id)
+		if host := resp.GetPublishContext()[PublishContextHostNQN]; !d.Exported || d.AllowHost != host {
+			t.Fatalf("n0 (the migration source, its connection dropped by the fence's cut in step 3) was told it may write as %s, while the export allows only %s (the target): it cannot connect", host, d.AllowHost)
+		}
+		return
+	}
+	if status.Code(err) != codes.Aborted {
+		t.Errorf("the repeated publish of the cut source: %v, want ABORTED (retried once the migration settled)", err)
+	}
+	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h1 {
+		t.Errorf("the refused publish changed the export: %+v, want it open to the target's %s", d, h1)
 	}
 }

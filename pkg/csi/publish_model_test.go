@@ -74,7 +74,7 @@ import (
 // index with nothing in flight, and after the heal (every command in
 // flight landed or lost, then the leader's reconcile), every export is
 // open to its live claims' attachment alone, or closed with no claim.
-// Known findings still open are counted and tolerated (model.known).
+// Findings it made are regression tests in model_scenarios_test.go.
 
 var (
 	gvrPV   = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"}
@@ -146,11 +146,6 @@ type model struct {
 	// landingABA: the state it matches had been left since it was sent.
 	landing    *lateSwap
 	landingABA bool
-	// tolerated: retired hosts that a known finding (4, 7) let in again
-	// or left connected.
-	// Their connections are not followed further (not counted among the
-	// possible writers): what a known finding leads to is that finding's.
-	tolerated map[string]bool
 	// op: the operation running that may release claims ("publish",
 	// "unpublish", "fence"), and the hosts it released (volume/host): once
 	// it completes successfully, they are retired (endOp).
@@ -188,8 +183,8 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced,
 		conns: map[string]map[string]bool{}, connHost: map[string]string{}, answeredCtx: map[string]map[string]string{},
 		claimed: map[string]map[string]string{}, released: map[string]map[string]int{}, retired: map[string]map[string]int{},
-		tolerated: map[string]bool{}, replacedOwn: map[string]bool{},
-		watches: map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
+		replacedOwn: map[string]bool{},
+		watches:     map[string]watch.Interface{}, nodes: []string{"n0", "n1", "n2"},
 		uid: map[string]string{}, oos: map[string]bool{}, incarn: map[string]int{},
 		holds: map[string][]modelHold{}, stats: map[string]int{}}
 	var objs []runtime.Object
@@ -331,7 +326,7 @@ func (m *model) exportChanged(slot string, before, after rds.Disk) {
 		}
 		for _, node := range m.nodes {
 			host, ok := m.connHost[slot+"/"+node]
-			if !ok || m.conns[slot][node] || m.tolerated[host] || !(after.AllowHost == host || after.AllowHost == "") {
+			if !ok || m.conns[slot][node] || !(after.AllowHost == host || after.AllowHost == "") {
 				continue
 			}
 			if m.conns[slot] == nil {
@@ -372,39 +367,17 @@ func (m *model) delaySwap(s *lateSwap) (timedOut bool) {
 	return true
 }
 
-// Known findings (model_findings_test.go, TestFinding*): bugs of the
-// driver the model check found that are still open. Each is counted
-// ("... (finding N)" in the summary) and then tolerated, so that the
-// check keeps guarding the rest; RDS_CSI_MODEL_STRICT=all (or a list,
-// e.g. 2,4) makes them violations again. Remove a finding's tolerance
-// once it is fixed. (Findings 1, 3 and 5 were fixed in dd90a1e; their
-// scenarios are regression tests in model_scenarios_test.go.)
-//
-//  2. A repeated publish of a live migration's source is answered from
-//     its VolumeAttachment's status (let in before, "keeps the connection
-//     it has") although a fence's cut that did not complete dropped that
-//     connection: told it may write while the export allows the target.
-//
-// Finding 4 (a late command let a retired attachment in again, its open
-// state having come back: ABA) was fixed by parking the export at a fresh
-// host before any move between hosts, and by rds.Client no longer
-// re-sending a swap whose outcome is unknown
-// (TestLateJoinDoesNotLetARetiredHolderIn). Findings 6, 7 and 8 were
-// fixed after it (a claim is reused only when every PV shows it; replacing the node's own earlier attachment drops
-// connections; Settle treats the released claim as gone on every PV);
-// their tests in model_findings_test.go run without the tag.
-func (m *model) known(finding int) bool {
-	s := os.Getenv("RDS_CSI_MODEL_STRICT")
-	if s == "all" {
-		return false
-	}
-	for _, f := range strings.Split(s, ",") {
-		if f == strconv.Itoa(finding) {
-			return false
-		}
-	}
-	return true
-}
+// Findings of the model check, fixed, each a regression test in
+// model_scenarios_test.go: 1, 3 and 5 in dd90a1e; 6, 7 and 8 after it (a
+// claim is reused only when every PV shows it; replacing the node's own
+// earlier attachment drops connections; Settle treats the released claim
+// as gone on every PV); 4 (a late command let a retired attachment in
+// again, its open state having come back: ABA) by parking the export at
+// a fresh host before any move between hosts and by rds.Client no longer
+// re-sending a swap whose outcome is unknown; 2 (a migration's source cut
+// by a fence that did not complete was told it may write, trusting its
+// VolumeAttachment's status) by refusing the older holder's repeated
+// publish while the export allows the newer.
 
 // Late commands: about one SwapExport in lateOneIn times out, and lands
 // up to maxLateSteps steps later.
@@ -583,15 +556,6 @@ func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 	}
 	d, _ := m.rds.disk(v.id)
 	if !d.Exported || !(d.AllowHost == host || (v.multi && d.AllowHost == "")) {
-		if v.multi && m.connHost[v.id+"/"+node] == host && m.otherHolderHost(v, node, d.AllowHost) && m.known(2) {
-			// Finding 2 (TestFindingCutSourceToldItMayWrite): a
-			// migration's source whose connection a cut dropped is
-			// answered as admitted while the export allows the target.
-			// It is not let in; its kernel keeps trying (connHost).
-			m.stats["cut source told it may write (finding 2)"]++
-			m.logf("%s told it may write %s as %s, cut off since, while the export allows the other holder: finding 2", node, v.id[len(v.id)-3:], host[len(host)-4:])
-			return
-		}
 		m.fail("node %s was told it may write volume %s, but the RDS export is nvme-tcp-export=%t allow-host=%q", node, v.id, d.Exported, d.AllowHost)
 	}
 	if m.conns[v.id] == nil {
@@ -808,15 +772,12 @@ func (m *model) fail(format string, args ...any) {
 	if len(tail) > 60 {
 		tail = tail[len(tail)-60:]
 	}
-	variant, strict := "claims", ""
+	variant := "claims"
 	if m.fenced {
 		variant = "storage-fencing"
 	}
-	if s := os.Getenv("RDS_CSI_MODEL_STRICT"); s != "" {
-		strict = "RDS_CSI_MODEL_STRICT=" + s + " "
-	}
-	m.t.Fatalf("seed %d (rerun: %sRDS_CSI_MODEL_SEED=%d RDS_CSI_MODEL_OPS=%d go test -run TestPublishModel/%s ./pkg/csi), step %d: %s\nlast answers and events:\n%s",
-		m.seed, strict, m.seed, m.step, variant, m.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
+	m.t.Fatalf("seed %d (rerun: RDS_CSI_MODEL_SEED=%d RDS_CSI_MODEL_OPS=%d go test -run TestPublishModel/%s ./pkg/csi), step %d: %s\nlast answers and events:\n%s",
+		m.seed, m.seed, m.step, variant, m.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
 }
 
 func (m *model) vaName(v *modelVolume, node string) string {
@@ -1001,7 +962,7 @@ func (m *model) check() {
 		limit := m.limit(v)
 		for node := range m.conns[v.id] {
 			host := m.connHost[v.id+"/"+node]
-			if at, ok := m.retired[v.id][host]; ok && !m.tolerated[host] {
+			if at, ok := m.retired[v.id][host]; ok {
 				m.fail("volume %s: node %s is still connected as %s, an attachment retired at step %d (never dropped since): a fenced attachment's writes land", v.id, node, host, at)
 			}
 		}

@@ -73,12 +73,11 @@ type exportGoal struct {
 	// prefer: a publish's requester. The export is opened to it when it
 	// allows no live holder; with two holders (a migration) it goes to
 	// the newer (the target). A repeated publish of the older (the
-	// source) leaves it there when admitted (the source was let in
-	// before and keeps the connection it has), and is refused otherwise:
-	// one allowed host cannot let in two holders that both still have to
-	// connect.
-	prefer   string
-	admitted bool
+	// source) is refused while the export allows the newer: the source
+	// may keep a connection it has, but nothing here can tell that it
+	// still has one (a cut may have dropped it), and a success is only
+	// ever answered with the export open to the requester's attachment.
+	prefer string
 	// retire: an attachment is being retired; the state changes at least
 	// once (a fresh tombstone when closed stays closed; with cut, a drop
 	// and reopen when the wanted host is already allowed).
@@ -196,13 +195,12 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// again), or an export that allows no live holder: the
 			// requester's (it is told it may write only once it is let in).
 			want, holder = rds.ExportState{Open: true, Host: s.d.claimHost(handle, g.prefer, c)}, g.prefer
-		} else if ok && g.prefer != "" && !g.admitted {
-			return exportResult{}, fmt.Errorf("%w: volume %s: its export allows the newer holder %s (a migration's target), and node %s has not been let in yet: one allowed host cannot take both; retry once the migration settled",
-				errExportTaken, handle, holder, g.prefer)
+		} else if ok && g.prefer != "" {
+			return exportResult{}, fmt.Errorf("%w: volume %s: its export allows the newer holder %s (a migration's target), not node %s: one allowed host cannot take both; a connection node %s already has is kept, but it is not told it may write; retry once the migration settled",
+				errExportTaken, handle, holder, g.prefer, g.prefer)
 		} else if atHolder && len(claims) > 1 {
 			// A migration's export allows one of its holders: left alone.
-			// A repeated publish of the other keeps the connection it
-			// has; moving the export to it would shut out the one allowed.
+			// Moving it to the other would shut out the one allowed.
 			want = cur
 		}
 		var next rds.ExportState

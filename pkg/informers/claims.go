@@ -343,24 +343,16 @@ func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, clai
 // LiveAttachment reads from the API server whether a VolumeAttachment of
 // handle on node exists and is not being deleted: what a claim must stand
 // on (a publish from a replica that woke up after the attachment was
-// detached must not leave a claim behind), and, when its status says
-// attached, the publish_context the attacher recorded from the publish it
-// answered (status.attachmentMetadata; nil when not attached).
-func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (live bool, answered map[string]string, err error) {
+// detached must not leave a claim behind).
+func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (bool, error) {
 	va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil, nil
+		return false, nil
 	case err != nil:
-		return false, nil, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
+		return false, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
 	}
-	if va.Status.Attached {
-		answered = va.Status.AttachmentMetadata
-		if answered == nil {
-			answered = map[string]string{}
-		}
-	}
-	return va.DeletionTimestamp == nil, answered, nil
+	return va.DeletionTimestamp == nil, nil
 }
 
 // Withdraw drops node's claim on pvName if it is still the very claim a
