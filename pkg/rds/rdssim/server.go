@@ -68,9 +68,9 @@ type Config struct {
 	// be removed. 0 copies at once.
 	CopyRate int64
 	// CopyFromProperties and CopyFromData model what /disk add copy-from
-	// takes from its source (copyfrom.go): by default its properties, as
-	// RouterOS's CLI manual describes copy-from (CopyFromFresh: a new
-	// disk's defaults), and its data, as the driver assumes.
+	// takes from its source (copyfrom.go): by default a new disk's
+	// properties (CopyFromInherit: the source's, as RouterOS's CLI manual
+	// describes copy-from), and its data, as the driver assumes.
 	CopyFromProperties CopyFromProperties
 	CopyFromData       CopyFromData
 	// ExitStatusOnFailure makes a refused command exit with status 1
