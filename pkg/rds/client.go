@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -51,8 +52,15 @@ type Config struct {
 	// CopyTimeout bounds a /disk add copy-from, which copies the whole
 	// source and takes time in proportion to its size; default 1h, and
 	// never past the caller's context.
-	CopyTimeout       time.Duration
-	KeepAliveInterval time.Duration // default 15s; <0 disables
+	CopyTimeout time.Duration
+	// KeepAliveInterval paces TCP keepalive on the SSH connection: probes
+	// after this long idle, then every interval, three unanswered drop it;
+	// on Linux, data unacknowledged for four intervals (5s at least) drops
+	// it too (TCP_USER_TIMEOUT). Default 15s; <0 disables both. No SSH-level
+	// keepalive is sent: RouterOS's SSH server does not support
+	// keepalive@openssh.com, and a server that ignores it, refuses it or
+	// closes the connection on it must never cost a command in flight.
+	KeepAliveInterval time.Duration
 	MaxAttempts       int           // per command, transient failures only, default 4
 	RetryBaseDelay    time.Duration // default 200ms, doubled per attempt, jittered
 	RetryMaxDelay     time.Duration // default 5s
@@ -315,18 +323,25 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 			c.dials++
 		}
 		c.mu.Unlock()
-		if err == nil && c.cfg.KeepAliveInterval > 0 {
-			go c.keepAlive(conn)
-		}
 		return conn, err
 	}
 }
 
-// dial opens a new SSH connection.
+// errSilentPeer: the RDS accepted the TCP connection and sent no SSH
+// banner. Another dial within the same command would wait the same way,
+// so the command is not retried (it stays ErrTransient for its caller).
+var errSilentPeer = errors.New("no SSH banner")
+
+// dial opens a new SSH connection, the TCP connect and the SSH handshake
+// bounded together by DialTimeout (and ctx). It logs what it waits for, so
+// that a silent RDS is visible before the timeout.
 func (c *Client) dial(ctx context.Context) (*ssh.Client, error) {
+	logger := klog.FromContext(ctx).WithValues("address", c.addr)
 	dctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
-	tcp, err := (&net.Dialer{}).DialContext(dctx, "tcp", c.addr)
+	start := time.Now()
+	logger.V(2).Info("connecting to the RDS over SSH", "timeout", c.cfg.DialTimeout)
+	tcp, err := c.dialer().DialContext(dctx, "tcp", c.addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrTransient, c.addr, err)
 	}
@@ -334,7 +349,18 @@ func (c *Client) dial(ctx context.Context) (*ssh.Client, error) {
 	if dl, ok := dctx.Deadline(); ok {
 		_ = tcp.SetDeadline(dl)
 	}
-	sc, chans, reqs, err := ssh.NewClientConn(tcp, c.addr, c.sshCfg)
+	watched := &readCounter{Conn: tcp}
+	// Say what is being waited for when the handshake is slow: a TCP
+	// accept with no SSH banner otherwise looks like nothing at all.
+	slow := time.AfterFunc(min(2*time.Second, c.cfg.DialTimeout/2), func() {
+		if watched.n.Load() == 0 {
+			logger.Info("waiting for the RDS's SSH banner: the TCP connection is open and the RDS has sent nothing yet", "waited", time.Since(start).Round(time.Millisecond), "timeout", c.cfg.DialTimeout)
+		} else {
+			logger.Info("waiting for the RDS to finish the SSH handshake (key exchange, host key, authentication)", "waited", time.Since(start).Round(time.Millisecond), "timeout", c.cfg.DialTimeout)
+		}
+	})
+	sc, chans, reqs, err := ssh.NewClientConn(watched, c.addr, c.sshCfg)
+	slow.Stop()
 	if err != nil {
 		tcp.Close()
 		switch {
@@ -342,46 +368,51 @@ func (c *Client) dial(ctx context.Context) (*ssh.Client, error) {
 			return nil, err
 		case isAuthFailure(err):
 			return nil, fmt.Errorf("%w: SSH authentication to %s as %q refused: check the key and the RDS user", ErrInvalidArgument, c.addr, c.cfg.User)
+		case watched.n.Load() == 0 && isTimeout(err):
+			return nil, fmt.Errorf("%w: %w: %s accepted the TCP connection but sent no SSH banner within %s; is the RDS's SSH service (/ip service ssh) on that port, and is the RDS answering?",
+				ErrTransient, errSilentPeer, c.addr, time.Since(start).Round(time.Millisecond))
 		}
 		return nil, fmt.Errorf("%w: SSH handshake with %s: %v", ErrTransient, c.addr, err)
 	}
 	_ = tcp.SetDeadline(time.Time{})
+	logger.V(2).Info("connected to the RDS over SSH", "took", time.Since(start).Round(time.Millisecond))
 	return ssh.NewClient(sc, chans, reqs), nil
+}
+
+// dialer sets TCP keepalive (see Config.KeepAliveInterval) on the SSH
+// connection's socket.
+func (c *Client) dialer() *net.Dialer {
+	ka := c.cfg.KeepAliveInterval
+	if ka < 0 {
+		return &net.Dialer{KeepAlive: -1}
+	}
+	return &net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: ka, Interval: ka, Count: 3},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			return setUserTimeout(rc, max(4*ka, 5*time.Second))
+		},
+	}
+}
+
+// readCounter counts the bytes read from a connection.
+type readCounter struct {
+	net.Conn
+	n atomic.Int64
+}
+
+func (r *readCounter) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	r.n.Add(int64(n))
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 func isAuthFailure(err error) bool {
 	return err != nil && bytes.Contains([]byte(err.Error()), []byte("unable to authenticate"))
-}
-
-// keepAlive probes the connection; a failed probe drops it so the next
-// command re-dials instead of hanging on a dead peer. It stops when the
-// connection closes.
-func (c *Client) keepAlive(conn *ssh.Client) {
-	done := make(chan struct{})
-	go func() { _ = conn.Wait(); close(done) }()
-	t := time.NewTicker(c.cfg.KeepAliveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			reply := make(chan error, 1)
-			go func() { _, _, err := conn.SendRequest("keepalive@openssh.com", true, nil); reply <- err }()
-			select {
-			case err := <-reply:
-				if err == nil {
-					continue
-				}
-			case <-time.After(c.cfg.KeepAliveInterval):
-			case <-done:
-				return
-			}
-			klog.V(2).InfoS("RDS keepalive failed, dropping connection", "address", c.addr)
-			c.drop(conn)
-			return
-		}
-	}
 }
 
 // drop forgets conn if it is still the current connection.
@@ -427,7 +458,7 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 			break
 		}
 		if !errors.Is(err, ErrTransient) || attempts >= c.cfg.MaxAttempts || ctx.Err() != nil ||
-			(!resend && errors.Is(err, ErrOutcomeUnknown)) {
+			(!resend && errors.Is(err, ErrOutcomeUnknown)) || errors.Is(err, errSilentPeer) {
 			break
 		}
 		klog.FromContext(ctx).V(2).Info("retrying RDS command after transport failure", "attempt", attempts, "err", err)
@@ -516,9 +547,10 @@ func (c *Client) wait(ctx context.Context, attempt int) error {
 }
 
 // runOnce is one attempt: one session on the shared connection, bounded
-// by timeout. A command that outlives it has its session closed; the
-// connection and the other sessions on it carry on (a dead peer is found
-// by the keepalive).
+// by timeout, the session's opening included. A command that outlives it
+// has its session closed; the connection and the other sessions on it
+// carry on (a dead peer is found by TCP keepalive and the user timeout,
+// see Config.KeepAliveInterval).
 func (c *Client) runOnce(ctx context.Context, cmd string, timeout time.Duration) (string, error) {
 	select {
 	case c.sem <- struct{}{}:
@@ -532,8 +564,12 @@ func (c *Client) runOnce(ctx context.Context, cmd string, timeout time.Duration)
 	if err != nil {
 		return "", err
 	}
-	sess, err := conn.NewSession()
-	if err != nil {
+	sess, err := openSession(cctx, conn)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		// Nothing was sent; the connection is left to TCP keepalive.
+		return "", fmt.Errorf("%w: opening an SSH session on the connection to %s: no answer: %v", ErrTransient, c.addr, err)
+	case err != nil:
 		c.drop(conn)
 		return "", fmt.Errorf("%w: opening SSH session: %v", ErrTransient, err)
 	}
@@ -576,6 +612,31 @@ func (c *Client) runOnce(ctx context.Context, cmd string, timeout time.Duration)
 	default:
 		c.drop(conn)
 		return "", fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+}
+
+// openSession opens a session on conn, giving up at ctx's end (a session
+// opened after that is closed at once).
+func openSession(ctx context.Context, conn *ssh.Client) (*ssh.Session, error) {
+	type result struct {
+		s   *ssh.Session
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := conn.NewSession()
+		done <- result{s, err}
+	}()
+	select {
+	case r := <-done:
+		return r.s, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.s != nil {
+				r.s.Close()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 
