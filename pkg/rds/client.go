@@ -132,6 +132,9 @@ type Client struct {
 	closed  bool
 
 	skipped atomic.Int64 // listing entries skipped as unreadable (SkippedEntries)
+
+	memoMu sync.Mutex
+	memo   map[string]exportMemo // by slot: candidates for hidden export properties (hidden.go)
 }
 
 // NewClient validates the configuration and loads the key and known_hosts.
@@ -207,7 +210,7 @@ func NewClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: known_hosts %s has no entry for %s", ErrInvalidArgument, cfg.KnownHostsFile, knownhosts.Normalize(addr))
 		}
 	}
-	return &Client{cfg: cfg, addr: addr, sshCfg: sshCfg, sem: make(chan struct{}, cfg.MaxSessions)}, nil
+	return &Client{cfg: cfg, addr: addr, sshCfg: sshCfg, sem: make(chan struct{}, cfg.MaxSessions), memo: map[string]exportMemo{}}, nil
 }
 
 // pinnedHostKey turns knownhosts' errors into ErrHostKey.

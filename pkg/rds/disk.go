@@ -21,6 +21,11 @@ type Disk struct {
 	NQN       string
 	AllowHost string // nvme-tcp-server-allow-host-name
 	Flags     string
+	// AllowHostUnknown: the export is closed and RouterOS printed no
+	// allowed host, and none the client could confirm (hidden.go);
+	// AllowHost "" then means unknown, not any host. Port and NQN are 0
+	// and "" when they were not printed and not confirmed either.
+	AllowHostUnknown bool
 }
 
 // Export describes the NVMe/TCP export of a disk.

@@ -68,7 +68,9 @@ func (c *Client) SetExportHost(ctx context.Context, slot, host string, drop bool
 		return ch, err
 	}
 	ch.Before = *d
-	if d.Port == 0 || d.NQN == "" {
+	// A closed export may hide its port and NQN (hidden.go): then they
+	// are checked once it is open and prints them.
+	if (d.Port == 0 || d.NQN == "") && !hidesExport(d) {
 		return ch, fmt.Errorf("%w: disk %q has no NVMe/TCP port and NQN to export (it was created without an export)", ErrInvalidArgument, slot)
 	}
 	if d.Exported && d.AllowHost == host {
@@ -104,7 +106,10 @@ func (c *Client) SetExportHost(ctx context.Context, slot, host string, drop bool
 	case !after.Exported || after.AllowHost != host:
 		return ch, fmt.Errorf("%w: disk %q should be exported to %s, found %s (before: %s); another controller replica or an operator changed it and nothing was overwritten: re-read the volume's state before retrying",
 			ErrExportChanged, slot, hostLabel(host), describeExport(after), describeExport(&ch.Before))
+	case after.Port == 0 || after.NQN == "":
+		return ch, fmt.Errorf("%w: disk %q is exported without an NVMe/TCP port or NQN (it was created without an export); set them with /disk set or recreate it", ErrInvalidArgument, slot)
 	}
+	c.rememberHost(slot, host)
 	klog.FromContext(ctx).Info("RDS export host set", "slot", slot, "host", hostLabel(host), "before", describeExport(&ch.Before),
 		"dropped", ch.Dropped, "gap", ch.Gap)
 	return ch, nil
@@ -156,6 +161,9 @@ func (c *Client) CloseExport(ctx context.Context, slot, expectHost string) (chan
 	case after.Exported && after.AllowHost == expectHost:
 		return true, fmt.Errorf("%w: disk %q is still exported to %s after closing it (before: %s); another controller replica or an operator opened it again",
 			ErrExportChanged, slot, hostLabel(expectHost), describeExport(d))
+	}
+	if !after.Exported {
+		c.rememberHost(slot, "")
 	}
 	klog.FromContext(ctx).Info("RDS export closed", "slot", slot, "host", hostLabel(expectHost), "after", describeExport(after))
 	return true, nil
@@ -303,11 +311,11 @@ func (c *Client) SwapExport(ctx context.Context, slot string, from, to ExportSta
 		}
 	}
 	if from == to {
-		d, err := c.GetDisk(ctx, slot)
+		d, err := c.swapReadBack(ctx, slot, from, to)
 		if err != nil {
 			return ExportState{}, err
 		}
-		return checkSwap(slot, from, to, StateOf(d))
+		return checkSwapRead(slot, from, to, d)
 	}
 	_, err := c.exec(ctx, "/disk set [find where slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export="+yesNo(from.Open)+"] nvme-tcp-export="+yesNo(to.Open)+" nvme-tcp-server-allow-host-name=%s",
 		slot, from.Host, to.Host)
@@ -317,16 +325,47 @@ func (c *Client) SwapExport(ctx context.Context, slot string, from, to ExportSta
 		// caller re-reads before deciding again.
 		return ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w", slot, from, to, err)
 	}
-	d, err := c.GetDisk(ctx, slot)
+	d, err := c.swapReadBack(ctx, slot, from, to)
 	if err != nil {
 		return ExportState{}, err
 	}
-	after := StateOf(d)
-	if _, err := checkSwap(slot, from, to, after); err != nil {
+	after, err := checkSwapRead(slot, from, to, d)
+	if err != nil {
 		return after, err
 	}
 	klog.FromContext(ctx).Info("RDS export swapped", "slot", slot, "from", from.String(), "to", to.String())
 	return after, nil
+}
+
+// swapReadBack reads slot after a swap. A closed export that does not
+// print its allowed host (hidden.go) has it confirmed against the two
+// states of the swap, so a swap that landed, or one that matched nothing,
+// reads as what RouterOS holds; a host no candidate confirms reads as ""
+// and so never as the state asked for.
+func (c *Client) swapReadBack(ctx context.Context, slot string, from, to ExportState) (*Disk, error) {
+	d, err := c.GetDisk(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	if d.AllowHostUnknown {
+		if err := c.resolveHost(ctx, d, to.Host, from.Host); err != nil {
+			return nil, err
+		}
+	}
+	if !d.AllowHostUnknown {
+		c.rememberHost(slot, d.AllowHost)
+	}
+	return d, nil
+}
+
+// checkSwapRead is checkSwap on a disk read back, which must not be a
+// closed export whose allowed host is unknown (it reads as "" then).
+func checkSwapRead(slot string, from, to ExportState, d *Disk) (ExportState, error) {
+	if d.AllowHostUnknown {
+		return StateOf(d), fmt.Errorf("%w: disk %q should be %s, found it closed with an allowed host that RouterOS does not print and that is neither %s nor %s; another controller replica or an operator changed it and nothing was overwritten",
+			ErrExportChanged, slot, to, from, to)
+	}
+	return checkSwap(slot, from, to, StateOf(d))
 }
 
 func checkSwap(slot string, from, to, after ExportState) (ExportState, error) {

@@ -1,0 +1,130 @@
+package rds
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+)
+
+// TestClosedExportHiddenProps: issue 22 item 5. In the RDS2216 captures a
+// disk printed with nvme-tcp-export=no shows no port, NQN or allowed
+// host; whether a closed file disk prints them is not known, so every
+// step of a closed volume's life runs against both variants of the
+// simulator (rdssim ClosedExportProps). Before: with them hidden a closed
+// create read back port 0 and no NQN, its retry answered AlreadyExists,
+// SetExportHost refused the disk, and a swap to a closed state read back
+// "closed, any host" and failed as a concurrent change.
+func TestClosedExportHiddenProps(t *testing.T) {
+	for _, mode := range []rdssim.ClosedExportProps{rdssim.ClosedExportShown, rdssim.ClosedExportHidden} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.ClosedExportProps = mode })
+			c := env.client(t, nil)
+			r := req("pvc-a", GiB)
+			r.Export.Closed = true
+
+			d, err := c.CreateDisk(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Disk{Slot: "pvc-a", Type: "file", FilePath: r.FilePath, Size: GiB, Port: r.Export.Port, NQN: r.Export.NQN, Flags: "B"}
+			if *d != want {
+				t.Fatalf("created %+v\nwant    %+v", *d, want)
+			}
+			if hidden := !strings.Contains(lastPrint(env, "where slot="), "nvme-tcp-server-port="); hidden != (mode == rdssim.ClosedExportHidden) {
+				t.Fatalf("the simulator did not print as %s", mode)
+			}
+
+			// A retried closed create, from another client (another
+			// replica) too, is the same disk; another NQN is not.
+			other := env.client(t, nil)
+			for _, cl := range []*Client{c, other} {
+				if d, err := cl.CreateDisk(ctx, r); err != nil || *d != want {
+					t.Errorf("retried closed create: %+v, %v", d, err)
+				}
+			}
+			r2 := r
+			r2.Export = &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:other", Closed: true}
+			if _, err := env.client(t, nil).CreateDisk(ctx, r2); !errors.Is(err, ErrAlreadyExists) {
+				t.Errorf("closed create with another NQN: %v, want ErrAlreadyExists", err)
+			}
+
+			// Storage fencing's swaps: open to A, close to a tombstone,
+			// open to B, each read back as RouterOS holds it.
+			closed := ExportState{}
+			steps := []ExportState{{Open: true, Host: hostA}, {Host: hostC}, {Open: true, Host: hostB}, {Host: hostA}}
+			from := closed
+			for _, to := range steps {
+				d, err := c.GetDisk(ctx, "pvc-a")
+				if err != nil || StateOf(d) != from || d.AllowHostUnknown {
+					t.Fatalf("before %s: %+v, %v; want %s", to, d, err, from)
+				}
+				if after, err := c.SwapExport(ctx, "pvc-a", from, to); err != nil || after != to {
+					t.Fatalf("swap %s -> %s: %s, %v", from, to, after, err)
+				}
+				from = to
+			}
+			if got := env.exportState(t, "pvc-a"); got != (diskState{false, hostA}) {
+				t.Fatalf("simulator holds %+v", got)
+			}
+			// A swap from a state that is gone matches nothing and reads
+			// back what RouterOS holds (a closed, hidden host included).
+			if after, err := c.SwapExport(ctx, "pvc-a", ExportState{Host: hostC}, ExportState{Open: true, Host: hostB}); !errors.Is(err, ErrExportChanged) || after.Open {
+				t.Errorf("stale swap: %s, %v", after, err)
+			}
+
+			// Another client knows nothing of the tombstone: with the host
+			// hidden it reads it as unknown, never as "any host", and
+			// confirms it by asking.
+			fresh := env.client(t, nil)
+			d, err = fresh.GetDisk(ctx, "pvc-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == rdssim.ClosedExportHidden {
+				if !d.AllowHostUnknown || d.AllowHost != "" || d.Port != 0 {
+					t.Errorf("fresh read of a hidden closed host: %+v", *d)
+				}
+			} else if d.AllowHostUnknown || d.AllowHost != hostA || d.Port != 4420 {
+				t.Errorf("fresh read of a shown closed host: %+v", *d)
+			}
+			for _, tc := range []struct {
+				state ExportState
+				want  bool
+			}{{ExportState{Host: hostA}, true}, {ExportState{Host: hostB}, false}, {ExportState{}, false}, {ExportState{Open: true, Host: hostA}, false}} {
+				if ok, err := fresh.ConfirmExport(ctx, "pvc-a", tc.state); err != nil || ok != tc.want {
+					t.Errorf("ConfirmExport(%s) = %v, %v; want %v", tc.state, ok, err, tc.want)
+				}
+			}
+			if d, err := fresh.GetDisk(ctx, "pvc-a"); err != nil || d.AllowHostUnknown || d.AllowHost != hostA {
+				t.Errorf("after confirming: %+v, %v", d, err)
+			}
+
+			// The older sequence rdsctl uses opens a closed disk whose
+			// port and NQN it may not see (before: refused).
+			if _, err := c.SwapExport(ctx, "pvc-a", ExportState{Host: hostA}, closed); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := env.client(t, nil).SetExportHost(ctx, "pvc-a", hostB, true); err != nil {
+				t.Fatalf("SetExportHost of a closed disk: %v", err)
+			}
+			if got := env.exportState(t, "pvc-a"); got != (diskState{true, hostB}) {
+				t.Errorf("after SetExportHost: %+v", got)
+			}
+		})
+	}
+}
+
+// lastPrint is the output of the last command containing match.
+func lastPrint(env *simEnv, match string) string {
+	out := ""
+	for _, cmd := range env.sim.Commands() {
+		if strings.Contains(cmd.Text, match) {
+			out = cmd.Output
+		}
+	}
+	return out
+}
