@@ -24,6 +24,7 @@ func (c *Client) CreateDisk(ctx context.Context, req CreateDiskRequest) (*Disk, 
 	if err != nil {
 		return nil, err
 	}
+	c.rememberExport(req.Slot, req.Export)
 	exportArgs, exportValues := req.Export.args()
 	add := func() error {
 		_, err := c.exec(ctx, "/disk add type=file file-path=%s file-size="+FormatSize(size)+" slot=%s "+exportArgs,
@@ -53,6 +54,7 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
+	c.rememberExport(req.Slot, req.Export)
 	src, err := c.GetDisk(ctx, req.SourceSlot)
 	if err != nil {
 		return nil, fmt.Errorf("copy source %q: %w", req.SourceSlot, err)
@@ -241,6 +243,10 @@ func (c *Client) GetDisk(ctx context.Context, slot string) (*Disk, error) {
 	case 1:
 		if disks[0].Slot != slot {
 			return nil, fmt.Errorf("%w: asked for disk %q, got %q", ErrBadOutput, slot, disks[0].Slot)
+		}
+		// A closed export may not print its port, NQN and allowed host.
+		if err := c.resolveHidden(ctx, &disks[0]); err != nil {
+			return nil, err
 		}
 		return &disks[0], nil
 	default:
