@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -328,4 +329,49 @@ func TestSelftestCommand(t *testing.T) {
 		t.Errorf("-o yaml: %v", err)
 	}
 	nothingLeft(t, srv)
+}
+
+// lockedWriter is an io.Writer safe to read while the self-test writes.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestSelftestSecondSignal: a second SIGINT while the cleanup waits for a
+// running copy abandons the cleanup; the report names what is left and
+// how to remove it, and the run fails.
+func TestSelftestSecondSignal(t *testing.T) {
+	srv, cfg := selftestSim(t, func(c *rdssim.Config) { c.CopyRate = 16 * rds.MiB }) // 128 MiB: 8 s
+	var out lockedWriter
+	done := make(chan error, 1)
+	go func() { done <- selftestWithSignals(cfg, selftestOpts(), &out) }()
+	waitForCommand(t, srv, "copy-from")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "a copy may still be running") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	report := out.String()
+	if err == nil || !strings.Contains(err.Error(), "left on the RDS") || !strings.Contains(report, "cleanup abandoned after a second interrupt") ||
+		!strings.Contains(report, "remove it by hand: /disk remove [find slot=") {
+		t.Errorf("err %v, report:\n%s", err, report)
+	}
 }
