@@ -86,6 +86,17 @@ func TestFlagColumnsFromLegend(t *testing.T) {
 			wantFlags: []string{"BM"},
 			wantSlots: []string{"usb1"},
 		},
+		{
+			// The same grouping on another menu, a comment after the flags
+			// (a public capture of /interface print detail, RouterOS 7).
+			name: "grouped columns and a comment",
+			out: "Flags: D - DYNAMIC; X - DISABLED, R - RUNNING; S - SLAVE\n" +
+				" 0  RS ;;; defconf\n" +
+				"        slot=\"ether1\" type=\"ether\" mtu=1500\n" +
+				" 1  R  slot=\"ether2\" type=\"ether\" mtu=1500\n",
+			wantFlags: []string{"RS", "R"},
+			wantSlots: []string{"ether1", "ether2"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
