@@ -156,7 +156,7 @@ func (t *transcript) last(match string) (rds.CommandRecord, bool) {
 // report is what the self-test found; -o json prints it as it is.
 type report struct {
 	Target      string        `json:"target"`
-	Scratch     string        `json:"scratchPrefix"`
+	Scratch     string        `json:"scratch"`
 	Checks      []checkResult `json:"checks"`
 	Facts       []factResult  `json:"facts"`
 	Cleanup     []cleanupItem `json:"cleanup"`
@@ -903,8 +903,10 @@ func (st *selftestRun) cleanup(ctx context.Context) {
 	}
 }
 
-// remove deletes one scratch disk and its file, waiting out a copy that
-// is still running.
+// remove deletes one scratch disk and its file. A file without a disk
+// that cannot be removed is taken for a copy still running (its disk
+// appears when it completes): it is waited for, polling, up to
+// o.copyWait. Anything else that fails is reported at once.
 func (st *selftestRun) remove(ctx context.Context, sd scratchDisk) error {
 	deadline := time.Now().Add(st.o.copyWait)
 	told := false
@@ -914,33 +916,33 @@ func (st *selftestRun) remove(ctx context.Context, sd scratchDisk) error {
 		case err == nil && d.FilePath != sd.file:
 			return fmt.Errorf("slot %s holds a disk on %s, not this run's %s: not removed", sd.slot, d.FilePath, sd.file)
 		case err == nil:
-			err = st.c.DeleteDisk(ctx, sd.slot, sd.file)
-		case errors.Is(err, rds.ErrNotFound):
-			// No disk: a file alone is gone, never made, or a copy that
-			// has not completed.
-			if _, ferr := st.c.GetFile(ctx, sd.file); errors.Is(ferr, rds.ErrNotFound) {
-				return nil
-			}
-			err = st.c.RemoveFile(ctx, sd.file)
-		}
-		if err == nil {
-			if _, ferr := st.c.GetFile(ctx, sd.file); errors.Is(ferr, rds.ErrNotFound) {
-				return nil
-			}
-			err = fmt.Errorf("file %s still there", sd.file)
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
+			return st.c.DeleteDisk(ctx, sd.slot, sd.file)
+		case !errors.Is(err, rds.ErrNotFound):
 			return err
 		}
+		_, err = st.c.GetFile(ctx, sd.file)
+		switch {
+		case errors.Is(err, rds.ErrNotFound):
+			return nil // never made, or gone
+		case err != nil:
+			return err
+		}
+		rerr := st.c.RemoveFile(ctx, sd.file)
+		if rerr == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("%w (waited %v for a copy to complete, -copy-wait)", rerr, st.o.copyWait)
+		}
 		if !told && !st.o.json {
-			fmt.Fprintf(st.out, "cleanup: %s not removed yet (%v); a copy may still be running on the RDS: waiting up to %v (-copy-wait; a second Ctrl-C gives up)\n", sd.slot, err, st.o.copyWait)
+			fmt.Fprintf(st.out, "cleanup: %s has a file but no disk, and the file cannot be removed (%v): a copy may still be running on the RDS; waiting up to %v (-copy-wait; a second Ctrl-C gives up)\n", sd.slot, rerr, st.o.copyWait)
 		}
 		told = true
 		t := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return err
+			return rerr
 		case <-t.C:
 		}
 	}
