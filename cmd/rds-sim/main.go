@@ -66,6 +66,7 @@ type options struct {
 	copyFromData   string
 	closedProps    string
 	globalReqs     string
+	valueBreak     string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -89,6 +90,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.copyFromData, "copy-from-data", string(rdssim.CopyFromDataCopy), "what /disk add copy-from puts in the copy's file: copy (the source's data, as the driver assumes) or none (zeros at the source's size); RouterOS' behaviour is not confirmed")
 	fs.StringVar(&o.closedProps, "closed-export-props", string(rdssim.ClosedExportShown), "whether /disk print shows nvme-tcp-server-port, -nqn and -allow-host-name of a disk whose export is off: shown, or hidden (as RAID disks printed on RDS2216 hardware); where/find conditions see them either way; RouterOS' behaviour for file disks is not known")
 	fs.StringVar(&o.globalReqs, "global-requests", string(rdssim.GlobalRequestsReject), "how SSH global requests such as keepalive@openssh.com are answered: reject, ignore (never answered) or close (the connection); RouterOS does not support keepalive@openssh.com, and which of these it does is not known")
+	fs.StringVar(&o.valueBreak, "value-break", string(rdssim.ValueBreakWidth), "where print output breaks a value longer than the rest of its line: width (at the terminal width) or hyphen (before a '-' short of it, as RDS hardware was seen to break a file-path); RouterOS' rule is not known")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
 }
 
@@ -237,6 +239,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--global-requests: %w", err)
 	}
+	valueBreak, err := rdssim.ParseValueBreak(o.valueBreak)
+	if err != nil {
+		return fmt.Errorf("--value-break: %w", err)
+	}
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
@@ -263,6 +269,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CopyFromData:        copyData,
 		ClosedExportProps:   closedProps,
 		GlobalRequests:      globalReqs,
+		ValueBreak:          valueBreak,
 	})
 	if err != nil {
 		return err

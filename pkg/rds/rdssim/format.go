@@ -169,8 +169,9 @@ type flagColumn struct {
 // them, a property longer than a line broken in the middle of its value;
 // continuation lines indented under the first property; a blank line
 // between entries. Without columns there is no legend and no flag field.
+// beforeHyphen breaks a long value before a '-' (wrapWords).
 // No items and no legend prints nothing at all.
-func formatDetail(columns []flagColumn, items []item, width int) string {
+func formatDetail(columns []flagColumn, items []item, width int, beforeHyphen bool) string {
 	var b strings.Builder
 	used := columns
 	if len(items) > 0 {
@@ -190,7 +191,7 @@ func formatDetail(columns []flagColumn, items []item, width int) string {
 		for i, c := range used {
 			names[i] = string(c.letter) + " - " + c.name
 		}
-		wrapWords(&b, prefix, splitLegend(strings.Join(names, "; ")), len(prefix), width)
+		wrapWords(&b, prefix, splitLegend(strings.Join(names, "; ")), len(prefix), width, false)
 	}
 	if len(items) == 0 {
 		return b.String()
@@ -217,7 +218,7 @@ func formatDetail(columns []flagColumn, items []item, width int) string {
 				words = append(words, p.key+"="+p.text)
 			}
 		}
-		wrapWords(&b, prefix, words, len(prefix), width)
+		wrapWords(&b, prefix, words, len(prefix), width, beforeHyphen)
 	}
 	return b.String()
 }

@@ -82,3 +82,33 @@ func TestClosedExportPropsHidden(t *testing.T) {
 		t.Error("ParseClosedExportProps accepted a bad value")
 	}
 }
+
+// TestValueBreakHyphen: with ValueBreak hyphen a value longer than the
+// rest of its line is broken before its last '-' that fits, short of the
+// width, as RDS hardware broke a file-path (the peer driver's a28f18e);
+// never inside the key, and at the width when the value has no '-'.
+func TestValueBreakHyphen(t *testing.T) {
+	ts := startSim(t, func(c *Config) { c.ValueBreak = ValueBreakHyphen })
+	slot := "pvc-ccdecfad-a8bf-572e-9120-464c4d99f12f"
+	ts.mustRun(`/disk add type=file file-path="/storage-pool/metal-csi/` + slot + `.img" file-size=1G slot="` + slot + `" nvme-tcp-export=yes nvme-tcp-server-port=4420 nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:` + slot + `"`)
+	out := ts.run(`/disk print detail where slot="` + slot + `"`)
+	lines := strings.Split(out, "\n")
+	short := false
+	for i, l := range lines {
+		if len(l) > DefaultTerminalWidth {
+			t.Errorf("line %d is %d long:\n%s", i, len(l), out)
+		}
+		if i+1 < len(lines) && strings.HasPrefix(strings.TrimLeft(lines[i+1], " "), "-") {
+			short = short || len(l) < DefaultTerminalWidth
+			if strings.HasSuffix(l, "file") || strings.HasSuffix(l, "nvme") {
+				t.Errorf("a key was broken: %q", l)
+			}
+		}
+	}
+	if !short {
+		t.Errorf("no value was broken before a '-' short of the width:\n%s", out)
+	}
+	if _, err := ParseValueBreak("anywhere"); err == nil {
+		t.Error("ParseValueBreak accepted a bad value")
+	}
+}

@@ -101,6 +101,10 @@ type Config struct {
 	// are answered: reject (the default), ignore or close
 	// (globalrequests.go).
 	GlobalRequests GlobalRequests
+	// ValueBreak is where print output breaks a value longer than the rest
+	// of its line: at the width (the default) or before a '-' short of it,
+	// as hardware was seen to (valuebreak.go).
+	ValueBreak ValueBreak
 }
 
 // Stats counts connections.
@@ -141,6 +145,7 @@ type Server struct {
 	hostChange     AllowHostChange
 	closedProps    ClosedExportProps
 	globalReqs     GlobalRequests
+	valueBreak     ValueBreak
 	drops          map[string]int // ConnectionDrops by slot; under stateMu
 	exportLog      []ExportChange // under stateMu
 
@@ -206,6 +211,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
 	}
+	valueBreak, err := ParseValueBreak(string(cfg.ValueBreak))
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
 	copyFrom, err := newCopyModel(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
@@ -257,6 +266,7 @@ func New(cfg Config) (*Server, error) {
 		hostChange:  hostChange,
 		closedProps: closedProps,
 		globalReqs:  globalReqs,
+		valueBreak:  valueBreak,
 		drops:       map[string]int{},
 	}
 	if err := s.syncExports(); err != nil {

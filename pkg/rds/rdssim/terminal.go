@@ -48,9 +48,11 @@ func loginOptions(login string) (user string, width int) {
 // RouterOS prints the properties of an item: a word that does not fit on
 // the current line moves to the next one, indented by indent; a word longer
 // than a whole line is broken at exactly width columns, the rest continuing
-// on the next lines. width <= 0 means no limit. first is the start of the
-// first line (e.g. " 0 Bt ").
-func wrapWords(b *strings.Builder, first string, words []string, indent, width int) {
+// on the next lines, or, with beforeHyphen, before the last '-' of its
+// value that fits (as RDS hardware broke a file-path short of the width,
+// the rest starting with the '-'; ValueBreakHyphen). width <= 0 means no
+// limit. first is the start of the first line (e.g. " 0 Bt ").
+func wrapWords(b *strings.Builder, first string, words []string, indent, width int, beforeHyphen bool) {
 	pad := strings.Repeat(" ", indent)
 	line := first
 	empty := true
@@ -64,12 +66,25 @@ func wrapWords(b *strings.Builder, first string, words []string, indent, width i
 				line += " "
 			}
 		}
+		// Where the word's value starts on this line: a break goes after
+		// it, never into the key.
+		valueAt := len(line) + strings.IndexByte(w, '=') + 1
 		line += w
 		empty = false
 		for width > 0 && len(line) > width && width > indent {
-			b.WriteString(line[:width])
+			cut := width
+			if beforeHyphen {
+				from := max(valueAt+1, indent+1)
+				if from < width {
+					if i := strings.LastIndexByte(line[from:width], '-'); i >= 0 {
+						cut = from + i
+					}
+				}
+			}
+			b.WriteString(line[:cut])
 			b.WriteByte('\n')
-			line = pad + line[width:]
+			line = pad + line[cut:]
+			valueAt = indent
 		}
 	}
 	b.WriteString(line)
