@@ -257,3 +257,67 @@ func TestValueBrokenAtAnyCharacter(t *testing.T) {
 		}
 	}
 }
+
+// TestClientReadsValuesBrokenBeforeHyphen: against the simulator breaking
+// long values before a '-' short of the width (rdssim ValueBreakHyphen, as
+// the hardware broke a file-path) and at the width, under flag columns
+// with a mounted image beside the driver's disks, every read returns the
+// driver's IDs, paths and NQNs exactly, and a delete finds its file.
+func TestClientReadsValuesBrokenBeforeHyphen(t *testing.T) {
+	for _, vb := range []rdssim.ValueBreak{rdssim.ValueBreakWidth, rdssim.ValueBreakHyphen} {
+		t.Run(string(vb), func(t *testing.T) {
+			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.ValueBreak = vb })
+			if err := env.sim.AddMountedImage("debian-iso", "/storage-pool/iso/debian-13.1.0-amd64-netinst.iso", MiB); err != nil {
+				t.Fatal(err)
+			}
+			c := env.client(t, nil)
+			ctx := context.Background()
+			r := wrapReq()
+			d, err := c.CreateDisk(ctx, r)
+			if err != nil || d.FilePath != r.FilePath || d.NQN != r.Export.NQN {
+				t.Fatalf("CreateDisk = %+v, %v", d, err)
+			}
+			if _, err := c.CopyDisk(ctx, CopyDiskRequest{Slot: wrapSnapshot, FilePath: wrapSnapFile, SourceSlot: wrapVolume}); err != nil {
+				t.Fatal(err)
+			}
+			disks, err := c.ListDisks(ctx)
+			if err != nil || len(disks) != 3 || c.SkippedEntries() != 0 {
+				t.Fatalf("ListDisks = %+v, %v (skipped %d)", disks, err, c.SkippedEntries())
+			}
+			byslot := map[string]Disk{}
+			for _, d := range disks {
+				byslot[d.Slot] = d
+			}
+			if v := byslot[wrapVolume]; v.FilePath != r.FilePath || v.NQN != r.Export.NQN || v.Flags != "Bt" {
+				t.Errorf("volume %+v", v)
+			}
+			if s := byslot[wrapSnapshot]; s.FilePath != wrapSnapFile {
+				t.Errorf("snapshot %+v", s)
+			}
+			if img := byslot["debian-iso"]; img.Flags != "BM" || img.FilePath != "/storage-pool/iso/debian-13.1.0-amd64-netinst.iso" {
+				t.Errorf("image %+v", img)
+			}
+			if out := lastPrint(env, "where type=file"); (vb == rdssim.ValueBreakHyphen) != brokenShortBeforeHyphen(out) {
+				t.Errorf("%s: values broken before a '-' short of the width: %v\n%s", vb, brokenShortBeforeHyphen(out), out)
+			}
+			if err := c.DeleteDisk(ctx, wrapSnapshot, wrapSnapFile); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.DeleteDisk(ctx, wrapVolume, r.FilePath); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// brokenShortBeforeHyphen reports whether out has a line shorter than its
+// longest that the next line continues with a '-'.
+func brokenShortBeforeHyphen(out string) bool {
+	lines := strings.Split(out, "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		if strings.HasPrefix(strings.TrimLeft(lines[i+1], " "), "-") && len(lines[i]) < longestLine(out) {
+			return true
+		}
+	}
+	return false
+}
