@@ -15,9 +15,21 @@
 //     Config.ExitStatusOnFailure);
 //   - print output laid out for a terminal 80 columns wide, as the hardware
 //     printed it over SSH: properties wrapped between them, a value longer
-//     than a line broken in the middle, the Flags legend (printed even when
-//     nothing matches) wrapped after its `;`; the login name's console
-//     options ("admin+ct511w4098h") set the width per connection;
+//     than a line broken in the middle (at the width, or before a '-' with
+//     Config.ValueBreak hyphen), the Flags legend (naming the flags the
+//     listing uses; all of them, printed alone, when nothing matches)
+//     wrapped after its `;`, and each entry's flags in the legend's
+//     columns, blanks for flags not set (`26 BM `, ` 1 B t`); the login
+//     name's console options ("admin+ct511w4098h") set the width per
+//     connection;
+//   - a closed export's port, NQN and allowed host left out of the print,
+//     with Config.ClosedExportProps hidden (as RAID disks printed on
+//     RDS2216 hardware); conditions still see them;
+//   - images mounted beside the driver's disks (AddMountedImage: the M
+//     flag and a mount point);
+//   - SSH global requests (keepalive@openssh.com) refused, ignored or
+//     answered by closing the connection (Config.GlobalRequests), since
+//     RouterOS does not support them;
 //   - where/find conditions `key=value` and `key~"regex"`, joined by `and`,
 //     with or without `where` inside [find ...]; a condition on a property
 //     the menu does not have is "expected end of command";
