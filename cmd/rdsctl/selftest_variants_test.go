@@ -17,6 +17,7 @@ func TestSelftestOtherVariants(t *testing.T) {
 		mod  func(*rdssim.Config)
 		fact string // "" or "id=status"
 	}{
+		{"closed export hides its properties", func(c *rdssim.Config) { c.ClosedExportProps = rdssim.ClosedExportHidden }, "closed-print=contradicted"},
 		{"closed export shows its properties", func(c *rdssim.Config) { c.ClosedExportProps = rdssim.ClosedExportShown }, "closed-print=confirmed"},
 		{"keepalive rejected", func(c *rdssim.Config) { c.GlobalRequests = "reject" }, ""},
 		{"keepalive ignored", func(c *rdssim.Config) { c.GlobalRequests = "ignore" }, ""},
