@@ -1,7 +1,5 @@
 package rdssim
 
-import "fmt"
-
 // ClosedExportProps is whether /disk print shows a disk's NVMe/TCP server
 // properties (nvme-tcp-server-port, -nqn, -allow-host-name) while its
 // export is off. On RDS2216 hardware every disk printed with
@@ -22,11 +20,5 @@ const (
 
 // ParseClosedExportProps parses "shown" or "hidden" ("" is shown).
 func ParseClosedExportProps(s string) (ClosedExportProps, error) {
-	switch ClosedExportProps(s) {
-	case "", ClosedExportShown:
-		return ClosedExportShown, nil
-	case ClosedExportHidden:
-		return ClosedExportHidden, nil
-	}
-	return "", fmt.Errorf("closed export properties %q: want shown or hidden", s)
+	return parseChoice("closed export properties", s, ClosedExportShown, ClosedExportHidden)
 }

@@ -1,7 +1,6 @@
 package rdssim
 
 import (
-	"fmt"
 	"net"
 
 	"golang.org/x/crypto/ssh"
@@ -27,13 +26,7 @@ const (
 
 // ParseGlobalRequests parses "reject", "ignore" or "close" ("" is reject).
 func ParseGlobalRequests(s string) (GlobalRequests, error) {
-	switch GlobalRequests(s) {
-	case "", GlobalRequestsReject:
-		return GlobalRequestsReject, nil
-	case GlobalRequestsIgnore, GlobalRequestsClose:
-		return GlobalRequests(s), nil
-	}
-	return "", fmt.Errorf("global requests %q: want reject, ignore or close", s)
+	return parseChoice("global requests", s, GlobalRequestsReject, GlobalRequestsIgnore, GlobalRequestsClose)
 }
 
 // serveGlobalRequests handles a connection's global requests as

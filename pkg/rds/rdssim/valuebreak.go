@@ -1,7 +1,5 @@
 package rdssim
 
-import "fmt"
-
 // ValueBreak is where a value longer than the rest of a line is broken.
 // RouterOS breaks at the terminal width (round-1 hardware output), and was
 // also seen breaking an unquoted file-path well short of it, before a '-'
@@ -19,11 +17,5 @@ const (
 
 // ParseValueBreak parses "width" or "hyphen" ("" is width).
 func ParseValueBreak(s string) (ValueBreak, error) {
-	switch ValueBreak(s) {
-	case "", ValueBreakWidth:
-		return ValueBreakWidth, nil
-	case ValueBreakHyphen:
-		return ValueBreakHyphen, nil
-	}
-	return "", fmt.Errorf("value break %q: want width or hyphen", s)
+	return parseChoice("value break", s, ValueBreakWidth, ValueBreakHyphen)
 }
