@@ -31,12 +31,19 @@ func SnapshotCRDDir(root string) string {
 // they are Established.
 func InstallSnapshotCRDs(ctx context.Context, tb testing.TB, tl *Timeline, cp *ControlPlane) {
 	tb.Helper()
-	done := tl.Step("install the VolumeSnapshot CRDs")
 	dir := SnapshotCRDDir(cp.Root)
 	files, err := filepath.Glob(filepath.Join(dir, "snapshot.storage.k8s.io_*.yaml"))
 	if err != nil || len(files) == 0 {
 		tb.Fatalf("no snapshot CRDs in %s (%v): hack/build-controlplane.sh did not build the snapshotter", dir, err)
 	}
+	InstallCRDs(ctx, tb, tl, cp, "the VolumeSnapshot CRDs", files...)
+}
+
+// InstallCRDs creates the CRD in each file (one a file) and waits until
+// they are Established.
+func InstallCRDs(ctx context.Context, tb testing.TB, tl *Timeline, cp *ControlPlane, what string, files ...string) {
+	tb.Helper()
+	done := tl.Step("install " + what)
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		tb.Fatal(err)
