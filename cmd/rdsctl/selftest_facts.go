@@ -36,6 +36,8 @@ var selftestFacts = []factDef{
 	{id: "export-off-drops", fact: "nvme-tcp-export=no drops every established connection",
 		unmeasured: "needs a host writing across the change: see docs/routeros.md, Storage fencing, to check it by hand"},
 	{id: "resize-grow", fact: "set file-size= grows a disk"},
+	{id: "disk-remove-keeps-file", fact: "/disk remove leaves the backing file, which /file remove deletes",
+		unmeasured: "the client removes both in one call and checks that both are gone; either way nothing is left"},
 	{id: "file-remove-in-use", fact: "/file remove is refused while a disk uses the file"},
 	{id: "file-regex", fact: "/file print where name~\"^...\" selects by regular expression"},
 	{id: "no-such-item", fact: "copy-from of a missing disk fails with `failure: no such item`",
