@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // dataPath reaches a scratch disk's data the way a node does: connected to
@@ -78,4 +81,51 @@ func (p *nvmeDataPath) read(ctx context.Context, nqn, hostNQN string, off int64,
 		return err
 	})
 	return b, err
+}
+
+// dataPattern is what the data check writes: random, so that nothing but
+// a copy of this very write can match it.
+const dataOffset, dataLen = 4 * rds.MiB, 64 * 1024
+
+// dataWrite writes the pattern to the scratch disk, open to host.
+func (st *selftestRun) dataWrite(nqn, host string) {
+	st.check("data: write a pattern to the volume", func() (string, error) {
+		p := make([]byte, dataLen)
+		if _, err := rand.Read(p); err != nil {
+			return "", err
+		}
+		if err := st.o.data.write(st.ctx, nqn, host, dataOffset, p); err != nil {
+			return "", err
+		}
+		st.pattern = p
+		st.fact("allow-host-enforced", confirmed, "the allowed host connected over %s", st.o.data.describe())
+		return fmt.Sprintf("%d random bytes at %d over %s", len(p), dataOffset, st.o.data.describe()), nil
+	})
+}
+
+// dataCompare reads the restore (a copy of a copy, its sources deleted),
+// open to host, where the pattern was written, and compares.
+func (st *selftestRun) dataCompare(nqn, host string) {
+	st.check("data: the restore holds the volume's data", func() (string, error) {
+		got, err := st.o.data.read(st.ctx, nqn, host, dataOffset, dataLen)
+		if err != nil {
+			return "", err
+		}
+		if bytes.Equal(got, st.pattern) {
+			st.fact("copy-data", confirmed, "the %d bytes written to the volume read back from its restore (volume -> snapshot -> restore, both sources deleted)", dataLen)
+			st.fact("copy-independent", confirmed, "the restore kept the data after its source volume and snapshot were deleted")
+			return fmt.Sprintf("%d bytes equal", dataLen), nil
+		}
+		same, zeros := 0, 0
+		for i := range got {
+			if got[i] == st.pattern[i] {
+				same++
+			}
+			if got[i] == 0 {
+				zeros++
+			}
+		}
+		st.fact("copy-data", contradicted, "the restore holds %d of %d bytes of the pattern (%d zero bytes): copy-from did not copy the data; run the driver with --copy-from-data=unsupported", same, dataLen, zeros)
+		return "", fmt.Errorf("the restore holds %d of the %d bytes written (%d zero bytes): /disk add copy-from did not copy the data; run the driver with --copy-from-data=unsupported", same, dataLen, zeros)
+	})
 }
