@@ -49,7 +49,7 @@ func TestCorpusDisks(t *testing.T) {
 				Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + corpusHashed, Flags: "Bt"},
 		}},
 		{"disk-size-split-at-space.txt", []Disk{
-			{Slot: "pvc-2", Type: "file", FilePath: "/storage-pool/k8s/pvc-2.img", Size: 10 * GiB, Flags: "B"},
+			{Slot: "pvc-2", Type: "file", FilePath: "/storage-pool/k8s/pvc-2.img", Size: 10 * GiB, Flags: "B", AllowHostUnknown: true},
 		}},
 		{"disk-size-split-mid-group-91-columns.txt", []Disk{
 			{Slot: "pvc-1", Type: "file", FilePath: "/storage-pool/k8s/pvc-1.img", Size: 53687091200,
@@ -58,10 +58,11 @@ func TestCorpusDisks(t *testing.T) {
 		{"disk-no-match-legend-only.txt", nil},
 		// Issue 22 items 1, 2 and 5: flag columns under a legend of B, M
 		// and t (a mounted image beside the driver's disks: `B t`, and a
-		// closed disk printing `B  ` and no port, NQN or allowed host).
+		// closed disk printing `B  ` and no port, NQN or allowed host: its
+		// host is unknown, not "any host").
 		{"disk-mounted-image-beside-exported.txt", []Disk{
-			{Slot: "debian-13-iso", Type: "file", FilePath: "/storage-pool/iso/debian-13.1.0-amd64-netinst.iso", Size: 790626304, Flags: "BM"},
-			{Slot: corpusClosed, Type: "file", FilePath: "/storage-pool/kubernetes-volumes/" + corpusClosed + ".img", Size: GiB, Flags: "B"},
+			{Slot: "debian-13-iso", Type: "file", FilePath: "/storage-pool/iso/debian-13.1.0-amd64-netinst.iso", Size: 790626304, Flags: "BM", AllowHostUnknown: true},
+			{Slot: corpusClosed, Type: "file", FilePath: "/storage-pool/kubernetes-volumes/" + corpusClosed + ".img", Size: GiB, Flags: "B", AllowHostUnknown: true},
 			{Slot: corpusVolume, Type: "file", FilePath: "/storage-pool/kubernetes-volumes/" + corpusVolume + ".img", Size: 10 * GiB,
 				Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + corpusVolume, Flags: "Bt"},
 		}},
@@ -69,10 +70,10 @@ func TestCorpusDisks(t *testing.T) {
 		// BM  type=raid`, numbers of one to three digits, separator lines
 		// holding one space.
 		{"disk-raid-flag-columns.txt", []Disk{
-			{Slot: "nvme12", Type: "hardware", Size: 7681501126656, Flags: "Br"},
-			{Slot: "raid1-a", Type: "raid", Size: 7681501126656, Flags: "Br"},
-			{Slot: "raid1-b", Type: "raid", Size: 7681501126656, Flags: "Br"},
-			{Slot: "raid10", Type: "raid", Size: 15363002253312, Flags: "BM"},
+			{Slot: "nvme12", Type: "hardware", Size: 7681501126656, Flags: "Br", AllowHostUnknown: true},
+			{Slot: "raid1-a", Type: "raid", Size: 7681501126656, Flags: "Br", AllowHostUnknown: true},
+			{Slot: "raid1-b", Type: "raid", Size: 7681501126656, Flags: "Br", AllowHostUnknown: true},
+			{Slot: "raid10", Type: "raid", Size: 15363002253312, Flags: "BM", AllowHostUnknown: true},
 		}},
 		// Issue 22 item 3: the peer driver's hardware fix (commit
 		// a28f18e), a file-path broken short of the width before a '-'.
@@ -203,7 +204,7 @@ func TestParseValueBrokenAtAnyColumn(t *testing.T) {
 	want := []Disk{
 		{Slot: corpusVolume, Type: "file", FilePath: "/storage-pool/kubernetes-volumes/" + corpusVolume + ".img", Size: 10 * GiB,
 			Exported: true, Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + corpusVolume, Flags: "Bt"},
-		{Slot: corpusSnapshot, Type: "file", FilePath: corpusSnapFile, Size: TiB, Flags: "B"},
+		{Slot: corpusSnapshot, Type: "file", FilePath: corpusSnapFile, Size: TiB, Flags: "B", AllowHostUnknown: true},
 	}
 	for width := 40; width <= 200; width++ {
 		out := wordWrap(logical, width, 7)

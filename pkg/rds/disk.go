@@ -22,9 +22,10 @@ type Disk struct {
 	AllowHost string // nvme-tcp-server-allow-host-name
 	Flags     string
 	// AllowHostUnknown: the export is closed and RouterOS printed no
-	// allowed host, and none the client could confirm (hidden.go);
-	// AllowHost "" then means unknown, not any host. Port and NQN are 0
-	// and "" when they were not printed and not confirmed either.
+	// allowed host (a listing), and none the client could confirm
+	// (GetDisk, hidden.go); AllowHost "" then means unknown, not any
+	// host. Port and NQN are 0 and "" when they were not printed and not
+	// confirmed either.
 	AllowHostUnknown bool
 }
 
@@ -153,6 +154,10 @@ func diskFromEntry(e Entry) (Disk, error) {
 	}
 	if d.Slot == "" {
 		return Disk{}, fmt.Errorf("%w: disk entry %d has no slot", ErrBadOutput, e.Number)
+	}
+	// A closed export may not print its allowed host: unknown, not "".
+	if _, ok := v["nvme-tcp-server-allow-host-name"]; !ok && !d.Exported {
+		d.AllowHostUnknown = true
 	}
 	sizeText, ok := v["size"]
 	if !ok {

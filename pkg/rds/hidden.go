@@ -63,7 +63,7 @@ func hidesExport(d *Disk) bool { return !d.Exported && d.Port == 0 }
 // print, where a candidate is confirmed by RouterOS; what no candidate
 // confirms stays unknown. A disk that printed them is only noted.
 func (c *Client) resolveHidden(ctx context.Context, d *Disk) error {
-	if !hidesExport(d) {
+	if !hidesExport(d) && !d.AllowHostUnknown {
 		c.memoMu.Lock()
 		m := c.memo[d.Slot]
 		m.port, m.nqn = d.Port, d.NQN
@@ -82,7 +82,7 @@ func (c *Client) resolveHidden(ctx context.Context, d *Disk) error {
 			d.Port, d.NQN = m.port, m.nqn
 		}
 	}
-	if d.AllowHost != "" {
+	if !d.AllowHostUnknown {
 		return nil
 	}
 	var candidates []string

@@ -41,13 +41,13 @@ func TestParseDisks(t *testing.T) {
 		}}},
 		{"two entries, crlf, comment, sorted by slot", "Flags: B - BLOCK-DEVICE\r\n 0 B  ;;; made by rds-csi\r\n      type=file slot=\"zz\" file-path=/p/zz.img size=1 048 576\r\n\r\n 1 B type=file slot=\"aa\" file-path=/p/aa.img file-size=2.0MiB nvme-tcp-export=no\r\n",
 			[]Disk{
-				{Slot: "aa", Type: "file", FilePath: "/p/aa.img", Size: 2 << 20, Flags: "B"},
-				{Slot: "zz", Type: "file", FilePath: "/p/zz.img", Size: 1 << 20, Flags: "B"},
+				{Slot: "aa", Type: "file", FilePath: "/p/aa.img", Size: 2 << 20, Flags: "B", AllowHostUnknown: true},
+				{Slot: "zz", Type: "file", FilePath: "/p/zz.img", Size: 1 << 20, Flags: "B", AllowHostUnknown: true},
 			}},
 		{"comment line before the number line", " ;;; hello\n 4 B type=file slot=\"c\" file-path=/p/c.img size=512\n",
-			[]Disk{{Slot: "c", Type: "file", FilePath: "/p/c.img", Size: 512, Flags: "B"}}},
+			[]Disk{{Slot: "c", Type: "file", FilePath: "/p/c.img", Size: 512, Flags: "B", AllowHostUnknown: true}}},
 		{"quoted value with escapes and spaces", ` 0 type=file slot="q" model="a \"b\" c" file-path=/p/q.img size=0`,
-			[]Disk{{Slot: "q", Type: "file", FilePath: "/p/q.img"}}},
+			[]Disk{{Slot: "q", Type: "file", FilePath: "/p/q.img", AllowHostUnknown: true}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
