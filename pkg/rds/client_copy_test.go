@@ -132,13 +132,20 @@ func TestCopyPendingThenDone(t *testing.T) {
 // a copy of a disk open to one host that does not set every export
 // property is open to that host too (a restore handed to the source's
 // node). Under both simulator variants (inherit, as the manual describes;
-// fresh) every copy has exactly the export it asked for and no allowed
-// host.
+// fresh), and whether a closed export prints its properties or not, every
+// copy has exactly the export it asked for and no allowed host: as the
+// client reads it, and as the simulator holds it.
 func TestCopyNeverInheritsExport(t *testing.T) {
 	const hostA = "nqn.2014-08.org.nvmexpress:uuid:0b5ed1f4-5a4c-4a35-9a49-6a3c3e2f0a11"
-	for _, props := range []rdssim.CopyFromProperties{rdssim.CopyFromInherit, rdssim.CopyFromFresh} {
-		t.Run(string(props), func(t *testing.T) {
-			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyFromProperties = props })
+	for _, v := range []struct {
+		props  rdssim.CopyFromProperties
+		closed rdssim.ClosedExportProps
+	}{
+		{rdssim.CopyFromInherit, rdssim.ClosedExportShown}, {rdssim.CopyFromFresh, rdssim.ClosedExportShown},
+		{rdssim.CopyFromInherit, rdssim.ClosedExportHidden}, {rdssim.CopyFromFresh, rdssim.ClosedExportHidden},
+	} {
+		t.Run(string(v.props)+"/closed-"+string(v.closed), func(t *testing.T) {
+			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyFromProperties, c.ClosedExportProps = v.props, v.closed })
 			c := env.client(t, nil)
 			ctx := context.Background()
 			if _, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB)); err != nil {
@@ -166,6 +173,12 @@ func TestCopyNeverInheritsExport(t *testing.T) {
 				}
 				if tc.export != nil && (d.NQN != tc.export.NQN || d.Port != tc.export.Port) {
 					t.Errorf("%s: port %d NQN %q, want %d %q", tc.name, d.Port, d.NQN, tc.export.Port, tc.export.NQN)
+				}
+				for _, held := range env.sim.Disks() {
+					if held.Slot == tc.slot && (held.NVMeTCPExport != tc.wantOpen || held.AllowHostName != "" ||
+						tc.export != nil && (held.NVMeTCPNQN != tc.export.NQN || held.NVMeTCPPort != tc.export.Port)) {
+						t.Errorf("%s: the RDS holds %+v", tc.name, held)
+					}
 				}
 			}
 		})
