@@ -111,11 +111,18 @@ func TestCopyFromWithoutData(t *testing.T) {
 // default property values from the existing item), a snapshot of a volume
 // open to a node and the volume restored from it take nothing of that
 // export: the snapshot is closed with its own NQN and no allowed host, the
-// restore open to any host (storage fencing off) with its own NQN.
+// restore open to any host (storage fencing off) with its own NQN; also
+// where a closed export hides its properties in print.
 func TestSnapshotTakesNoExportOfItsSource(t *testing.T) {
+	for _, closed := range []rdssim.ClosedExportProps{rdssim.ClosedExportShown, rdssim.ClosedExportHidden} {
+		t.Run(string(closed), func(t *testing.T) { testSnapshotTakesNoExport(t, closed) })
+	}
+}
+
+func testSnapshotTakesNoExport(t *testing.T, closed rdssim.ClosedExportProps) {
 	const hostA = "nqn.2014-08.org.nvmexpress:uuid:7d0c8a8e-4b8e-4f0e-9d53-2f6b1f1c3a01"
 	ctx := context.Background()
-	env := startSimEnv(t, simEnvConfig{Sim: func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit }})
+	env := startSimEnv(t, simEnvConfig{Sim: func(c *rdssim.Config) { c.CopyFromProperties, c.ClosedExportProps = rdssim.CopyFromInherit, closed }})
 	vol, err := env.ctrl.CreateVolume(ctx, createReq(testPVC, 64*rds.MiB))
 	if err != nil {
 		t.Fatal(err)
