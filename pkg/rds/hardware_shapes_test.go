@@ -97,6 +97,16 @@ func TestFlagColumnsFromLegend(t *testing.T) {
 			wantFlags: []string{"RS", "R"},
 			wantSlots: []string{"ether1", "ether2"},
 		},
+		{
+			// A comment line before the first number line is the entry's,
+			// not more of the legend.
+			name: "comment line after the legend",
+			out: "Flags: B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT\n" +
+				" ;;; made by hand\n" +
+				" 0 B t type=file slot=\"a\"\n",
+			wantFlags: []string{"Bt"},
+			wantSlots: []string{"a"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,6 +123,16 @@ func TestFlagColumnsFromLegend(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCommentAfterLegend: a `;;;` comment line between the legend and the
+// first entry is that entry's comment, not more of the legend (which would
+// lose the comment and the legend's columns).
+func TestCommentAfterLegend(t *testing.T) {
+	entries, err := ParsePrintDetail("Flags: B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT\n ;;; made by hand\n 0 B t type=file slot=\"a\"\n")
+	if err != nil || len(entries) != 1 || entries[0].Comment != "made by hand" || entries[0].Flags != "Bt" {
+		t.Fatalf("%+v, %v", entries, err)
 	}
 }
 

@@ -115,7 +115,7 @@ func ParseListing(out string) (Listing, error) {
 			inLegend = true
 			legend.WriteString(strings.TrimPrefix(line, "Flags:"))
 			continue
-		case inLegend && cur < 0 && !strings.Contains(line, "=") && !entryStart.MatchString(raw):
+		case inLegend && cur < 0 && !strings.Contains(line, "=") && !entryStart.MatchString(raw) && !strings.HasPrefix(line, ";;;"):
 			// The legend ran onto another line.
 			legend.WriteByte(' ')
 			legend.WriteString(line)
