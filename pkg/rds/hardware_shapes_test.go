@@ -98,6 +98,15 @@ func TestFlagColumnsFromLegend(t *testing.T) {
 			wantSlots: []string{"ether1", "ether2"},
 		},
 		{
+			// A legend that names flags no entry carries (assumed possible:
+			// the hAP ax3 capture names X): blank columns for them.
+			name: "legend naming unused flags",
+			out: "Flags: X - DISABLED; B - BLOCK-DEVICE; M - MOUNTED; r - RAID-MEMBER; t - NVME-TCP-EXPORT; i - ISCSI-EXPORT\n" +
+				" 0  B  t  type=file slot=\"a\"\n \n 1  BM    type=file slot=\"b\"\n \n 2  B r   type=raid slot=\"c\"\n",
+			wantFlags: []string{"Bt", "BM", "Br"},
+			wantSlots: []string{"a", "b", "c"},
+		},
+		{
 			// A comment line before the first number line is the entry's,
 			// not more of the legend.
 			name: "comment line after the legend",
