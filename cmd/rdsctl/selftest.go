@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -68,6 +70,9 @@ func selftestCommand(cfg rds.Config, o selftestOptions, f *selftestFlags, out io
 	switch f.output {
 	case "text":
 	case "json":
+		if cfg.Observer != nil {
+			return fmt.Errorf("-o json with -show-commands: the transcript would break the JSON document; use one of them")
+		}
 		o.json = true
 	default:
 		return fmt.Errorf("-o %q: want text or json", f.output)
@@ -727,6 +732,13 @@ func (st *selftestRun) remove(ctx context.Context, sd scratchDisk) error {
 		case err == nil && d.FilePath != sd.file:
 			return fmt.Errorf("slot %s holds a disk on %s, not this run's %s: not removed", sd.slot, d.FilePath, sd.file)
 		case err == nil:
+			if d.Exported {
+				// Closed first (to the host it had: no host is widened),
+				// in case RouterOS refuses to remove an exported disk.
+				if _, cerr := st.c.SwapExport(ctx, sd.slot, rds.StateOf(d), rds.ExportState{Host: d.AllowHost}); cerr != nil {
+					klog.FromContext(ctx).V(2).Info("selftest cleanup: closing the export before removing the disk", "slot", sd.slot, "err", cerr)
+				}
+			}
 			return st.c.DeleteDisk(ctx, sd.slot, sd.file)
 		case !errors.Is(err, rds.ErrNotFound):
 			return err
@@ -760,11 +772,11 @@ func (st *selftestRun) remove(ctx context.Context, sd scratchDisk) error {
 }
 
 // sameDisk compares what the RDS reported with what was asked for; the
-// flags, the allowed host and (closed) the export's port and NQN, which a
-// closed disk may not print, are not compared.
+// flags and the allowed host (checked by the fencing steps), and a closed
+// export's port and NQN, which a closed disk may not print, are not.
 func sameDisk(got *rds.Disk, want rds.Disk, closedMayHide bool) (string, error) {
 	g := *got
-	g.Flags, g.AllowHost = "", ""
+	g.Flags, g.AllowHost, g.AllowHostUnknown = "", "", false
 	if closedMayHide && !g.Exported && g.Port == 0 && g.NQN == "" {
 		g.Port, g.NQN = want.Port, want.NQN
 	}

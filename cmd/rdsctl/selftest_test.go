@@ -375,3 +375,14 @@ func TestSelftestSecondSignal(t *testing.T) {
 		t.Errorf("err %v, report:\n%s", err, report)
 	}
 }
+
+// TestSelftestJSONRefusesShowCommands: the transcript -show-commands
+// prints on stdout would break the JSON document.
+func TestSelftestJSONRefusesShowCommands(t *testing.T) {
+	flags, _, srv := simWithKey(t)
+	var stdout, stderr bytes.Buffer
+	err := run(append(flags, "selftest", "-o", "json", "-show-commands"), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "-show-commands") || len(srv.Commands()) != 0 {
+		t.Errorf("err %v, %d commands sent", err, len(srv.Commands()))
+	}
+}
