@@ -140,6 +140,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "kubectl rds: -o must be text or json, not %q\n", g.output)
 		return exitError
 	}
+	if g.timeout <= 0 {
+		fmt.Fprintf(stderr, "kubectl rds: --timeout must be positive, not %v\n", g.timeout)
+		return exitError
+	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "kubectl rds %s: %v\n", cmd, err)
 		return exitError

@@ -233,6 +233,8 @@ func TestUsageErrorsSayWhatIsMissing(t *testing.T) {
 		{[]string{"release", "pv-1", "--yes"}, []string{"--node is required"}},
 		{[]string{"why", "pod", "shop/"}, []string{"the name is empty"}},
 		{[]string{"why", "pvc", ""}, []string{"the name is empty"}},
+		{[]string{"check", "--timeout=0"}, []string{"--timeout must be positive"}},
+		{[]string{"check", "--timeout=-1s"}, []string{"--timeout must be positive"}},
 	}
 	for _, tc := range tests {
 		for _, fake := range []*clients{cl, nil} { // nil: the kubeconfig, absent here

@@ -145,6 +145,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *timeout <= 0 {
 		return usagef("-timeout must be positive, not %v", *timeout)
 	}
+	if err := rds.ValidatePoolName(*pool); err != nil {
+		return usagef("-pool: %v", err)
+	}
+	if err := rds.ValidateFilePath(*basePath); err != nil {
+		return usagef("-base-path: %v", err)
+	}
+	if err := rds.ValidateNQN(*nqnPrefix + "x"); err != nil || !strings.HasPrefix(*nqnPrefix, "nqn.") {
+		return usagef("-nqn-prefix %q does not form valid NQNs (e.g. nqn.2000-02.com.mikrotik:)", *nqnPrefix)
+	}
 	quietLogs(*verbose)
 	if cmd == "gen-key" {
 		return genKey(rest[0], stdout)
@@ -203,6 +212,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "create":
 		size, err := rds.ParseSizeArgument(rest[1])
 		if err != nil {
+			return err
+		}
+		// The client's create is idempotent for the driver's retries: an
+		// existing disk that matches is returned as created. By hand, that
+		// would hide that nothing was done (and -closed on an open disk).
+		switch d, err := client.GetDisk(ctx, rest[0]); {
+		case err == nil:
+			return fmt.Errorf("disk %s exists already (%d bytes, %s); nothing changed", d.Slot, d.Size, exportText(d))
+		case !errors.Is(err, rds.ErrNotFound):
 			return err
 		}
 		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: rest[0], FilePath: file(rest[0]), Size: size,
@@ -394,6 +412,14 @@ func exportCommand(ctx context.Context, client *rds.Client, args []string, drop 
 	}
 	fmt.Fprintf(stdout, "%s: export closed (was exported to %s); established connections dropped\n", slot, label)
 	return nil
+}
+
+// exportText says how a disk is exported, for messages.
+func exportText(d *rds.Disk) string {
+	if !d.Exported {
+		return "not exported"
+	}
+	return "exported to " + allowedLabel(d.AllowHost)
 }
 
 func allowedLabel(host string) string {

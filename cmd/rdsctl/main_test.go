@@ -201,6 +201,7 @@ func TestRdsctlRanges(t *testing.T) {
 	for _, tc := range []struct{ flag, says string }{
 		{"-port=0", "-port"}, {"-port=70000", "-port"}, {"-nvme-port=0", "-nvme-port"}, {"-nvme-port=65536", "-nvme-port"},
 		{"-timeout=0", "-timeout"}, {"-timeout=-1s", "-timeout"},
+		{"-pool=a b", "-pool"}, {"-base-path=relative", "-base-path"}, {"-nqn-prefix=mikrotik:", "-nqn-prefix"},
 	} {
 		code, _, errOut := rdsctlProcess(t, append(append([]string{}, flags...), tc.flag, "probe")...)
 		if code != 2 || !strings.Contains(errOut, tc.says) {
@@ -275,5 +276,24 @@ func TestRdsctlDeleteOfADiskWithoutFile(t *testing.T) {
 	code, _, errOut := rdsctlProcess(t, append(flags, "delete", "storage-pool")...)
 	if code != 1 || !strings.Contains(errOut, "disk storage-pool has no backing file") || strings.Contains(errOut, "uses ,") {
 		t.Errorf("delete storage-pool: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// create of a disk that exists says so and changes nothing (the client's
+// create is idempotent for the driver's retries, which by hand hid that
+// -closed left an open disk open).
+func TestRdsctlCreateOfAnExistingDisk(t *testing.T) {
+	flags, client, _ := simWithKey(t)
+	if err := run(append(flags, "create", "pvc-1", "1G"), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"create", "pvc-1", "1G"}, {"-closed", "create", "pvc-1", "1G"}, {"create", "pvc-1", "2G"}} {
+		code, out, errOut := rdsctlProcess(t, append(flags, args...)...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "disk pvc-1 exists already (1073741824 bytes, exported to any host); nothing changed") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	if d, err := client.GetDisk(context.Background(), "pvc-1"); err != nil || !d.Exported || d.Size != rds.GiB {
+		t.Errorf("after the refused creates: %+v %v", d, err)
 	}
 }
