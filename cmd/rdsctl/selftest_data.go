@@ -26,9 +26,15 @@ type dataPath interface {
 // driver's node code, pkg/nvme), for one read or write at a time, and
 // disconnects after it.
 type nvmeDataPath struct {
-	c       *nvme.TCPConnector
+	c       connector
 	address string
 	port    int
+}
+
+// connector is what the data path needs of nvme.TCPConnector.
+type connector interface {
+	Connect(ctx context.Context, t nvme.Target) (string, error)
+	Disconnect(ctx context.Context, nqn string, inUse nvme.InUseFunc) error
 }
 
 func newNVMeDataPath(nqnPrefix, address string, port int) (*nvmeDataPath, error) {
