@@ -45,7 +45,7 @@ var boots = []struct {
 	{"Y", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
-		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns|TestVMSelftestData)$", "e2e-nvme.test"},
 	}},
 	{"N", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
@@ -125,8 +125,9 @@ func TestNVMeTCPInVM(t *testing.T) {
 			built[r.name] = true
 		}
 	}
-	// The shipped binaries, for csi-sanity against them (sanity_vm_test.go).
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./cmd/rds-sim", "./cmd/rds-csi-driver")
+	// The shipped binaries, for csi-sanity against them (sanity_vm_test.go)
+	// and rdsctl selftest -data (selftest_vm_test.go).
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin+"/", "./cmd/rds-sim", "./cmd/rds-csi-driver", "./cmd/rdsctl")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)
