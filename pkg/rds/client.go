@@ -331,8 +331,10 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 }
 
 // errSilentPeer: the RDS accepted the TCP connection and sent no SSH
-// banner. Another dial within the same command would wait the same way,
-// so the command is not retried (it stays ErrTransient for its caller).
+// banner, or did not answer a session's opening within the command's
+// deadline. Another attempt within the same command would wait the same
+// way, so the command is not retried (it stays ErrTransient for its
+// caller).
 var errSilentPeer = errors.New("no SSH banner")
 
 // dial opens a new SSH connection, the TCP connect and the SSH handshake
@@ -570,8 +572,10 @@ func (c *Client) runOnce(ctx context.Context, cmd string, timeout time.Duration)
 	sess, err := openSession(cctx, conn)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		// Nothing was sent; the connection is left to TCP keepalive.
-		return "", fmt.Errorf("%w: opening an SSH session on the connection to %s: no answer: %v", ErrTransient, c.addr, err)
+		// Nothing was sent. The connection is left to TCP keepalive and
+		// the user timeout (commands in flight on it may still be
+		// answered); another attempt on it now would wait the same way.
+		return "", fmt.Errorf("%w: %w: opening an SSH session on the connection to %s: %v", ErrTransient, errSilentPeer, c.addr, err)
 	case err != nil:
 		c.drop(conn)
 		return "", fmt.Errorf("%w: opening SSH session: %v", ErrTransient, err)

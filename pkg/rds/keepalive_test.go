@@ -2,10 +2,16 @@ package rds
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
@@ -64,5 +70,65 @@ func TestSilentRDSIsBounded(t *testing.T) {
 	hole.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d connections to the silent RDS, want 1", n)
+	}
+}
+
+// TestUnansweredSessionIsBounded: an RDS that finishes the SSH handshake
+// and never answers a session's opening fails the command at its deadline,
+// once, instead of holding it for as long as the dead connection lives
+// (before: NewSession had no deadline).
+func TestUnansweredSessionIsBounded(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(hostKey)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			t.Cleanup(func() { c.Close() })
+			go func() {
+				// The handshake, then nothing: channel opens stay unanswered.
+				if _, _, reqs, err := ssh.NewServerConn(c, cfg); err == nil {
+					ssh.DiscardRequests(reqs)
+				}
+			}()
+		}
+	}()
+	env := startSim(t, GiB)
+	_, port := splitAddr(t, l.Addr().String())
+	c := env.client(t, func(cfg *Config) {
+		cfg.Port = port
+		cfg.CommandTimeout = 200 * time.Millisecond
+		cfg.MaxAttempts = 4
+		cfg.InsecureSkipHostKeyCheck, cfg.KnownHostsFile = true, ""
+	})
+	done := make(chan error, 1)
+	go func() { _, err := c.Probe(context.Background()); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTransient) || !strings.Contains(err.Error(), "opening an SSH session") {
+			t.Errorf("Probe: %v, want ErrTransient naming the session's opening", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Probe did not return: opening the session has no deadline")
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
 	}
 }
