@@ -68,10 +68,18 @@ func (c *Client) SetExportHost(ctx context.Context, slot, host string, drop bool
 		return ch, err
 	}
 	ch.Before = *d
-	// A closed export may hide its port and NQN (hidden.go): then they
-	// are checked once it is open and prints them.
-	if (d.Port == 0 || d.NQN == "") && !hidesExport(d) {
-		return ch, fmt.Errorf("%w: disk %q has no NVMe/TCP port and NQN to export (it was created without an export)", ErrInvalidArgument, slot)
+	if d.Port == 0 || d.NQN == "" {
+		// A closed export may hide its port and NQN (hidden.go): then
+		// RouterOS is asked whether its NQN is empty.
+		none := true
+		if hidesExport(d) && d.NQN == "" {
+			if none, err = c.holds(ctx, slot, "nvme-tcp-server-nqn=%s", ""); err != nil {
+				return ch, err
+			}
+		}
+		if none {
+			return ch, fmt.Errorf("%w: disk %q has no NVMe/TCP port and NQN to export (it was created without an export)", ErrInvalidArgument, slot)
+		}
 	}
 	if d.Exported && d.AllowHost == host {
 		return ch, nil

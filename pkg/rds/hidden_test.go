@@ -128,3 +128,34 @@ func lastPrint(env *simEnv, match string) string {
 	}
 	return out
 }
+
+// TestHiddenClosedExportOlderCommands: with a closed export's properties
+// hidden, rdsctl's unconditional allowed-host set reads back the host it
+// set, and a disk made without an export (no NQN to open) is still
+// refused before anything is sent, as when they are shown.
+func TestHiddenClosedExportOlderCommands(t *testing.T) {
+	ctx := context.Background()
+	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.ClosedExportProps = rdssim.ClosedExportHidden })
+	c := env.client(t, nil)
+	r := req("pvc-a", GiB)
+	r.Export.Closed = true
+	if _, err := c.CreateDisk(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetAllowedHost(ctx, "pvc-a", hostA); err != nil {
+		t.Errorf("SetAllowedHost on a hidden closed export: %v", err)
+	}
+	if got := env.exportState(t, "pvc-a"); got != (diskState{false, hostA}) {
+		t.Errorf("simulator holds %+v", got)
+	}
+	if _, err := c.CreateDisk(ctx, CreateDiskRequest{Slot: "snap-a", FilePath: "/storage-pool/k8s/snap-a.img", Size: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	env.sim.ResetCommands()
+	if _, err := c.SetExportHost(ctx, "snap-a", hostA, true); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("SetExportHost on a disk without an NQN: %v, want ErrInvalidArgument", err)
+	}
+	if got := env.setCommands(); len(got) != 0 {
+		t.Errorf("sent %q", got)
+	}
+}
