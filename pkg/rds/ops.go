@@ -434,6 +434,8 @@ func (c *Client) SetAllowedHost(ctx context.Context, slot, hostNQN string) error
 	if _, err := c.exec(ctx, "/disk set [find slot=%s] nvme-tcp-server-allow-host-name=%s", slot, hostNQN); err != nil {
 		return err
 	}
+	// A closed export may not print the host: the read-back confirms it.
+	c.rememberHost(slot, hostNQN)
 	d, err := c.GetDisk(ctx, slot)
 	if err != nil {
 		return err
