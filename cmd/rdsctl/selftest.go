@@ -431,7 +431,7 @@ func (st *selftestRun) runChecks(scratch string) {
 		}
 	})
 	if o.data != nil {
-		st.dataWrite(nqn, hostA)
+		st.dataWrite(nqn, hostA, hostB)
 	}
 	swap("fencing: migrate to host B (no drop)", rds.ExportState{Open: true, Host: hostA}, rds.ExportState{Open: true, Host: hostB}, nil)
 	swap("fencing: close to a tombstone host", rds.ExportState{Open: true, Host: hostB}, rds.ExportState{Host: tomb}, func(d *rds.Disk) {

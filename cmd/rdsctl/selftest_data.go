@@ -93,8 +93,12 @@ func (p *nvmeDataPath) read(ctx context.Context, nqn, hostNQN string, off int64,
 // a copy of this very write can match it.
 const dataOffset, dataLen = 4 * rds.MiB, 64 * 1024
 
-// dataWrite writes the pattern to the scratch disk, open to host.
-func (st *selftestRun) dataWrite(nqn, host string) {
+// otherHostWait bounds the connect of a host the export must refuse.
+const otherHostWait = 20 * time.Second
+
+// dataWrite writes the pattern to the scratch disk, open to host, and
+// checks that another host (other, made up for this run too) is refused.
+func (st *selftestRun) dataWrite(nqn, host, other string) {
 	st.check("data: write a pattern to the volume", func() (string, error) {
 		p := make([]byte, dataLen)
 		if _, err := rand.Read(p); err != nil {
@@ -104,8 +108,21 @@ func (st *selftestRun) dataWrite(nqn, host string) {
 			return "", err
 		}
 		st.pattern = p
-		st.fact("allow-host-enforced", confirmed, "the allowed host connected over %s", st.o.data.describe())
 		return fmt.Sprintf("%d random bytes at %d over %s", len(p), dataOffset, st.o.data.describe()), nil
+	})
+	st.check("data: another host is refused", func() (string, error) {
+		ctx, cancel := context.WithTimeout(st.ctx, otherHostWait)
+		defer cancel()
+		_, err := st.o.data.read(ctx, nqn, other, dataOffset, 512)
+		if err == nil {
+			st.fact("allow-host-enforced", contradicted, "a host other than the allowed one connected and read the disk")
+			return "", fmt.Errorf("a host other than the allowed one connected to %s and read it: the allowed host is not enforced", nqn)
+		}
+		if st.ctx.Err() != nil {
+			return "", err
+		}
+		st.fact("allow-host-enforced", confirmed, "the allowed host connected; another was refused (%v)", err)
+		return "refused: " + err.Error(), nil
 	})
 }
 

@@ -68,15 +68,19 @@ func runSelftest(cfg rds.Config, o selftestOptions) (string, error) {
 // simDataPath stands in for a host connected over NVMe/TCP: it reads and
 // writes the simulator's backing file of the disk exported under an NQN,
 // and, like an export that checks its allowed host, refuses a disk that is
-// not exported to exactly that host.
-type simDataPath struct{ srv *rdssim.Server }
+// not exported to exactly that host (unless anyHost: an RDS that does
+// not enforce its allowed host).
+type simDataPath struct {
+	srv     *rdssim.Server
+	anyHost bool
+}
 
 func (p simDataPath) slot(nqn, hostNQN string) (string, error) {
 	for _, d := range p.srv.Disks() {
 		if d.NVMeTCPNQN != nqn {
 			continue
 		}
-		if !d.NVMeTCPExport || d.AllowHostName != hostNQN {
+		if !d.NVMeTCPExport || d.AllowHostName != hostNQN && !p.anyHost {
 			return "", fmt.Errorf("%s refuses host %s: exported=%v, allowed host %q", nqn, hostNQN, d.NVMeTCPExport, d.AllowHostName)
 		}
 		return d.Slot, nil
@@ -166,7 +170,7 @@ func TestSelftestVariants(t *testing.T) {
 			srv, cfg := selftestSim(t, func(c *rdssim.Config) { c.CopyFromProperties, c.CopyFromData = tc.props, tc.data })
 			o := selftestOpts()
 			if tc.withData {
-				o.data = simDataPath{srv}
+				o.data = simDataPath{srv: srv}
 			}
 			report, err := runSelftest(cfg, o)
 			if tc.wantFailedData {
@@ -385,4 +389,20 @@ func TestSelftestJSONRefusesShowCommands(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "-show-commands") || len(srv.Commands()) != 0 {
 		t.Errorf("err %v, %d commands sent", err, len(srv.Commands()))
 	}
+}
+
+// TestSelftestAllowedHostNotEnforced: an RDS that lets another host than
+// the allowed one connect fails the data check and contradicts the fact.
+func TestSelftestAllowedHostNotEnforced(t *testing.T) {
+	srv, cfg := selftestSim(t, nil)
+	o := selftestOpts()
+	o.data = simDataPath{srv: srv, anyHost: true}
+	report, err := runSelftest(cfg, o)
+	if err == nil || !strings.Contains(report, "FAIL  data: another host is refused") {
+		t.Errorf("err %v, report:\n%s", err, report)
+	}
+	if got := factStatus(t, report, "allow-host-enforced"); got != contradicted {
+		t.Errorf("allow-host-enforced %s", got)
+	}
+	nothingLeft(t, srv)
 }

@@ -30,7 +30,7 @@ func TestSelftestOtherVariants(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, cfg := selftestSim(t, tc.mod)
 			o := selftestOpts()
-			o.data = simDataPath{srv}
+			o.data = simDataPath{srv: srv}
 			report, err := runSelftest(cfg, o)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, report)
