@@ -175,9 +175,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "rds-sim:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // -h: the usage is printed, as asked
 		}
+		fmt.Fprintln(os.Stderr, "rds-sim:", err)
 		os.Exit(2)
 	}
 }
