@@ -67,6 +67,7 @@ type options struct {
 	closedProps    string
 	globalReqs     string
 	valueBreak     string
+	legend         string
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -91,6 +92,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.closedProps, "closed-export-props", string(rdssim.ClosedExportShown), "whether /disk print shows nvme-tcp-server-port, -nqn and -allow-host-name of a disk whose export is off: shown, or hidden (as RAID disks printed on RDS2216 hardware); where/find conditions see them either way; RouterOS' behaviour for file disks is not known")
 	fs.StringVar(&o.globalReqs, "global-requests", string(rdssim.GlobalRequestsReject), "how SSH global requests such as keepalive@openssh.com are answered: reject, ignore (never answered) or close (the connection); RouterOS does not support keepalive@openssh.com, and which of these it does is not known")
 	fs.StringVar(&o.valueBreak, "value-break", string(rdssim.ValueBreakWidth), "where print output breaks a value longer than the rest of its line: width (at the terminal width) or hyphen (before a '-' short of it, as RDS hardware was seen to break a file-path); RouterOS' rule is not known")
+	fs.StringVar(&o.legend, "legend", string(rdssim.LegendUsed), "which flags the Flags legend of a /disk listing names, a column each: used (only those its entries carry, as in an RDS2216 capture) or all (every flag the simulator sets); RouterOS' rule is not known")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
 }
 
@@ -244,6 +246,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--value-break: %w", err)
 	}
+	legend, err := rdssim.ParseLegend(o.legend)
+	if err != nil {
+		return fmt.Errorf("--legend: %w", err)
+	}
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
@@ -271,6 +277,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ClosedExportProps:   closedProps,
 		GlobalRequests:      globalReqs,
 		ValueBreak:          valueBreak,
+		Legend:              legend,
 	})
 	if err != nil {
 		return err

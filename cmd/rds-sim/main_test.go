@@ -198,6 +198,7 @@ func TestRunFlags(t *testing.T) {
 		{"bad closed-export props", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--closed-export-props=sometimes"}, "--closed-export-props"},
 		{"bad global requests", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--global-requests=maybe"}, "--global-requests"},
 		{"bad value break", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--value-break=anywhere"}, "--value-break"},
+		{"bad legend", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--legend=some"}, "--legend"},
 		{"fault control on a regular file", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", authKeys}, "exists and is not a socket"},
 		{"fault control in a missing directory", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", filepath.Join(dir, "none", "f.sock")}, "--fault-control"},
 	} {

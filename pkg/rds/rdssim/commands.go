@@ -553,7 +553,7 @@ func (s *Server) diskPrint(cmd *command) (string, error) {
 			shown = append(shown, it)
 		}
 	}
-	return formatDetail(diskFlags, shown, cmd.width, s.valueBreak == ValueBreakHyphen), nil
+	return formatDetail(diskFlags, shown, s.layout(cmd.width)), nil
 }
 
 func (s *Server) filePrint(cmd *command) (string, error) {
@@ -571,7 +571,7 @@ func (s *Server) filePrint(cmd *command) (string, error) {
 			shown = append(shown, it)
 		}
 	}
-	return formatDetail(nil, shown, cmd.width, s.valueBreak == ValueBreakHyphen), nil
+	return formatDetail(nil, shown, s.layout(cmd.width)), nil
 }
 
 func (s *Server) fileRemove(cmd *command) error {

@@ -153,6 +153,16 @@ type item struct {
 	props []prop
 }
 
+// layout is how print output is laid out: the terminal width (<= 0: no
+// limit), a long value broken before a '-' (Config.ValueBreak hyphen),
+// and a legend naming every flag of the menu rather than only those the
+// listing uses (Config.Legend all).
+type layout struct {
+	width        int
+	beforeHyphen bool
+	legendAll    bool
+}
+
 // flagColumn is one column of a Flags legend.
 type flagColumn struct {
 	letter byte
@@ -162,19 +172,20 @@ type flagColumn struct {
 // formatDetail renders items in the RouterOS `print detail` form for a
 // terminal width columns wide (<= 0: no limit), as RDS hardware printed
 // it: the Flags legend, naming the flags of columns that the printed items
-// set (all of them when nothing matched, when the legend is printed alone),
+// set (all of them when nothing matched, when the legend is printed alone,
+// and with lay.legendAll),
 // wrapped after its `;` separators; numbered entries, the number
 // right-aligned, then one character per legend column, the flag's letter
 // or a blank (`26 BM `, `27 B r`, ` 1 B t`); properties wrapped between
 // them, a property longer than a line broken in the middle of its value;
 // continuation lines indented under the first property; a blank line
 // between entries. Without columns there is no legend and no flag field.
-// beforeHyphen breaks a long value before a '-' (wrapWords).
 // No items and no legend prints nothing at all.
-func formatDetail(columns []flagColumn, items []item, width int, beforeHyphen bool) string {
+func formatDetail(columns []flagColumn, items []item, lay layout) string {
 	var b strings.Builder
+	width := lay.width
 	used := columns
-	if len(items) > 0 {
+	if len(items) > 0 && !lay.legendAll {
 		used = nil
 		for _, c := range columns {
 			for _, it := range items {
@@ -218,7 +229,7 @@ func formatDetail(columns []flagColumn, items []item, width int, beforeHyphen bo
 				words = append(words, p.key+"="+p.text)
 			}
 		}
-		wrapWords(&b, prefix, words, len(prefix), width, beforeHyphen)
+		wrapWords(&b, prefix, words, len(prefix), width, lay.beforeHyphen)
 	}
 	return b.String()
 }

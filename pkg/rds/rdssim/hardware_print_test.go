@@ -112,3 +112,17 @@ func TestValueBreakHyphen(t *testing.T) {
 		t.Error("ParseValueBreak accepted a bad value")
 	}
 }
+
+// TestLegendAll: with Legend all the legend names every flag and each
+// entry has a column for each, blank where it does not carry the flag.
+func TestLegendAll(t *testing.T) {
+	ts := startSim(t, func(c *Config) { c.TerminalWidth = -1; c.Legend = LegendAll })
+	ts.mustRun(addCmd("pvc-1", "1G"))
+	out := ts.run(`/disk print detail where slot="pvc-1"`)
+	if !strings.HasPrefix(out, "Flags: "+diskLegend+"\n 0 B t type=file ") {
+		t.Errorf("got:\n%s", out)
+	}
+	if _, err := ParseLegend("some"); err == nil {
+		t.Error("ParseLegend accepted a bad value")
+	}
+}

@@ -103,8 +103,11 @@ type Config struct {
 	GlobalRequests GlobalRequests
 	// ValueBreak is where print output breaks a value longer than the rest
 	// of its line: at the width (the default) or before a '-' short of it,
-	// as hardware was seen to (valuebreak.go).
+	// as hardware was seen to (printvariants.go).
 	ValueBreak ValueBreak
+	// Legend is which flags a listing's Flags legend names: used (the
+	// default) or all (printvariants.go).
+	Legend Legend
 }
 
 // Stats counts connections.
@@ -146,6 +149,7 @@ type Server struct {
 	closedProps    ClosedExportProps
 	globalReqs     GlobalRequests
 	valueBreak     ValueBreak
+	legend         Legend
 	drops          map[string]int // ConnectionDrops by slot; under stateMu
 	exportLog      []ExportChange // under stateMu
 
@@ -215,6 +219,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
 	}
+	legend, err := ParseLegend(string(cfg.Legend))
+	if err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
+	}
 	copyFrom, err := newCopyModel(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rdssim: %w", err)
@@ -267,6 +275,7 @@ func New(cfg Config) (*Server, error) {
 		closedProps: closedProps,
 		globalReqs:  globalReqs,
 		valueBreak:  valueBreak,
+		legend:      legend,
 		drops:       map[string]int{},
 	}
 	if err := s.syncExports(); err != nil {
