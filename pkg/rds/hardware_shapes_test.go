@@ -289,13 +289,19 @@ func TestValueBrokenAtAnyCharacter(t *testing.T) {
 
 // TestClientReadsValuesBrokenBeforeHyphen: against the simulator breaking
 // long values before a '-' short of the width (rdssim ValueBreakHyphen, as
-// the hardware broke a file-path) and at the width, under flag columns
-// with a mounted image beside the driver's disks, every read returns the
-// driver's IDs, paths and NQNs exactly, and a delete finds its file.
+// the hardware broke a file-path) and at the width, under flag columns of
+// a legend naming the flags in use or all of them, with a mounted image
+// beside the driver's disks, every read returns the driver's IDs, paths
+// and NQNs exactly, and a delete finds its file.
 func TestClientReadsValuesBrokenBeforeHyphen(t *testing.T) {
-	for _, vb := range []rdssim.ValueBreak{rdssim.ValueBreakWidth, rdssim.ValueBreakHyphen} {
-		t.Run(string(vb), func(t *testing.T) {
-			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.ValueBreak = vb })
+	type variant struct {
+		vb     rdssim.ValueBreak
+		legend rdssim.Legend
+	}
+	for _, v := range []variant{{rdssim.ValueBreakWidth, rdssim.LegendUsed}, {rdssim.ValueBreakHyphen, rdssim.LegendUsed}, {rdssim.ValueBreakHyphen, rdssim.LegendAll}} {
+		vb := v.vb
+		t.Run(string(vb)+"/"+string(v.legend), func(t *testing.T) {
+			env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.ValueBreak, c.Legend = vb, v.legend })
 			if err := env.sim.AddMountedImage("debian-iso", "/storage-pool/iso/debian-13.1.0-amd64-netinst.iso", MiB); err != nil {
 				t.Fatal(err)
 			}
