@@ -67,7 +67,7 @@ func ParseListing(out string) (Listing, error) {
 		entries  []Entry
 		scanners []*pairScanner
 		comments [][]string
-		texts    []strings.Builder
+		texts    []*strings.Builder
 		errs     []error
 		cur      = -1
 		propCol  = 0 // column of the current entry's first property
@@ -80,7 +80,7 @@ func ParseListing(out string) (Listing, error) {
 		entries = append(entries, Entry{Number: n, Flags: flags, Values: map[string]string{}})
 		scanners = append(scanners, &pairScanner{dst: entries[len(entries)-1].Values})
 		comments = append(comments, nil)
-		texts = append(texts, strings.Builder{})
+		texts = append(texts, &strings.Builder{})
 		errs = append(errs, nil)
 		cur = len(entries) - 1
 	}
