@@ -270,7 +270,7 @@ func (st *selftestRun) check(name string, fn func() (string, error)) bool {
 	case st.ctx.Err() != nil:
 		r.Status, r.Detail = "skip", "interrupted"
 	default:
-		detail, err := fn()
+		detail, err := runCheck(fn)
 		if err != nil {
 			r.Status, r.Detail = "fail", err.Error()
 			st.stopped = true
@@ -285,6 +285,17 @@ func (st *selftestRun) check(name string, fn func() (string, error)) bool {
 		fmt.Fprintf(st.out, "%s  %-40s %s\n", label, name, r.Detail)
 	}
 	return r.Status == "ok"
+}
+
+// runCheck runs fn; a panic in it fails the check instead of skipping the
+// cleanup.
+func runCheck(fn func() (string, error)) (detail string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return fn()
 }
 
 // fact records a measurement of one fact of selftestFacts. A later record

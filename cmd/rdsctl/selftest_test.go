@@ -406,3 +406,28 @@ func TestSelftestAllowedHostNotEnforced(t *testing.T) {
 	}
 	nothingLeft(t, srv)
 }
+
+// TestSelftestPanicInACheck: a check that panics fails the run; the
+// scratch disks are removed anyway.
+func TestSelftestPanicInACheck(t *testing.T) {
+	srv, cfg := selftestSim(t, nil)
+	o := selftestOpts()
+	o.data = panickingDataPath{}
+	report, err := runSelftest(cfg, o)
+	if err == nil || !strings.Contains(report, "FAIL  data: write a pattern to the volume") || !strings.Contains(report, "panic: the data path broke") {
+		t.Errorf("err %v, report:\n%s", err, report)
+	}
+	nothingLeft(t, srv)
+}
+
+type panickingDataPath struct{}
+
+func (panickingDataPath) write(context.Context, string, string, int64, []byte) error {
+	panic("the data path broke")
+}
+
+func (panickingDataPath) read(context.Context, string, string, int64, int) ([]byte, error) {
+	panic("the data path broke")
+}
+
+func (panickingDataPath) describe() string { return "a data path that panics" }
