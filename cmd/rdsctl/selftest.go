@@ -699,7 +699,7 @@ func (st *selftestRun) finish() error {
 	}
 	fmt.Fprintf(st.out, "\nfacts (docs/routeros.md, \"Facts the driver relies on\"):\n")
 	for _, f := range st.rep.Facts {
-		fmt.Fprintf(st.out, "  %-13s %-20s %s\n", f.Status, f.ID, f.Measured)
+		fmt.Fprintf(st.out, "  %-13s %-26s %s\n", f.Status, f.ID, f.Measured)
 	}
 	fmt.Fprintln(st.out)
 	for _, c := range st.rep.Cleanup {
