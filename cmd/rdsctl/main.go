@@ -364,7 +364,7 @@ func printDisks(out io.Writer, disks ...rds.Disk) {
 // [HOSTNQN]`: the driver's own storage-fencing calls, for operators.
 func exportCommand(ctx context.Context, client *rds.Client, args []string, drop bool, stdout io.Writer) error {
 	if len(args) < 2 || (args[1] != "on" && args[1] != "off") || (args[1] == "on" && len(args) != 3) || len(args) > 3 {
-		return fmt.Errorf("usage: export SLOT on HOSTNQN|any, or export SLOT off [HOSTNQN]")
+		return usagef("usage: export SLOT on HOSTNQN|any, or export SLOT off [HOSTNQN]")
 	}
 	slot := args[0]
 	host := ""

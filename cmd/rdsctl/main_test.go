@@ -187,7 +187,7 @@ func TestRdsctlCommandLine(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %q; want the usage and exit 0", help, code, out)
 		}
 	}
-	for _, args := range [][]string{{"list", "extra"}, {"get"}, {"get", "a", "b"}, {"create", "pvc-1"}, {"frobnicate"}, {}} {
+	for _, args := range [][]string{{"list", "extra"}, {"get"}, {"get", "a", "b"}, {"create", "pvc-1"}, {"frobnicate"}, {}, {"export", "pvc-1", "on"}, {"export", "pvc-1", "open", "any"}} {
 		code, out, errOut = rdsctlProcess(t, append(flags, args...)...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "rdsctl -h") {
 			t.Errorf("rdsctl %q: exit %d, stdout %q, stderr %q; want a usage error (exit 2)", args, code, out, errOut)
