@@ -40,18 +40,12 @@ func startAttachWorld(t *testing.T, nodes ...string) *attachWorld {
 }
 
 // attachOptions vary the attach world: kube-controller-manager's
-// --node-monitor-grace-period, and storage fencing (every node registers
-// the host NQN hostNQN(node), the driver runs with extra args, and the
-// storage-fencing component's RBAC is applied).
+// --node-monitor-grace-period, and storage fencing (the driver runs with
+// extra args, and the storage-fencing component's RBAC is applied).
 type attachOptions struct {
 	grace      time.Duration
 	fenced     bool
 	driverArgs []string
-}
-
-// hostNQN is a node's host NQN in the storage-fencing scenarios.
-func hostNQN(node string) string {
-	return "nqn.2014-08.org.nvmexpress:uuid:e2e00000-0000-4000-8000-00000000000" + node[len(node)-1:] // node-a, node-b: the letter makes it unique
 }
 
 // provisionData creates the StorageClass "rds" and a 1Gi RWO PVC e2e/data,
@@ -88,11 +82,7 @@ func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attac
 	w := &attachWorld{e: e, nodes: map[string]*framework.FakeKubelet{}}
 	w.sim = e.StartSim(framework.SimOptions{})
 	for _, n := range nodes {
-		if o.fenced {
-			w.nodes[n] = e.NewNodeWithNQN(n, hostNQN(n))
-		} else {
-			w.nodes[n] = e.NewNode(n)
-		}
+		w.nodes[n] = e.NewNode(n)
 	}
 	var err error
 	if w.mon, err = framework.WatchAttachments(ctx, c); err != nil {

@@ -53,7 +53,7 @@ func startFenceRace(t *testing.T, driverArgs ...string) *fenceRaceWorld {
 	w := &fenceRaceWorld{e: e}
 	w.sim = e.StartSim(framework.SimOptions{})
 	for _, n := range []string{"node-2", "node-3"} {
-		e.NewNodeWithNQN(n, hostNQN(n))
+		e.NewNode(n)
 	}
 	w.dep = framework.Deploy(ctx, t, tl, e.CP, e.Dir)
 	framework.DeployFile(ctx, t, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
@@ -112,7 +112,7 @@ func (w *fenceRaceWorld) exportOnlyTo(node string, host *string) framework.Condi
 			*host = h
 		}
 		state := fmt.Sprintf("nvme-tcp-export=%t allow-host=%q, %s's attachment is %q", d.NVMeTCPExport, d.AllowHostName, node, h)
-		return d.NVMeTCPExport && d.AllowHostName == h && h != hostNQN(node), state, nil
+		return d.NVMeTCPExport && d.AllowHostName == h, state, nil
 	}
 }
 

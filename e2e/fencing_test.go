@@ -40,9 +40,6 @@ func diskExportTo(w *attachWorld, node string) framework.Condition {
 		if err != nil || host == "" {
 			return false, fmt.Sprintf("no attachment host NQN for %s yet (%v)", node, err), nil
 		}
-		if host == hostNQN(node) {
-			return false, "the export would allow the node's own NQN, not its attachment's", nil
-		}
 		return diskExport(w, true, host)(ctx)
 	}
 }

@@ -96,16 +96,6 @@ func (e *Env) StartController(sim *Sim, opts ControllerOptions) *Controller {
 	return c
 }
 
-// NewNodeWithNQN is NewNode for a node that registers a host NQN.
-func (e *Env) NewNodeWithNQN(name, hostNQN string) *FakeKubelet {
-	e.T.Helper()
-	k, err := NewNodeWithNQN(e.Ctx, e.TL, e.Client, name, hostNQN)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return k
-}
-
 // NewNode registers a fake kubelet whose Lease renewals last until it
 // fails or the test ends.
 func (e *Env) NewNode(name string) *FakeKubelet {

@@ -53,18 +53,9 @@ type FakeKubelet struct {
 
 // NewNode registers a node and starts renewing its Lease. The renewals
 // stop with Fail or when ctx ends.
+// Its CSINode's node ID is the node name, as the node plugin registers it.
 func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, name string) (*FakeKubelet, error) {
-	return NewNodeWithNQN(ctx, tl, client, name, "")
-}
-
-// NewNodeWithNQN is NewNode for a node whose plugin registers an NVMe
-// host NQN: its CSINode's node ID is "<name>/<hostNQN>", as the node
-// plugin registers it for storage fencing.
-func NewNodeWithNQN(ctx context.Context, tl *Timeline, client kubernetes.Interface, name, hostNQN string) (*FakeKubelet, error) {
 	nodeID := name
-	if hostNQN != "" {
-		nodeID = name + "/" + hostNQN
-	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,

@@ -170,8 +170,6 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, statusf(codes.NotFound, "ControllerPublishVolume: volume %s: %v; no node of this driver registers such an ID", id, identErr)
 	case req.GetVolumeCapability() == nil:
 		return nil, statusf(codes.InvalidArgument, "ControllerPublishVolume: volume %s: volume_capability is required", id)
-	case s.d.opts.AllowHostFencing() && ident.HostNQN == "":
-		return nil, statusf(codes.FailedPrecondition, "volume %s: node %s registered no NVMe host NQN (its node ID is %q), and storage fencing (--storage-fencing=allow-host) opens an export only to a host NQN: run a node plugin of this version with the NVMe/TCP connector", id, node, req.GetNodeId())
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s: %v", id, err)
@@ -285,6 +283,40 @@ func (p *publishing) decide(ctx context.Context, v *informers.Volume, now time.T
 	}
 }
 
+// upgradeAttachment settles, under storage fencing, which host NQN an
+// attachment uses across the upgrade to per-attachment host NQNs. Node
+// plugins of this release register the bare node name as their node ID
+// (nodeid.go); one from before registers "name/its own host NQN" and
+// connects with that, ignoring publish_context's hostNQN:
+//   - an attachment made before the upgrade (a claim without nonce) keeps
+//     the node's own NQN recorded in its claim until it ends;
+//   - one from before storage fencing was turned on records the NQN the
+//     node ID carries, or, from a node plugin of this release, becomes an
+//     attachment of its own (a nonce): the export never opens to any host
+//     for want of a name;
+//   - any other attachment needs a node plugin that connects with the
+//     attachment's NQN: an older one would be refused by the export, so
+//     the publish is refused up front, retried until the plugin is
+//     upgraded.
+func (p *publishing) upgradeAttachment(claim *informers.Claim) error {
+	id, node := p.req.GetVolumeId(), p.ident.Name
+	if claim.Nonce == "" && claim.HostNQN == "" {
+		if p.ident.HostNQN != "" {
+			claim.HostNQN = p.ident.HostNQN
+			return nil
+		}
+		nonce, err := newNonce()
+		if err != nil {
+			return statusf(codes.Internal, "volume %s: %v", id, err)
+		}
+		claim.Nonce = nonce
+	}
+	if claim.Nonce != "" && p.ident.HostNQN != "" {
+		return statusf(codes.FailedPrecondition, "volume %s: node %s runs a node plugin older than this controller (its node ID %q carries the node's own host NQN): it would connect with that NQN, which storage fencing's per-attachment export does not allow; upgrade the node plugin DaemonSet, and the attach is retried", id, node, p.req.GetNodeId())
+	}
+	return nil
+}
+
 // decideAndCommit makes the publish decision on v and commits it. It
 // returns informers.ErrConflict (not yet a status) when a PV changed
 // after v was read.
@@ -345,11 +377,10 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		}
 	}
 	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
-	if fencingOn && claim.Nonce == "" && claim.HostNQN == "" {
-		// An attachment made before per-attachment host NQNs keeps the
-		// node's own NQN recorded in its claim until it ends; one from
-		// before storage fencing records it now.
-		claim.HostNQN = p.ident.HostNQN
+	if fencingOn {
+		if err := p.upgradeAttachment(&claim); err != nil {
+			return nil, err
+		}
 	}
 	// Every success is a write, a repeated publish too: a concurrent
 	// release (a late unpublish on another replica) then conflicts with it

@@ -119,22 +119,20 @@ type hostIdentifier interface {
 
 var _ hostIdentifier = (*nvme.TCPConnector)(nil)
 
-// NodeID is the CSI node ID this node registers (nodeid.go): the node name
-// and, when the connector presents a host NQN to the RDS, that NQN, so the
-// controller learns which host to allow on the export from
-// ControllerPublish's node_id. The identity is read (and on first use
-// created) in /etc/nvme; main calls NodeID at startup so that a broken
-// /etc/nvme stops the plugin there, before the kubelet registers it.
+// NodeID is the CSI node ID this node registers (nodeid.go): the node
+// name alone. Storage fencing gives every attachment its own host NQN in
+// publish_context, so the node's own NQN says nothing the controller
+// needs. The node's NVMe identity is still read (and on first use
+// created) in /etc/nvme, for attachments made before per-attachment host
+// NQNs: main calls NodeID at startup so that a broken /etc/nvme stops the
+// plugin there, before the kubelet registers it.
 func (s *NodeServer) NodeID() (string, error) {
-	var nqn string
 	if hi, ok := s.connector.(hostIdentifier); ok {
-		id, err := hi.HostIdentity()
-		if err != nil {
+		if _, err := hi.HostIdentity(); err != nil {
 			return "", fmt.Errorf("node %s: NVMe host identity: %w", s.d.opts.NodeID, err)
 		}
-		nqn = id.NQN
 	}
-	return FormatNodeID(s.d.opts.NodeID, nqn)
+	return FormatNodeID(s.d.opts.NodeID, "")
 }
 
 func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {

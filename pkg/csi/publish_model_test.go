@@ -257,14 +257,8 @@ func (m *model) newNode(name string) *corev1.Node {
 	return n
 }
 
-// nodeID is what a node's plugin registers (its host NQN with storage
-// fencing).
-func (m *model) nodeID(node string) string {
-	if !m.fenced {
-		return node
-	}
-	return node + "/" + modelNQN(node)
-}
+// nodeID is what a node's plugin registers: the node name.
+func (m *model) nodeID(node string) string { return node }
 
 func modelNQN(node string) string {
 	return "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000" + node[1:] + "0"

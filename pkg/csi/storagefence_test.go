@@ -21,9 +21,12 @@ import (
 const (
 	nqnA = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a"
 	nqnB = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b"
-	// The node IDs the node plugins register.
-	nodeA = "node-a/" + nqnA
-	nodeB = "node-b/" + nqnB
+	// The node IDs the node plugins register: the node name.
+	nodeA = "node-a"
+	nodeB = "node-b"
+	// The node ID a node plugin from before per-attachment host NQNs
+	// registered: the node name and its own host NQN.
+	oldPluginA = "node-a/" + nqnA
 )
 
 func allowHostOptions() Options {
@@ -116,10 +119,12 @@ func TestStorageFencingPublishOpensTheExportToTheNodeOnly(t *testing.T) {
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000002", corev1.ReadWriteOnce, false)
 
-	// A node that registered no host NQN is refused, and nothing opens.
-	_, err := e.publish(id, "node-b", rwo)
+	// A node plugin from before per-attachment host NQNs (its node ID
+	// carries its own NQN, which it would connect with) is refused, and
+	// nothing opens.
+	_, err := e.publish(id, "node-b/"+nqnB, rwo)
 	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("publish to a node without a host NQN = %v, want FailedPrecondition", err)
+		t.Fatalf("publish to a node plugin from before per-attachment host NQNs = %v, want FailedPrecondition", err)
 	}
 	wantClosed(t, e, id)
 

@@ -149,9 +149,9 @@ func (d *demo) scenario() {
 	})
 
 	var nodeA, nodeB *framework.FakeKubelet
-	d.step("nodes", "two fake kubelets: Node + CSINode (driver registered with node ID <name>/<host NQN>) + Lease renewed every 2 s; no container runtime", func() string {
-		nodeA = e.NewNodeWithNQN("node-a", demoNQN("node-a"))
-		nodeB = e.NewNodeWithNQN("node-b", demoNQN("node-b"))
+	d.step("nodes", "two fake kubelets: Node + CSINode (driver registered with node ID <name>) + Lease renewed every 2 s; no container runtime", func() string {
+		nodeA = e.NewNode("node-a")
+		nodeB = e.NewNode("node-b")
 		for _, n := range []string{"node-a", "node-b"} {
 			d.waitFor(e, waitShort, n+" Ready", framework.NodeReady(c, n, corev1.ConditionTrue))
 		}
@@ -356,11 +356,6 @@ func (d *demo) scenario() {
 		}
 		return "no VolumeAttachment, PV or disk left"
 	})
-}
-
-// demoNQN is a node's host NQN in the demo.
-func demoNQN(node string) string {
-	return "nqn.2014-08.org.nvmexpress:uuid:de300000-0000-4000-8000-00000000000" + node[len(node)-1:]
 }
 
 // podEvent holds once an event with reason about the pod has a message
