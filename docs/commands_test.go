@@ -128,7 +128,9 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-var portPattern = regexp.MustCompile(`\b` + documentedPort + `\b`)
+// portPattern finds the documented port where a command names it (an
+// address, -p, --port, --rds-port), never inside other numbers or names.
+var portPattern = regexp.MustCompile(`(:|-p |--port[ =]|--rds-port[ =])` + documentedPort + `\b`)
 
 // TestDocumentedCommands runs every block marked run and checks the flags
 // of every block marked skip.
@@ -178,7 +180,10 @@ func runDocumented(t *testing.T, root, bin, script string) {
 	if err := os.Mkdir(home, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	script = portPattern.ReplaceAllString(script, freePort(t))
+	script = portPattern.ReplaceAllString(script, "${1}"+freePort(t))
+	if strings.Contains(script, documentedPort) {
+		t.Fatalf("the commands name port %s in a form this test does not replace (an address, -p, --port, --rds-port):\n%s", documentedPort, script)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
