@@ -275,3 +275,50 @@ func indexedPVs(v *informers.Volume) int {
 	}
 	return len(v.PVs)
 }
+
+// An unpublish with an empty node_id (CSI: from every node) on a replica
+// whose PV watch has not delivered a claim committed through the other
+// replica releases that claim too: it reads the claims live, not from its
+// index. With storage fencing the export closes as well.
+func TestLaggingReplicaEmptyNodeUnpublishReleasesUnseenClaim(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(map[bool]string{false: "claims", true: "storage-fencing"}[fenced], func(t *testing.T) {
+			var objs []runtime.Object
+			for _, n := range []string{"n0", "n1"} {
+				node := testNode(n)
+				node.UID = types.UID("uid-" + n)
+				objs = append(objs, node)
+			}
+			shared := newFakeAPI(objs...)
+			rdsFake := newFakeRDS(1 << 40)
+			opts := testOptions()
+			if fenced {
+				opts = allowHostOptions()
+			}
+			a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), opts, nil)
+			lag := newLaggingClient(t, shared)
+			b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), opts, nil)
+			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+			const pv = "pvc-0a1b2c3d-0000-4000-8000-000000000311"
+			id := a.newVolume(shared, pv, corev1.ReadWriteOnce, false)
+			waitFor(t, "b to know the volume", func() bool { v := b.index.Volume(id); return v != nil && v.Indexed() })
+
+			lag.pause("persistentvolumes")
+			_, err := a.publish(id, "n0", rwo)
+			mustCode(t, "publish n0 via a", err, codes.OK)
+			if v := b.index.Volume(id); v.HasClaim("n0") {
+				t.Fatal("scripting: b's paused PV watch delivered n0's claim")
+			}
+			a.dropAutoVA(id, "n0") // detached: nothing stands on the claim
+			_, err = b.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id})
+			mustCode(t, "unpublish from every node via b", err, codes.OK)
+			if c := claimsOf(t, shared, pv); len(c) != 0 {
+				t.Fatalf("claims %v left after an unpublish from every node: an orphaned claim keeps the volume held", keys(c))
+			}
+			if d := b.disk(id); fenced && d.Exported {
+				t.Fatalf("the export is still open to %s after the unpublish from every node", d.AllowHost)
+			}
+			lag.resume("persistentvolumes")
+		})
+	}
+}
