@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit sanity-loop fuzz lint bench demo demo-rds clean e2e e2e-nvme
+.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish demo demo-rds clean e2e e2e-nvme
 
 all: build
 
@@ -137,6 +137,14 @@ lint:
 # Go benchmarks; the numbers in docs/BENCHMARKS.md come from this target.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=$(or $(BENCHTIME),200x) ./pkg/...
+
+# Publish latency with storage fencing on the e2e control plane (real
+# kube-apiserver, csi-attacher, the simulator at 1 ms per RouterOS
+# command): 600 publishes, p50/p90/p99 in the test log (docs/BENCHMARKS.md).
+# About 4 minutes warm.
+bench-publish:
+	./hack/build-controlplane.sh
+	RDS_CSI_E2E_BENCH=1 $(GO) test -tags e2e -count=1 -timeout 30m -run 'TestPublishLatencyStorageFencing$$' -v ./e2e/ | grep -E 'publishes: p50|^(ok|FAIL|---)'
 
 # The driver on a real control plane (hack/demo.sh, e2e/cmd/demo):
 # provision, attach, node failure, fenced handoff, snapshot, unattended
