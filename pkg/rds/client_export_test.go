@@ -320,14 +320,20 @@ func TestExportSetAnsweredNoSuchItem(t *testing.T) {
 
 func TestExportFailuresPartWay(t *testing.T) {
 	ctx := context.Background()
-	t.Run("off ran and its reply was lost: the re-sent off matches nothing, the move completes", func(t *testing.T) {
+	t.Run("off ran and its reply was lost: not re-sent (its outcome is unknown), a retry completes the move", func(t *testing.T) {
 		env := startSim(t, 10*GiB)
 		c := env.client(t, nil)
 		env.prepare(t, c, diskState{true, hostA})
 		env.sim.DropAfterExecNth(1, "] nvme-tcp-export=no")
-		ch, err := c.SetExportHost(ctx, "pvc-a", hostB, true)
-		if err != nil || !ch.Dropped {
-			t.Fatalf("SetExportHost = %+v, %v", ch, err)
+		before := len(env.setCommands())
+		if _, err := c.SetExportHost(ctx, "pvc-a", hostB, true); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("SetExportHost with the off's reply lost: %v, want ErrOutcomeUnknown", err)
+		}
+		if sets := env.setCommands()[before:]; len(sets) != 1 {
+			t.Fatalf("%d set commands %q, want the off alone (a conditional set of unknown outcome is not re-sent)", len(sets), sets)
+		}
+		if _, err := c.SetExportHost(ctx, "pvc-a", hostB, true); err != nil {
+			t.Fatalf("retry: %v", err)
 		}
 		if got := env.exportState(t, "pvc-a"); got != (diskState{true, hostB}) {
 			t.Errorf("final %+v", got)
