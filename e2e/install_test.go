@@ -3,10 +3,7 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +11,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
 )
@@ -167,33 +163,13 @@ func kustomization(t *testing.T, root, body string) string {
 	return dir
 }
 
-// decodeStream decodes a YAML stream, annotating each object with source.
+// decodeStream decodes a YAML stream of at least one object, annotating
+// each with source.
 func decodeStream(t *testing.T, source string, stream []byte) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", source, err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := utilyaml.Unmarshal(doc, &u.Object); err != nil {
-			t.Fatalf("%s: %v", source, err)
-		}
-		if u.Object == nil || u.GetKind() == "" {
-			continue
-		}
-		ann := u.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann["e2e/file"] = source
-		u.SetAnnotations(ann)
-		objs = append(objs, u)
+	objs, err := decodeDocs(source, stream)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(objs) == 0 {
 		t.Fatalf("%s: no objects", source)

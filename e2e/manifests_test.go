@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -116,39 +118,47 @@ func readManifests(t *testing.T, dir string) []*unstructured.Unstructured {
 		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" || d.Name() == "kustomization.yaml" {
 			return err
 		}
-		f, err := os.Open(path)
+		data, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
 		rel, _ := filepath.Rel(dir, path)
-		r := utilyaml.NewYAMLReader(bufio.NewReader(f))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			u := &unstructured.Unstructured{}
-			if err := utilyaml.Unmarshal(doc, &u.Object); err != nil {
-				return err
-			}
-			if u.Object == nil || u.GetKind() == "" {
-				continue // only comments
-			}
-			ann := u.GetAnnotations()
-			if ann == nil {
-				ann = map[string]string{}
-			}
-			ann["e2e/file"] = rel
-			u.SetAnnotations(ann)
-			objs = append(objs, u)
-		}
+		more, err := decodeDocs(rel, data)
+		objs = append(objs, more...)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return objs
+}
+
+// decodeDocs decodes the objects of a YAML stream (documents of only
+// comments are passed over), annotating each with source (e2e/file).
+func decodeDocs(source string, stream []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal(doc, &u.Object); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+		if u.Object == nil || u.GetKind() == "" {
+			continue
+		}
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann["e2e/file"] = source
+		u.SetAnnotations(ann)
+		objs = append(objs, u)
+	}
 }

@@ -18,28 +18,28 @@ func root(t *testing.T) string {
 
 func helmObjects(t *testing.T, o HelmOptions) map[string]Object {
 	t.Helper()
-	out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return objects(t)(Helm(filepath.Join(root(t), "charts", "rds-csi"), o))
 }
 
 func kustomizeObjects(t *testing.T, dir string) map[string]Object {
 	t.Helper()
-	out, err := Kustomize(dir)
-	if err != nil {
-		t.Fatal(err)
+	return objects(t)(Kustomize(dir))
+}
+
+// objects returns a function that splits a render into objects, failing t
+// on the render's error or a bad stream.
+func objects(t *testing.T) func([]byte, error) map[string]Object {
+	return func(out []byte, err error) map[string]Object {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := Objects(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
 	}
-	objs, err := Objects(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
 }
 
 // overlay writes a kustomization in a temporary directory with the given
