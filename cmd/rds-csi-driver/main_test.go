@@ -175,7 +175,7 @@ func TestServeNodeMode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NodeGetInfo: %v", err)
 	}
-	if info.NodeId != "worker-1/"+hostNQN || info.MaxVolumesPerNode != 20 || info.AccessibleTopology.GetSegments()["topology.rds.csi.srvlab.io/rds"] != "rds1" {
+	if info.NodeId != "worker-1" || info.MaxVolumesPerNode != 20 || info.AccessibleTopology.GetSegments()["topology.rds.csi.srvlab.io/rds"] != "rds1" {
 		t.Errorf("NodeGetInfo: %v", info)
 	}
 	nodeCaps, err := csi.NewNodeClient(conn).NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
