@@ -9,19 +9,19 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
-// The CSI node ID this driver registers is the Kubernetes node name,
-// followed by "/" and the node's NVMe host NQN when the node has one:
+// The CSI node ID this driver's node plugin registers is the Kubernetes
+// node name. Node plugins from before per-attachment host NQNs registered
+// the name followed by "/" and the node's NVMe host NQN:
 //
 //	worker-1/nqn.2014-08.org.nvmexpress:uuid:0f6c…
 //
-// It reaches the controller through the path Kubernetes already has:
-// NodeGetInfo → node-driver-registrar → kubelet → CSINode (which only that
-// node's kubelet may write, under NodeRestriction) → external-attacher →
-// ControllerPublishVolume's node_id. So the controller learns the host NQN
-// it must allow on the RDS in the very request, with no API call and no
-// extra RBAC for the node plugin; a node name cannot contain '/', so the
-// split is unambiguous. A bare node name (node plugins before storage
-// fencing, or the loop connector) is still accepted: it has no host NQN.
+// and the controller still parses that form (a node name cannot contain
+// '/', so the split is unambiguous): it tells an older node plugin, which
+// connects with that NQN, from one that connects with the attachment's
+// own (publish_context), and it is the NQN an attachment made before
+// per-attachment NQNs connected with. It reached the controller through
+// NodeGetInfo → node-driver-registrar → kubelet → CSINode → external-
+// attacher → ControllerPublishVolume's node_id.
 const nodeIDSeparator = "/"
 
 // MaxNodeIDLength is the longest node ID the driver registers: Kubernetes
