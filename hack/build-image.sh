@@ -73,11 +73,20 @@ done
 apt_opts=(-o "Dir::State::status=$status" -o "Dir::Cache::archives=$CACHE/debs" -o Debug::NoLocking=1
   -o APT::Install-Recommends=false -o APT::Get::Download-Only=true -q -y)
 # The exact package set and versions, from apt's plan (the Inst lines of
-# a simulation: "Inst NAME (VERSION ...").
-mapfile -t plan < <(apt-get "${apt_opts[@]}" -s install "${PACKAGES[@]}" |
-  awk '$1=="Inst" {v=$3; gsub(/[()]/,"",v); print $2" "v}' | sort)
-[[ ${#plan[@]} -gt 0 ]] || { echo "build-image.sh: apt planned no packages" >&2; exit 1; }
-apt-get "${apt_opts[@]}" install "${PACKAGES[@]}" >"$CACHE/apt.log" 2>&1 || { cat "$CACHE/apt.log" >&2; exit 1; }
+# a simulation: "Inst NAME (VERSION ..."), then the download.
+plan_and_download() {
+  mapfile -t plan < <(apt-get "${apt_opts[@]}" -s install "${PACKAGES[@]}" |
+    awk '$1=="Inst" {v=$3; gsub(/[()]/,"",v); print $2" "v}' | sort)
+  [[ ${#plan[@]} -gt 0 ]] || { echo "build-image.sh: apt planned no packages" >&2; return 1; }
+  apt-get "${apt_opts[@]}" install "${PACKAGES[@]}" >"$CACHE/apt.log" 2>&1
+}
+# Stale apt lists name versions the mirror no longer has (a security
+# update replaced them): then update the lists once and plan again.
+if ! plan_and_download; then
+  echo "build-image.sh: download failed; apt-get update and once more" >&2
+  apt-get update -q >&2
+  plan_and_download || { cat "$CACHE/apt.log" >&2; exit 1; }
+fi
 debs=()
 for entry in "${plan[@]}"; do
   name=${entry%% *}; name=${name%%:*}; v=${entry#* }
