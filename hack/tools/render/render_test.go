@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
 )
 
 func root(t *testing.T) string {
@@ -223,4 +227,44 @@ func writeFile(t *testing.T, name, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// helm lint (strict: warnings fail) finds nothing to say about the chart
+// beyond information (such as a missing icon).
+func TestChartLints(t *testing.T) {
+	l := action.NewLint()
+	l.Strict = true
+	l.KubeVersion, _ = chartutil.ParseKubeVersion(KubeVersion)
+	res := l.Run([]string{filepath.Join(root(t), "charts", "rds-csi")}, map[string]interface{}{})
+	for _, m := range res.Messages {
+		if m.Severity > support.InfoSev {
+			t.Errorf("helm lint: %v", m)
+		} else {
+			t.Logf("helm lint: %v", m)
+		}
+	}
+	for _, err := range res.Errors {
+		t.Errorf("helm lint: %v", err)
+	}
+}
+
+// A misspelt or mistyped value fails the render with the value named,
+// instead of being ignored (values.schema.json).
+func TestChartRefusesBadValues(t *testing.T) {
+	for _, c := range []struct {
+		set  string
+		want string
+	}{
+		{"storageFencing.enable=true", "enable"},
+		{"controller.replicas=two", "replicas"},
+		{"rds.port=70000", "port"},
+		{"image.pullPolicy=Always", "pullPolicy"},
+		{"image.digest=latest", "digest"},
+		{"node.extraArgs[0]=storage-fencing", "extraArgs"},
+	} {
+		_, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: []string{c.set}})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: err = %v, want one naming %q", c.set, err, c.want)
+		}
+	}
 }
