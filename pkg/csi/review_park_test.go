@@ -208,3 +208,139 @@ func TestReviewParkLostCutOfAPublishFenceLeavesTheFencedHostConnected(t *testing
 		t.Errorf("node-a was fenced (its claim released by node-b's publish) but its connection was never dropped: the export went %s -> park -> %s without a drop, and it still writes beside node-b", hostA, a.disk(id).AllowHost)
 	}
 }
+
+// HOLE (fenced host keeps writing; the same class as the test above,
+// without a late command; publish model check seed 7): a migration has
+// moved the export to its target node-b; the source node-a keeps its
+// connection (as designed). node-a is put out of service. A repeated
+// publish of node-b (its first answer was lost, or it failed after the
+// export moved) fences node-a: the commit drops node-a's claim, then the
+// cut (open(node-b) -> closed) fails. The export already matches the only
+// live claim, so nothing that follows drops node-a's connection: not the
+// force-detach of node-a (no claim to release, so no shutOut), not the
+// attacher's retry of node-b (no one left to fence), not the reconcile.
+// A fence that released a claim must not leave its cut to chance: the
+// claim could go only after the cut (as the informers' fencer does), or
+// the cut be recorded and retried.
+func TestReviewParkPublishFenceWithFailedCutLeavesTheSourceConnected(t *testing.T) {
+	a, _, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000004", corev1.ReadWriteMany, true)
+	hostA, hostB := a.migrateAToB(id) // node-a stays connected, as hostA
+	drops := a.drops(id)
+
+	taintNode(t, client, "node-a", "node.kubernetes.io/out-of-service", "nodeshutdown")
+	waitFor(t, "node-a out of service in the index", func() bool { return a.index.Node("node-a").OutOfService })
+	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+	if err == nil {
+		if a.drops(id) == drops {
+			t.Fatal("the repeated publish of node-b answered success without cutting node-a off")
+		}
+		return // cut off with a swap this fault did not hit
+	}
+	if _, held := claimsOf(t, client, id)["node-a"]; held {
+		t.Skipf("node-a's claim survived the failed fence (%v): the cut is retried; not this hole", err)
+	}
+	a.waitClaims(id, "node-b")
+	if err := a.unpublish(id, nodeA); err != nil { // the force-detach
+		t.Fatal(err)
+	}
+	if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	if a.drops(id) == drops {
+		t.Errorf("node-a was fenced (its claim released) but never cut off: the export allows %s (node-b) and node-a's connection as %s stands: two writers", hostB, hostA)
+	}
+}
+
+// HOLE (fenced host let in after its retirement was answered): an
+// unpublish changes the export after the release "so that no open of the
+// retired attachment that was in flight can land", but treats that change
+// as best effort: when it fails (or the replica dies between the release
+// and it, and the attacher's retry finds no claim and changes nothing),
+// the unpublish is answered and the state the retirement left (a
+// tombstone from shutOut) lasts. A repeated publish of the same node on
+// the other replica (a paused replica, or a late retry) read that
+// tombstone and node-a's claim before the release; its tombstone ->
+// open(node-a) timed out on its side and lands after the unpublish was
+// answered: it matches, and the export is open to the retired attachment
+// (whose node, force-detached while NotReady, still reconnects with its
+// queued writes) until the leader's next reconcile.
+func TestReviewParkLateOpenLandsAfterUnpublishWhoseLastChangeFailed(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000005", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	hostA := a.hostOf(id, "node-a")
+	b.waitClaims(id, "node-a")
+
+	// Replica b's repeated publish of node-a, held at its export read
+	// (its claim commit and VolumeAttachment reads are done).
+	q := b.rds.holdNext("GetDisk")
+	published := make(chan error, 1)
+	go func() {
+		_, err := b.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+		published <- err
+	}()
+	<-q.entered
+
+	// node-a's unpublish on replica a: held once its shutOut closed the
+	// export (its second read), before the release.
+	r1 := a.rds.holdNext("GetDisk")
+	unpublished := make(chan error, 1)
+	go func() { unpublished <- a.unpublish(id, nodeA) }()
+	<-r1.entered
+	r2 := a.rds.holdNext("GetDisk")
+	close(r1.release)
+	<-r2.entered
+	wantClosed(t, a, id)
+
+	// The publish reads the tombstone and node-a's claim; its open times
+	// out on its side and stays in flight.
+	var late *lateSwap
+	a.rds.mu.Lock()
+	a.rds.delaySwap = func(s *lateSwap) bool {
+		if late == nil && s.to.Open {
+			late = s
+			return true
+		}
+		return false
+	}
+	a.rds.mu.Unlock()
+	close(q.release)
+	if err := <-published; err == nil {
+		t.Fatal("the repeated publish answered success with its open in flight")
+	}
+	a.rds.mu.Lock()
+	a.rds.delaySwap = nil
+	sent := late != nil
+	a.rds.mu.Unlock()
+	if !sent {
+		t.Fatal("the repeated publish sent no open")
+	}
+
+	// The unpublish goes on: release, then its last change fails.
+	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	close(r2.release)
+	if err := <-unpublished; err != nil {
+		t.Fatalf("unpublish: %v", err)
+	}
+	if _, held := claimsOf(t, client, id)["node-a"]; held {
+		t.Fatal("node-a's claim survived its unpublish")
+	}
+
+	// The open in flight lands.
+	a.rds.mu.Lock()
+	matched := a.rds.landLocked(late)
+	a.rds.mu.Unlock()
+	if d := a.disk(id); matched && d.Exported && d.AllowHost == hostA {
+		t.Errorf("node-a's unpublish was answered, then a late open conditioned on the tombstone its retirement left landed: the export is open to the retired attachment %s until the next reconcile", hostA)
+	}
+}
