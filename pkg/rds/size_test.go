@@ -127,3 +127,23 @@ func TestParseSizeArgument(t *testing.T) {
 		}
 	}
 }
+
+// A size argument that is accepted is exactly what RouterOS' own form of
+// it reads as, and positive; one that is refused is an invalid argument.
+func FuzzParseSizeArgument(f *testing.F) {
+	for _, s := range []string{"1.5", "10G", "1 073 741 824", "0.5k", "0", "1e9", "99999999999T", " 7 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseSizeArgument(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("ParseSizeArgument(%q): %v, not ErrInvalidArgument", s, err)
+			}
+			return
+		}
+		if back, err := ParseSize(s); n <= 0 || err != nil || back != n {
+			t.Fatalf("ParseSizeArgument(%q) = %d, but ParseSize reads %d, %v", s, n, back, err)
+		}
+	})
+}
