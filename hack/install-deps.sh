@@ -22,6 +22,8 @@ declare -A pkg=(
   [qemu-system-x86_64]=qemu-system-x86
   [busybox]=busybox-static
   [fio]=fio
+  # The README's simulator example, run as written by go test ./docs.
+  [ssh]=openssh-client
 )
 missing=()
 for tool in "${!pkg[@]}"; do
