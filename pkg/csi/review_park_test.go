@@ -13,12 +13,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
@@ -342,5 +346,143 @@ func TestReviewParkLateOpenLandsAfterUnpublishWhoseLastChangeFailed(t *testing.T
 	a.rds.mu.Unlock()
 	if d := a.disk(id); matched && d.Exported && d.AllowHost == hostA {
 		t.Errorf("node-a's unpublish was answered, then a late open conditioned on the tombstone its retirement left landed: the export is open to the retired attachment %s until the next reconcile", hostA)
+	}
+}
+
+// HOLE (noise: a false alert on a benign race): a reconcile pass that
+// runs while a migration's target is being let in (the export parked on
+// its way from the source, the target's open not landed yet: a slow RDS
+// command, up to its timeout) finds the park, completes the move, and
+// reports it as an export/claim mismatch: a Warning event on the PV, the
+// counter, and RDSCSIExportClaimMismatch fires (increase > 0, for 0m). A
+// park from a live holder is a move under way, not a mismatch; the same
+// goes for an export still closed behind a claim committed a moment ago.
+func TestReviewParkReconcileReportsAMoveUnderWayAsMismatch(t *testing.T) {
+	a, _, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000006", corev1.ReadWriteMany, true)
+	if _, err := a.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+	hostA := a.hostOf(id, "node-a")
+	a.ensureVA(id, nodeB)
+	park := a.rds.holdNext("SwapExport")
+	answered := make(chan error, 1)
+	go func() {
+		_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+		answered <- err
+	}()
+	<-park.entered
+	open := a.rds.holdNext("SwapExport")
+	close(park.release)
+	<-open.entered
+	if d := a.disk(id); !d.Exported || !parkedFrom(a.cs.d.opts.AttachmentKey, id, d.AllowHost, hostA) {
+		t.Fatalf("export %+v; want parked on the way from node-a", d)
+	}
+	a.waitClaims(id, "node-a", "node-b")
+
+	// The leader's periodic pass runs now (on a replica whose publish is
+	// held: the other replica's pass is the same).
+	var reported []Mismatch
+	if _, err := a.cs.ReconcileExports(context.Background(), func(m Mismatch) { reported = append(reported, m) }); err != nil {
+		t.Fatal(err)
+	}
+	close(open.release)
+	if err := <-answered; err != nil && status.Code(err) != codes.Aborted {
+		t.Fatal(err)
+	}
+	for _, m := range reported {
+		t.Errorf("a move under way reported as an export/claim mismatch (event, counter, alert): found %s, now %s", m.Found, m.Now)
+	}
+}
+
+// HOLE (fenced host let in: the headline case of issue 21): the same with
+// a fence. The fencer cuts node-a off (CutOff: open(node-a) -> a fresh
+// tombstone), releases its claim, then Settle changes the state once more
+// "so that no open of the fenced attachment that was in flight can land".
+// When Settle fails, ReleaseIfStale returns the error with the claim
+// already gone; a retry finds no claim and settles nothing. A repeated
+// publish of node-a on a replica that paused before the fence (its claim
+// commit done) reads the tombstone and node-a's claim before the release;
+// its tombstone -> open(node-a) times out on its side and lands after the
+// fence: the fenced node, alive behind a partition, reconnects and its
+// queued writes land, until the leader's next reconcile.
+func TestReviewParkLateOpenLandsAfterFenceWhoseSettleFailed(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000007", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	hostA := a.hostOf(id, "node-a")
+	b.waitClaims(id, "node-a")
+
+	// Replica b's repeated publish of node-a pauses at its export read.
+	q := b.rds.holdNext("GetDisk")
+	published := make(chan error, 1)
+	go func() {
+		_, err := b.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+		published <- err
+	}()
+	<-q.entered
+
+	// node-a goes out of service; the fence runs, held after its cut.
+	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	claims := a.cs.pub.Claims.(*informers.Claims)
+	f1 := a.rds.holdNext("GetDisk")
+	fenced := make(chan error, 1)
+	go func() {
+		released, _, err := claims.ReleaseIfStale(context.Background(), id, "node-a", fencing.DefaultConfig(), time.Now)
+		if err == nil && !released {
+			err = fmt.Errorf("the fence released nothing")
+		}
+		fenced <- err
+	}()
+	<-f1.entered
+	f2 := a.rds.holdNext("GetDisk")
+	close(f1.release)
+	<-f2.entered
+	wantClosed(t, a, id)
+
+	var late *lateSwap
+	a.rds.mu.Lock()
+	a.rds.delaySwap = func(s *lateSwap) bool {
+		if late == nil && s.to.Open {
+			late = s
+			return true
+		}
+		return false
+	}
+	a.rds.mu.Unlock()
+	close(q.release)
+	if err := <-published; err == nil {
+		t.Fatal("the repeated publish answered success with its open in flight")
+	}
+	a.rds.mu.Lock()
+	a.rds.delaySwap = nil
+	sent := late != nil
+	a.rds.mu.Unlock()
+	if !sent {
+		t.Skip("the paused publish sent no open: nothing in flight")
+	}
+
+	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	close(f2.release)
+	err := <-fenced
+	t.Logf("the fence: %v", err)
+	if _, held := claimsOf(t, client, id)["node-a"]; held {
+		t.Fatal("node-a's claim survived its fence")
+	}
+	// The fencer retries: nothing left to release, nothing settled.
+	if released, _, err := claims.ReleaseIfStale(context.Background(), id, "node-a", fencing.DefaultConfig(), time.Now); err != nil || released {
+		t.Logf("the fence's retry: released=%t, %v", released, err)
+	}
+
+	a.rds.mu.Lock()
+	matched := a.rds.landLocked(late)
+	a.rds.mu.Unlock()
+	if d := a.disk(id); matched && d.Exported && d.AllowHost == hostA {
+		t.Errorf("node-a was fenced, then a late open conditioned on the tombstone its cut left landed: the export is open to the fenced attachment %s (its queued writes land) until the next reconcile", hostA)
 	}
 }
