@@ -133,7 +133,8 @@ func TestPlanRelease(t *testing.T) {
 		{name: "deleted node", world: stale("True"), node: "node-c"},
 		{name: "Ready node", world: stale("True"), node: "node-a", refused: "node node-a is Ready"},
 		{name: "a VolumeAttachment to the node exists", world: stale("Unknown").va("pv-1", "node-a", false, ""), node: "node-a", refused: "VolumeAttachment csi-pv-1-node-a"},
-		{name: "a node without a claim", world: stale("Unknown"), node: "node-b", refused: "has no claim"},
+		{name: "a node without a claim", world: stale("Unknown"), node: "node-b", refused: "node node-b has no claim on PV pv-1 (claimed by node-a, node-c)"},
+		{name: "a PV nobody claims", world: newWorld().volume("data", "pv-1", ""), node: "node-a", refused: "node node-a has no claim on PV pv-1 (no node claims it)"},
 		{name: "an unknown PV", world: newWorld(), node: "node-a", refused: "not found"},
 		{
 			name: "a Ready node re-created since the claim",

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
 )
@@ -55,7 +56,11 @@ func PlanRelease(c *Cluster, pvName, node string) (ReleasePlan, error) {
 		}
 	}
 	if !found {
-		return ReleasePlan{}, fmt.Errorf("%w: node %s has no claim on PV %s (claims: %v)", ErrNothingToRelease, node, pvName, plan.Remaining)
+		claimedBy := "no node claims it"
+		if len(plan.Remaining) > 0 {
+			claimedBy = "claimed by " + strings.Join(plan.Remaining, ", ")
+		}
+		return ReleasePlan{}, fmt.Errorf("%w: node %s has no claim on PV %s (%s)", ErrNothingToRelease, node, pvName, claimedBy)
 	}
 	for _, a := range atts {
 		if a.Node == node {
