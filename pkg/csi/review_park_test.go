@@ -486,3 +486,133 @@ func TestReviewParkLateOpenLandsAfterFenceWhoseSettleFailed(t *testing.T) {
 		t.Errorf("node-a was fenced, then a late open conditioned on the tombstone its cut left landed: the export is open to the fenced attachment %s (its queued writes land) until the next reconcile", hostA)
 	}
 }
+
+// HOLE (liveness: a wrong refusal with a wrong reason): a repeated
+// publish of a migration's source is refused whenever the target has a
+// claim and the export allows any holder, the source itself included:
+// syncExport refuses the older holder when the export is "at a holder",
+// not when it is at the newer one. With the target's claim committed and
+// its move not made (its publish failed on the RDS, to be retried), the
+// export allows the source, yet the source's repeated publish is ABORTED
+// "its export allows the newer holder node-b". ad6ba8d meant to refuse it
+// only while the export allows the target.
+func TestReviewParkSourceRefusedWhileTheExportAllowsIt(t *testing.T) {
+	a, _, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000008", corev1.ReadWriteMany, true)
+	if _, err := a.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+	a.waitClaims(id, "node-a")
+	hostA := a.hostOf(id, "node-a")
+	// node-b joins; its first export change (the park) fails, nothing
+	// landed: the claim stays (its VolumeAttachment stands, the attacher
+	// retries), the export still allows node-a.
+	a.ensureVA(id, nodeB)
+	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: connection refused", rds.ErrTransient))
+	if _, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx}); err == nil {
+		t.Fatal("node-b's publish answered success with its export change failed")
+	}
+	a.waitClaims(id, "node-a", "node-b")
+	wantExport(t, a, id, true, hostA)
+	resp, err := a.publish(id, nodeA, rwx)
+	if err != nil {
+		t.Errorf("a repeated publish of node-a while the export allows node-a's attachment: %v", err)
+	} else if resp.PublishContext[PublishContextHostNQN] != hostA {
+		t.Errorf("answered host %q, want %s", resp.PublishContext[PublishContextHostNQN], hostA)
+	}
+	wantExport(t, a, id, true, hostA)
+}
+
+// Held: parkedFrom accepts a park only of its own volume and from its
+// own host, and nothing that is not a park.
+func TestReviewParkParkedFromRejectsNonParks(t *testing.T) {
+	key := []byte("a test attachment key of 32 bytes or more")
+	const vol, other = "pvc-2f000000-0000-4000-8000-000000000009", "pvc-2f000000-0000-4000-8000-00000000000a"
+	from := attachmentNQN(key, vol, "node-a", "00112233445566778899aabbccddeeff")
+	p, err := parkedNQN(key, vol, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rds.ValidateNQN(p); err != nil {
+		t.Fatalf("park %s: %v", p, err)
+	}
+	if !parkedFrom(key, vol, p, from) {
+		t.Fatalf("%s is not seen as a park from %s", p, from)
+	}
+	tomb, err := tombstoneNQN()
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey := []byte("another attachment key of 32 bytes or more")
+	for what, c := range map[string]struct {
+		key             []byte
+		vol, host, from string
+	}{
+		"another volume":       {key, other, p, from},
+		"another host":         {key, vol, p, attachmentNQN(key, vol, "node-b", "00112233445566778899aabbccddeeff")},
+		"another key":          {otherKey, vol, p, from},
+		"the holder's own NQN": {key, vol, from, from},
+		"a tombstone":          {key, vol, tomb, from},
+		"any host":             {key, vol, "", from},
+		"not a uuid NQN":       {key, vol, "nqn.2014-08.org.example:" + p[len(attachmentNQNPrefix):], from},
+		"a short uuid":         {key, vol, p[:len(p)-2], from},
+	} {
+		if parkedFrom(c.key, c.vol, c.host, c.from) {
+			t.Errorf("%s: %q taken for a park of %s from %s", what, c.host, c.vol, c.from)
+		}
+	}
+}
+
+// Held: a replica that dies between the park and the open leaves the
+// export parked; the leader's reconcile finishes the move to the target
+// without a drop, and an aborted migration (the target's detach) moves a
+// parked export back to the source without a drop.
+func TestReviewParkStrandedParkIsFinishedWithoutADrop(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		a, _, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+		rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+		id := a.newVolume(client, fmt.Sprintf("pvc-2f000000-0000-4000-8000-00000000001%d", map[bool]int{false: 0, true: 1}[abort]), corev1.ReadWriteMany, true)
+		if _, err := a.publish(id, nodeA, rwx); err != nil {
+			t.Fatal(err)
+		}
+		hostA := a.hostOf(id, "node-a")
+		drops := a.drops(id)
+		// node-b's publish parks the export; its open is lost (the
+		// replica died: the command never reaches the RDS).
+		a.ensureVA(id, nodeB)
+		park := a.rds.holdNext("SwapExport")
+		answered := make(chan error, 1)
+		go func() {
+			_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+			answered <- err
+		}()
+		<-park.entered
+		open := a.rds.holdNext("SwapExport")
+		close(park.release)
+		<-open.entered
+		a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: connection refused", rds.ErrTransient))
+		close(open.release)
+		if err := <-answered; err == nil {
+			t.Fatal("node-b answered with its open failed")
+		}
+		a.waitClaims(id, "node-a", "node-b")
+		if d := a.disk(id); !parkedFrom(a.cs.d.opts.AttachmentKey, id, d.AllowHost, hostA) {
+			t.Fatalf("export %+v; want parked from node-a", d)
+		}
+		if abort {
+			if err := a.unpublish(id, nodeB); err != nil {
+				t.Fatal(err)
+			}
+			wantExport(t, a, id, true, hostA)
+		} else {
+			if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			wantExport(t, a, id, true, a.hostOf(id, "node-b"))
+		}
+		if a.drops(id) != drops {
+			t.Errorf("abort=%t: %d drops finishing a stranded park, want 0", abort, a.drops(id)-drops)
+		}
+	}
+}
