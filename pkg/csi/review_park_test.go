@@ -667,3 +667,53 @@ func TestReviewParkLateCutClosesTheExportUnderTheLiveHolder(t *testing.T) {
 		t.Errorf("node-a's detach is done and node-b holds the volume alone; a cut of the first try landed late: exported=%t allow-host=%q, node-b (the running VM) is cut off until the next reconcile", d.Exported, d.AllowHost)
 	}
 }
+
+// HOLE (fenced host let in, upgrade path): narrowing an export that was
+// open to any host drops it once, since anyone may have connected while
+// it was (TestReviewPreUIDClaimRepublishGetsANewHostNQN pins that for a
+// repeated publish). A live migration off an attachment from before
+// storage fencing (a claim with neither nonce nor recorded NQN, its
+// export open to any host) narrows it without a drop: claimHost of that
+// claim is "" so the open-to-any state counts as "at a holder", the move
+// parks it (a park keeps every connection) and opens it to the target.
+// Every host that connected while it was open to any host, a former
+// holder released without a cut while storage fencing was off included,
+// stays connected beside the target. (A drop would also cut the source,
+// which connects with its own NQN and is not let back in: such a
+// migration may have to wait, refused, until the source's attachment is
+// narrowed, rather than go through.)
+func TestReviewParkMigrationOffAnyHostKeepsEveryConnection(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := e.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000013", corev1.ReadWriteMany, true)
+	node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"` + string(node.UID) + `","cap":"block/MULTI_NODE_MULTI_WRITER","gen":1}}`}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.disk(id)
+	d.Exported, d.AllowHost = true, "" // attached before storage fencing: open to any host
+	e.rds.putDisk(d)
+	e.ensureVA(id, nodeA)
+	e.waitClaims(id, "node-a")
+	if c := claimsOf(t, client, id)["node-a"]; c.Nonce != "" || c.HostNQN != "" {
+		t.Fatalf("claim %+v; want one from before storage fencing", c)
+	}
+	drops := e.drops(id)
+	resp, err := e.publish(id, nodeB, rwx) // a migration's target joins
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, resp.PublishContext[PublishContextHostNQN])
+	if e.drops(id) == drops {
+		t.Errorf("the export open to any host was narrowed to node-b's attachment without a drop: whoever connected while it was open to any host is still connected")
+	}
+}
