@@ -270,6 +270,9 @@ func (p *controllerProcess) run(ctx context.Context) {
 	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	start(func() { p.ctrl.Run(ctx) })
 	start(func() { p.reportIndexSize(ctx) })
+	if p.driver.AllowHostFencing() {
+		start(func() { p.retirePending(ctx) })
+	}
 	if p.httpLis != nil {
 		start(func() {
 			if err := p.health.Serve(ctx, p.httpLis); err != nil {
@@ -316,6 +319,29 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 		}
 	}
 }
+
+// retirePending retries, on every replica, the export changes after a
+// release that failed (csi.RetirePending): until one is made, an open of
+// the retired attachment that was in flight can still land.
+func (p *controllerProcess) retirePending(ctx context.Context) {
+	t := time.NewTicker(retireRetryPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if left := p.cs.RetirePending(ctx); left > 0 {
+			klog.FromContext(ctx).Info("storage fencing: export changes after a release still pending", "volumes", left)
+		}
+	}
+}
+
+// retireRetryPeriod: how often a failed export change after a release is
+// retried; the window in which a late open of the retired attachment can
+// land is this long after the RDS answers again.
+const retireRetryPeriod = 5 * time.Second
 
 func (p *controllerProcess) reportIndexSize(ctx context.Context) {
 	t := time.NewTicker(10 * time.Second)

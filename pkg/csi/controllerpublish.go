@@ -409,6 +409,16 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	if err := p.requireAttachment(ctx); err != nil {
 		return nil, err
 	}
+	if fencingOn && len(fenced) > 0 {
+		// Fenced nodes are cut off the RDS before their claims go with the
+		// commit (as the informers' fencer does): a cut that fails keeps
+		// the claims and the fence is retried, never a released claim
+		// whose host is still connected with nothing left to cut it.
+		if _, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, fenced: fenced, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
+			s.pub.Reporter.PublishFailed("storage")
+			return nil, storageError(id, node, fmt.Errorf("cutting fenced node(s) %v off before releasing their claims: %w", fenced, err))
+		}
+	}
 	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
 		if errors.Is(err, informers.ErrConflict) {
 			return nil, err
@@ -434,8 +444,8 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// every connection once, even where the export already allows
 		// the requester: the retired attachment may still be connected (a
 		// migration's other holder keeps its connection).
-		replaces := len(fenced) > 0 || (claimed && !sameNode)
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, retire: replaces, cut: replaces})
+		replacesOwn := claimed && !sameNode
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, retire: replacesOwn || len(fenced) > 0, cut: replacesOwn})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)
@@ -633,20 +643,19 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 			released = released || ok
 		}
 		if s.d.opts.AllowHostFencing() {
-			// The export follows the claims the release left; once more
-			// after a release, so that no open of the retired attachment
-			// that was in flight can land. The host was shut out before
-			// the release, so after a release this is best effort: failing
-			// the detach now would leave it retried with the claim already
-			// gone, and another node could be admitted while this detach
-			// still counts as not done. The leader's reconcile makes the
-			// change that failed here.
+			// The export follows the claims the release left, and its
+			// state changes once more, so that no open of the retired
+			// attachment that was in flight can land. After a release a
+			// failure does not fail the detach (a retry would find the
+			// claim gone while the VolumeAttachment stays: model finding
+			// 3); the change is retried in the background
+			// (RetirePending) until it is made.
 			if err := s.retireExport(ctx, id, v.PVName, released); err != nil {
 				if !released {
 					s.pub.Reporter.UnpublishFailed("storage")
 					return nil, err
 				}
-				klog.FromContext(ctx).Error(err, "storage fencing: the export change after the release failed; the reconcile makes it", "volume", id, "node", n)
+				klog.FromContext(ctx).Error(err, "storage fencing: the export change after the release failed; retried in the background", "volume", id, "node", n)
 			}
 		}
 		// One line per answered unpublish (the e2e checker reads them):
@@ -684,12 +693,16 @@ func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string)
 }
 
 // retireExport brings the export in line with the live claims after an
-// unpublish. After a release the state changes once more when the export
-// stays closed (a fresh tombstone). Without one (no claim, or a late
-// unpublish whose node's live VolumeAttachment still stands on it) the
-// export is only brought in line with the live claims, never cut.
+// unpublish, never cutting, and after a release changes its state once
+// more when it stays closed (a fresh tombstone), so that no open of the
+// retired attachment in flight can land; when that fails it is retried
+// in the background (retireLater).
 func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, released bool) error {
-	_, err := s.syncExport(ctx, id, exportGoal{pv: pvName, retire: released})
+	g := exportGoal{pv: pvName, retire: released}
+	_, err := s.syncExport(ctx, id, g)
+	if err != nil && released {
+		s.retireLater(id, g)
+	}
 	if err != nil && !errors.Is(err, rds.ErrNotFound) {
 		return statusf(codes.Unavailable, "volume %s: storage fencing could not bring its export in line with its claims on the RDS: %v; the detach is retried", id, err)
 	}

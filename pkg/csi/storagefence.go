@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,9 @@ type exportGoal struct {
 	// excludeUID: with exclude, only a claim of that node incarnation is
 	// treated as gone (a re-created node's new claim stands).
 	excludeUID string
+	// fenced: nodes a publish fences, whose claims are treated as gone
+	// (cut off before the commit releases them).
+	fenced []string
 	// prefer: a publish's requester. The export is opened to it when it
 	// allows no live holder; with two holders (a migration) it goes to
 	// the newer (the target). A repeated publish of the older (the
@@ -151,7 +155,7 @@ func (d *Driver) parkedState(handle, host string) (rds.ExportState, error) {
 // of one of claims' attachments, which is still connected.
 func (d *Driver) parkedFromHolder(handle string, claims map[string]informers.Claim, host string) bool {
 	for node, c := range claims {
-		if parkedFrom(d.opts.AttachmentKey, handle, host, d.claimHost(handle, node, c)) {
+		if h := d.claimHost(handle, node, c); h != "" && parkedFrom(d.opts.AttachmentKey, handle, host, h) {
 			return true
 		}
 	}
@@ -170,6 +174,10 @@ func closedState() (rds.ExportState, error) {
 func (s *ControllerServer) syncExport(ctx context.Context, handle string, g exportGoal) (exportResult, error) {
 	logger := klog.FromContext(ctx).WithValues("volume", handle)
 	changed := false
+	// ownPark: a park this call made on the way from a departing host
+	// whose connections are gone (a graceful retirement), to be finished
+	// without a drop.
+	var ownPark rds.ExportState
 	for round := 0; round < syncRounds; round++ {
 		d, err := s.d.rds.GetDisk(ctx, handle)
 		if err != nil {
@@ -180,8 +188,13 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		if err != nil {
 			return exportResult{}, err
 		}
+		departing := ""
 		if c, ok := claims[g.exclude]; ok && g.exclude != "" && (g.excludeUID == "" || c.NodeUID == g.excludeUID) {
+			departing = s.d.claimHost(handle, g.exclude, c)
 			claims = without(claims, g.exclude)
+		}
+		for _, f := range g.fenced {
+			claims = without(claims, f)
 		}
 		want, holder := s.d.wanted(handle, claims)
 		if readersOnly(s.pub.Index.Volume(handle), claims) {
@@ -195,6 +208,10 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// again), or an export that allows no live holder: the
 			// requester's (it is told it may write only once it is let in).
 			want, holder = rds.ExportState{Open: true, Host: s.d.claimHost(handle, g.prefer, c)}, g.prefer
+		} else if ok && g.prefer != "" && cur.Open && cur.Host == s.d.claimHost(handle, g.prefer, c) {
+			// The export already allows the requester, the older holder
+			// (let in again by a move back): left so.
+			want = cur
 		} else if ok && g.prefer != "" {
 			return exportResult{}, fmt.Errorf("%w: volume %s: its export allows the newer holder %s (a migration's target), not node %s: one allowed host cannot take both; a connection node %s already has is kept, but it is not told it may write; retry once the migration settled",
 				errExportTaken, handle, holder, g.prefer, g.prefer)
@@ -213,10 +230,21 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			if next, err = closedState(); err != nil {
 				return exportResult{}, err
 			}
-		case cur.Open && s.d.parkedFromHolder(handle, claims, cur.Host):
+		case cur.Open && (cur == ownPark || s.d.parkedFromHolder(handle, claims, cur.Host)):
 			// Parked on its way from a live holder, whose connection
-			// stays: let the wanted host in.
+			// stays, or from a host that left gracefully: let the wanted
+			// host in.
 			next = want
+		case cur.Open && want.Open && !g.cut && departing != "" && cur.Host == departing:
+			// A graceful retirement (its node Ready: it unstaged before
+			// the detach, so it is not connected) of the host the export
+			// allows, another holder remaining (a migration aborted): park
+			// on the way to it, so that the remaining holder keeps its
+			// connection.
+			if next, err = s.d.parkedState(handle, cur.Host); err != nil {
+				return exportResult{}, err
+			}
+			ownPark = next
 		case cur.Open && s.d.holderHost(handle, claims, cur.Host):
 			// A move between two live holders without a drop (a
 			// migration): park first. A swap conditioned on an open
@@ -228,7 +256,8 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			}
 		case cur.Open:
 			// Open to a host no live claim has (a retired attachment, a
-			// park from one): its connections go with the export.
+			// park from one, any host): its connections go with the
+			// export.
 			if next, err = closedState(); err != nil {
 				return exportResult{}, err
 			}
@@ -291,6 +320,11 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (m
 // holderHost: host is the allowed host of one of claims' attachments
 // (moving from it to another holder needs no drop: a migration).
 func (d *Driver) holderHost(handle string, claims map[string]informers.Claim, host string) bool {
+	if host == "" {
+		// Any host: whoever connected while it was so must be dropped
+		// when it narrows.
+		return false
+	}
 	for node, c := range claims {
 		if d.claimHost(handle, node, c) == host {
 			return true
@@ -344,11 +378,62 @@ func (s *ControllerServer) Settle(ctx context.Context, pvName, handle, node, uid
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, exclude: node, excludeUID: uid, retire: true})
+	g := exportGoal{pv: pvName, exclude: node, excludeUID: uid, retire: true}
+	_, err := s.syncExport(ctx, handle, g)
 	if errors.Is(err, rds.ErrNotFound) {
 		return nil
 	}
+	if err != nil {
+		s.retireLater(handle, g)
+	}
 	return err
+}
+
+// retirements are the export changes after a release (an unpublish's or
+// a fence's) that failed: the claim is gone, so nothing else would make
+// them, and until they are made an open of the retired attachment that
+// was in flight can still land. Kept per replica, retried by
+// RetirePending until they succeed.
+type retirements struct {
+	mu sync.Mutex
+	m  map[string]exportGoal // handle -> the goal that failed
+}
+
+// retireLater records a failed retirement of handle's export.
+func (s *ControllerServer) retireLater(handle string, g exportGoal) {
+	s.retirements.mu.Lock()
+	defer s.retirements.mu.Unlock()
+	if s.retirements.m == nil {
+		s.retirements.m = map[string]exportGoal{}
+	}
+	s.retirements.m[handle] = g
+}
+
+// RetirePending retries the failed retirements (retireLater) and returns
+// how many are still pending. cmd/rds-csi-driver runs it every few
+// seconds on every replica: it acts on the live claims, never the index.
+func (s *ControllerServer) RetirePending(ctx context.Context) int {
+	s.retirements.mu.Lock()
+	pending := make(map[string]exportGoal, len(s.retirements.m))
+	for h, g := range s.retirements.m {
+		pending[h] = g
+	}
+	s.retirements.mu.Unlock()
+	left := 0
+	for h, g := range pending {
+		_, err := s.syncExport(ctx, h, g)
+		if err != nil && !errors.Is(err, rds.ErrNotFound) {
+			klog.FromContext(ctx).Error(err, "storage fencing: retrying the export change after a release", "volume", h)
+			left++
+			continue
+		}
+		s.retirements.mu.Lock()
+		if cur, ok := s.retirements.m[h]; ok && cur.pv == g.pv && cur.exclude == g.exclude && cur.excludeUID == g.excludeUID {
+			delete(s.retirements.m, h)
+		}
+		s.retirements.mu.Unlock()
+	}
+	return left
 }
 
 // storageError is how a failed export change fails a publish: nothing lets
@@ -408,6 +493,9 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 		if want, _ := s.d.wanted(disk.Slot, v.Claims); matches(found, want) {
 			continue
 		}
+		// A park on the way from a live holder is a move under way (or
+		// one whose replica stopped half-way): finished, not reported.
+		moving := found.Open && s.d.parkedFromHolder(disk.Slot, v.Claims, found.Host)
 		if err := ctx.Err(); err != nil {
 			return fixed, errors.Join(append(errs, err)...)
 		}
@@ -415,8 +503,8 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 		if errors.Is(err, rds.ErrNotFound) {
 			continue
 		}
-		if err == nil && res.state == found {
-			continue // the index was behind; the live claims agree with the RDS
+		if err == nil && (res.state == found || moving) {
+			continue // the index was behind (the live claims agree with the RDS), or a move was finished
 		}
 		m := Mismatch{Volume: disk.Slot, PV: v.PVName, Found: found, Now: res.state, Err: err}
 		if err != nil {
