@@ -588,7 +588,9 @@ func (c *Client) runOnce(ctx context.Context, cmd string, timeout time.Duration)
 	if err := sess.Start(cmd); err != nil {
 		sess.Close()
 		c.drop(conn)
-		return "", fmt.Errorf("%w: starting the command: %v", ErrTransient, err)
+		// The exec request may have gone out before the connection was
+		// lost, and RouterOS may have run it: its outcome is unknown.
+		return "", fmt.Errorf("%w: starting the command: %v", ErrOutcomeUnknown, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- sess.Wait() }()
