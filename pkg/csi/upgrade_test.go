@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
@@ -34,23 +35,7 @@ func TestUpgradeAttachmentFromBeforePerAttachmentNQNs(t *testing.T) {
 	// The state the previous version left: claim with the node's NQN, the
 	// export open to it, the VolumeAttachment attached (its
 	// attachmentMetadata without hostNQN).
-	node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := informers.Claim{At: testClock, NodeUID: string(node.UID), Capability: claimCapability(rwo), Gen: 3, HostNQN: nqnA}
-	raw, err := json.Marshal(map[string]informers.Claim{"node-a": old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: string(raw)}
-	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setOldClaim(t, client, id, informers.Claim{At: testClock, Capability: claimCapability(rwo), Gen: 3, HostNQN: nqnA})
 	d := e.disk(id)
 	d.Exported, d.AllowHost = true, nqnA
 	e.rds.putDisk(d)
@@ -122,22 +107,7 @@ func TestUpgradeAttachmentFromBeforeStorageFencing(t *testing.T) {
 			e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
 			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 			id := e.newVolume(client, "pvc-21000000-0000-4000-8000-00000000000b", corev1.ReadWriteOnce, false)
-			node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, err := json.Marshal(map[string]informers.Claim{"node-a": {At: testClock, NodeUID: string(node.UID), Capability: claimCapability(rwo), Gen: 2}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pv.Annotations = map[string]string{informers.ClaimsAnnotation: string(raw)}
-			if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			setOldClaim(t, client, id, informers.Claim{At: testClock, Capability: claimCapability(rwo), Gen: 2})
 			e.ensureVA(id, nodeA)
 			e.waitClaims(id, "node-a")
 			resp, err := e.publish(id, tc.nodeID, rwo)
@@ -160,5 +130,28 @@ func TestUpgradeAttachmentFromBeforeStorageFencing(t *testing.T) {
 				t.Fatalf("claim %+v, publish_context host %q, export allows %q: want an attachment NQN of its own, answered and allowed", c, host, d.AllowHost)
 			}
 		})
+	}
+}
+
+// setOldClaim writes node-a's claim c (with node-a's UID) on PV id as an
+// earlier release of the driver left it.
+func setOldClaim(t *testing.T, client *fake.Clientset, id string, c informers.Claim) {
+	t.Helper()
+	node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.NodeUID = string(node.UID)
+	raw, err := json.Marshal(map[string]informers.Claim{"node-a": c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{informers.ClaimsAnnotation: string(raw)}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,8 +2,6 @@ package rds
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"net"
 	"strings"
@@ -19,61 +17,37 @@ import (
 // to match after its state came back). The server here takes the exec
 // request, counts it, and closes the connection without a reply.
 func TestConditionalSetNotResentWhenExecReplyLost(t *testing.T) {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostKey, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &ssh.ServerConfig{NoClientAuth: true}
-	cfg.AddHostKey(hostKey)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	var sets atomic.Int32
-	go func() {
-		for {
-			c, err := l.Accept()
+	port := serveSSH(t, func(c net.Conn, cfg *ssh.ServerConfig) {
+		defer c.Close()
+		_, chans, reqs, err := ssh.NewServerConn(c, cfg)
+		if err != nil {
+			return
+		}
+		go ssh.DiscardRequests(reqs)
+		for nc := range chans {
+			ch, creqs, err := nc.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_, chans, reqs, err := ssh.NewServerConn(c, cfg)
-				if err != nil {
+			for r := range creqs {
+				if r.Type == "exec" && strings.Contains(string(r.Payload), " set [find where ") {
+					sets.Add(1)
+					c.Close() // it may have run; no reply
+					ch.Close()
 					return
 				}
-				go ssh.DiscardRequests(reqs)
-				for nc := range chans {
-					ch, creqs, err := nc.Accept()
-					if err != nil {
-						return
-					}
-					for r := range creqs {
-						if r.Type == "exec" && strings.Contains(string(r.Payload), " set [find where ") {
-							sets.Add(1)
-							c.Close() // it may have run; no reply
-							ch.Close()
-							return
-						}
-						r.Reply(false, nil)
-					}
-				}
-			}()
+				r.Reply(false, nil)
+			}
 		}
-	}()
+	})
 	env := startSim(t, GiB)
-	_, port := splitAddr(t, l.Addr().String())
 	c := env.client(t, func(cfg *Config) {
 		cfg.Port = port
 		cfg.MaxAttempts = 4
 		cfg.InsecureSkipHostKeyCheck, cfg.KnownHostsFile = true, ""
 	})
-	_, err = c.SwapExport(context.Background(), "pvc-a", ExportState{Open: true, Host: hostA}, ExportState{Open: true, Host: hostB})
+	_, err := c.SwapExport(context.Background(), "pvc-a", ExportState{Open: true, Host: hostA}, ExportState{Open: true, Host: hostB})
 	if !errors.Is(err, ErrOutcomeUnknown) {
 		t.Errorf("SwapExport with the exec reply lost: %v, want ErrOutcomeUnknown", err)
 	}
