@@ -409,14 +409,23 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	if err := p.requireAttachment(ctx); err != nil {
 		return nil, err
 	}
-	if fencingOn && len(fenced) > 0 {
-		// Fenced nodes are cut off the RDS before their claims go with the
-		// commit (as the informers' fencer does): a cut that fails keeps
-		// the claims and the fence is retried, never a released claim
-		// whose host is still connected with nothing left to cut it.
-		if _, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, fenced: fenced, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
+	// replacesOwn: this publish replaces its node's own earlier
+	// attachment (another incarnation of the node, a claim only a stale
+	// PV showed); that attachment may still be connected.
+	replacesOwn := claimed && !sameNode
+	if fencingOn && (len(fenced) > 0 || replacesOwn) {
+		// Fenced nodes, and the node's own earlier attachment, are cut off
+		// the RDS before their claims go with the commit (as the
+		// informers' fencer does): a cut that fails keeps the claims and
+		// the publish is retried, never a released claim whose host is
+		// still connected with nothing left to cut it.
+		gone := slices.Clone(fenced)
+		if replacesOwn {
+			gone = append(gone, node)
+		}
+		if _, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, fenced: gone, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
 			s.pub.Reporter.PublishFailed("storage")
-			return nil, storageError(id, node, fmt.Errorf("cutting fenced node(s) %v off before releasing their claims: %w", fenced, err))
+			return nil, storageError(id, node, fmt.Errorf("cutting %v off before releasing their claims: %w", gone, err))
 		}
 	}
 	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
@@ -438,14 +447,10 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// The RDS lets the attachment in (and everyone else out) before the
 		// node is told it may write; fenced nodes' claims are gone with the
 		// commit, so their hosts are dropped.
-		// A publish that fences another holder (its claim went with the
-		// commit), or replaces its own node's earlier attachment (another
-		// incarnation of the node, a claim only a stale PV showed), drops
-		// every connection once, even where the export already allows
-		// the requester: the retired attachment may still be connected (a
-		// migration's other holder keeps its connection).
-		replacesOwn := claimed && !sameNode
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, retire: replacesOwn || len(fenced) > 0, cut: replacesOwn})
+		// After a publish that fenced others or replaced the node's own
+		// earlier attachment (both cut off above), the state changes once
+		// more, so that no open of a retired attachment in flight lands.
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, retire: replacesOwn || len(fenced) > 0})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)

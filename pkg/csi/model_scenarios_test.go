@@ -631,9 +631,9 @@ func TestCutSourceNotToldItMayWrite(t *testing.T) {
 	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h1 || !m.conns[v.id]["n0"] {
 		t.Fatalf("scripting: the export should allow the target with the source still connected: %+v, conns %v", d, m.conns[v.id])
 	}
-	// 3.
+	// 3. (The cut's swaps: park, drop, reopen; the reopen times out.)
 	m.leader = 0
-	m.timeOutSwap(2)
+	m.timeOutSwap(3)
 	m.taintOutOfService("n0")
 	m.deliverAll()
 	m.dropLost()
@@ -675,5 +675,59 @@ func TestCutSourceNotToldItMayWrite(t *testing.T) {
 	}
 	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h1 {
 		t.Errorf("the refused publish changed the export: %+v, want it open to the target's %s", d, h1)
+	}
+}
+
+// Found by the publish model check after the review fixes (seed 2, step
+// 199577 at 300 000 operations): a publish that replaces its node's own
+// earlier attachment (here: the node deleted and re-created while its old
+// attachment, a live migration's source, stays connected) released the
+// old claim with its commit and cut it off only after; when that cut was
+// lost (an RDS timeout), the old claim was gone and its connection was
+// never dropped. Now the old attachment is cut off before the commit, as
+// fenced nodes are: a lost cut fails the publish with the old claim kept.
+func TestReplacedOwnAttachmentCutBeforeItsClaimGoes(t *testing.T) {
+	m := scriptedModel(t, true)
+	r0 := m.replicas[0]
+	v := m.vols[3]
+	m.leader = 1
+	m.publish(r0, v, "n2")
+	m.markAttached()
+	m.deliverAll()
+	h2 := m.answeredCtx[m.vaName(v, "n2")][PublishContextHostNQN]
+	m.publish(r0, v, "n0")
+	m.markAttached()
+	m.deliverAll()
+	if !m.conns[v.id]["n2"] || !m.conns[v.id]["n0"] || h2 == "" {
+		t.Fatalf("scripting: both holders should be connected: %v", m.conns[v.id])
+	}
+	m.rds.mu.Lock()
+	drops := m.rds.drops[v.id]
+	m.rds.mu.Unlock()
+	if err := m.api.CoreV1().Nodes().Delete(m.ctx, "n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.voidHolds("n2", m.uid["n2"])
+	m.uid["n2"] = ""
+	if _, err := m.api.CoreV1().Nodes().Create(m.ctx, m.newNode("n2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.collect()
+	m.deliverStream(r0, "nodes", 1<<30)
+	// The drop of the cut (after its park) times out and never lands.
+	m.timeOutSwap(2)
+	_, err := r0.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n2"))
+	m.dropLost()
+	m.rds.mu.Lock()
+	dropped := m.rds.drops[v.id] != drops
+	m.rds.mu.Unlock()
+	oldKept := false
+	for n, c := range m.liveClaims(v) {
+		if n == "n2" && m.hostOf(v.id, "n2", c) == h2 {
+			oldKept = true
+		}
+	}
+	if !dropped && !oldKept {
+		t.Errorf("n2's old attachment %s lost its claim (publish: %v) and its connection was never dropped: nothing is left to cut it", h2, err)
 	}
 }

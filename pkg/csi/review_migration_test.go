@@ -118,12 +118,17 @@ func TestReviewFencedHostLetInAfterFenceCompletedInMigration(t *testing.T) {
 		}
 		fenced <- err
 	}()
+	// Its rounds: park (the drop of an export open to a live holder is
+	// made from a park), drop, reopen, then the read that finds it done.
 	<-g1.entered
 	g2 := a.rds.holdNext("GetDisk")
 	close(g1.release)
 	<-g2.entered
-	g3 := a.rds.holdNext("GetDisk")
+	g2b := a.rds.holdNext("GetDisk")
 	close(g2.release)
+	<-g2b.entered
+	g3 := a.rds.holdNext("GetDisk")
+	close(g2b.release)
 	<-g3.entered
 	wantExport(t, a, id, true, hostB) // dropped and reopened to node-b
 	if a.drops(id) != 1 {

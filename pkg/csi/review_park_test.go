@@ -604,3 +604,55 @@ func TestReviewParkMigrationOffAnyHostKeepsEveryConnection(t *testing.T) {
 		t.Errorf("the export open to any host was narrowed to node-b's attachment without a drop: whoever connected while it was open to any host is still connected")
 	}
 }
+
+// Fixed HOLE (live holder cut, for up to a reconcile period; fixed by
+// making the drop of an export open to a live holder from a park): a drop
+// was a swap from an open state straight to a tombstone, and an open state recurs
+// (a cut reopens the export to the same host). A cut that timed out on
+// its side but is still in flight lands after a later cut and reopen to
+// the same holder, matches, and closes the export under the live holder:
+// nothing reopens it until the leader's next reconcile (1 min by default,
+// longer than fast_io_fail_tmo's 30 s, so the VM sees I/O errors). Here
+// the source node-a of a finished migration is force-detached (NotReady,
+// so its host is cut); the first cut open(node-b) -> closed times out and
+// the unpublish fails; its retry cuts and reopens to node-b and releases
+// node-a; the first cut lands. A drop conditioned on a fresh state (park
+// first, then close the park) would match nothing late.
+func TestReviewParkLateCutClosesTheExportUnderTheLiveHolder(t *testing.T) {
+	a, _, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000012", corev1.ReadWriteMany, true)
+	_, hostB := a.migrateAToB(id)
+	setReady(t, client, "node-a", corev1.ConditionUnknown, time.Now())
+
+	var late *lateSwap
+	a.rds.mu.Lock()
+	a.rds.delaySwap = func(s *lateSwap) bool {
+		if late == nil && !s.to.Open {
+			late = s
+			return true
+		}
+		return false
+	}
+	a.rds.mu.Unlock()
+	if err := a.unpublish(id, nodeA); err == nil {
+		t.Fatal("the unpublish answered with its cut timed out")
+	}
+	a.rds.mu.Lock()
+	a.rds.delaySwap = nil
+	a.rds.mu.Unlock()
+	if late == nil {
+		t.Fatal("no cut was sent")
+	}
+	if err := a.unpublish(id, nodeA); err != nil { // the attacher's retry
+		t.Fatal(err)
+	}
+	a.waitClaims(id, "node-b")
+	wantExport(t, a, id, true, hostB)
+
+	a.rds.mu.Lock()
+	a.rds.landLocked(late)
+	a.rds.mu.Unlock()
+	if d := a.disk(id); !d.Exported || d.AllowHost != hostB {
+		t.Errorf("node-a's detach is done and node-b holds the volume alone; a cut of the first try landed late: exported=%t allow-host=%q, node-b (the running VM) is cut off until the next reconcile", d.Exported, d.AllowHost)
+	}
+}

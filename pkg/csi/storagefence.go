@@ -178,6 +178,8 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 	// whose connections are gone (a graceful retirement), to be finished
 	// without a drop.
 	var ownPark rds.ExportState
+	// dropPark: a park this call made on the way to a drop (see below).
+	var dropPark rds.ExportState
 	for round := 0; round < syncRounds; round++ {
 		d, err := s.d.rds.GetDisk(ctx, handle)
 		if err != nil {
@@ -224,6 +226,21 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		switch {
 		case matches(cur, want) && (changed || !g.retire || (want.Open && !g.cut)):
 			return exportResult{state: cur, claims: claims}, nil
+		case cur.Open && cur == dropPark:
+			// The park of a drop: a fresh tombstone (every connection
+			// goes with the export).
+			if next, err = closedState(); err != nil {
+				return exportResult{}, err
+			}
+		case cur.Open && g.cut && !changed && s.d.holderHost(handle, claims, cur.Host):
+			// A drop of an export open to a live holder, to be reopened
+			// to it: that open state comes back, so a drop conditioned on
+			// it that landed late would close the export under the
+			// holder. Park first, and drop from the park.
+			if next, err = s.d.parkedState(handle, cur.Host); err != nil {
+				return exportResult{}, err
+			}
+			dropPark = next
 		case !want.Open, cur.Open && g.cut && !changed:
 			// Close, or drop before opening: a fresh tombstone (every
 			// connection goes with the export).
