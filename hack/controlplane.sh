@@ -69,6 +69,19 @@ pid_alive() {
   echo "$pid"
 }
 
+# pid_starting <component>: its launcher has not exec'd the binary yet
+# (the forked shell or setsid still runs): alive, not yet recognisable by
+# pid_alive. On a loaded machine the first readiness poll can come first.
+pid_starting() {
+  local f="$PIDS/$1.pid" pid comm
+  [[ -f "$f" ]] || return 1
+  pid=$(<"$f")
+  [[ "$pid" =~ ^[0-9]+$ && -r "/proc/$pid/comm" ]] || return 1
+  comm=$(<"/proc/$pid/comm")
+  [[ "$comm" == setsid || "$comm" == bash ]] || return 1
+  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]
+}
+
 stop_one() {
   local c=$1 pid i
   if ! pid=$(pid_alive "$c"); then
@@ -236,7 +249,7 @@ wait_for() {
   local c=$1 what=$2; shift 2
   local deadline=$(( $(date +%s) + READY_TIMEOUT ))
   until "$@" >/dev/null 2>&1; do
-    pid_alive "$c" >/dev/null || fail_start "$c" "$c exited while waiting for $what"
+    pid_alive "$c" >/dev/null || pid_starting "$c" || fail_start "$c" "$c exited while waiting for $what"
     (( $(date +%s) < deadline )) || fail_start "$c" "timed out after ${READY_TIMEOUT}s waiting for $what"
     sleep 0.3
   done
