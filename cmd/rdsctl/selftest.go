@@ -457,6 +457,16 @@ func (st *selftestRun) runChecks(scratch string) {
 		default:
 			st.fact("allow-host-uuid", contradicted, "set a uuid host NQN on a closed disk; a where-condition on it matches nothing (read back %q)", d.AllowHost)
 		}
+		// The same condition with another host must match nothing, or
+		// a print's where does not look at the property.
+		switch held, err := c.ConfirmExport(ctx, scratch, rds.ExportState{Host: hostC}); {
+		case err != nil:
+			st.fact("print-where", skipped, "could not ask: %v", err)
+		case held:
+			st.fact("print-where", contradicted, "print detail where ... nvme-tcp-server-allow-host-name=<another host> matched the closed disk")
+		default:
+			st.fact("print-where", confirmed, "on a closed disk, a where-condition on its allowed host matched it and one on another host did not")
+		}
 	})
 	st.check("fencing: a stale condition changes nothing", func() (string, error) {
 		before := len(st.tr.all())

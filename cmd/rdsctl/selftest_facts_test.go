@@ -56,3 +56,15 @@ func TestFlagColumnsFact(t *testing.T) {
 		}
 	}
 }
+
+func TestLegendUsedFact(t *testing.T) {
+	for _, tc := range []struct{ name, out, want string }{
+		{"each letter carried", "Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT\n 0 Bt type=file slot=\"a\"\n 1 B  type=file slot=\"b\"\n", confirmed},
+		{"a letter no entry carries", "Flags: B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT\n 0 B t type=file slot=\"a\"\n", contradicted},
+		{"no entry", "Flags: B - BLOCK-DEVICE\n", skipped},
+	} {
+		if got, measured := legendUsedFact(tc.out); got != tc.want {
+			t.Errorf("%s: %s (%s), want %s", tc.name, got, measured, tc.want)
+		}
+	}
+}

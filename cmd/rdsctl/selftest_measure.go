@@ -68,7 +68,32 @@ func (st *selftestRun) measureFlagColumns() {
 	if r, ok := st.tr.last("/disk print detail where type=file"); ok {
 		status, measured := flagColumnsFact(r.Output)
 		st.fact("flag-columns", status, "%s", measured)
+		status, measured = legendUsedFact(r.Output)
+		st.fact("legend-used", status, "%s", measured)
 	}
+}
+
+// legendUsedFact says whether a listing's legend names only the flags its
+// entries carry.
+func legendUsedFact(out string) (status, measured string) {
+	legend, fields := flagFields(out)
+	if legend == "" || len(fields) == 0 {
+		return skipped, "the listing printed no legend or no entry"
+	}
+	var unused []string
+	for _, l := range legend {
+		carried := false
+		for _, f := range fields {
+			carried = carried || strings.ContainsRune(f, l)
+		}
+		if !carried {
+			unused = append(unused, string(l))
+		}
+	}
+	if len(unused) > 0 {
+		return contradicted, fmt.Sprintf("legend %q names %s, which no entry carries (tolerated)", legend, strings.Join(unused, ", "))
+	}
+	return confirmed, fmt.Sprintf("legend %q, each letter carried by an entry", legend)
 }
 
 // flagColumnsFact says whether a listing printed its flags in one column

@@ -25,7 +25,7 @@ func TestSelftestOtherVariants(t *testing.T) {
 		{"allowed host change drops connections", func(c *rdssim.Config) { c.AllowHostChange = rdssim.AllowHostChangeDrop }, ""},
 		{"exit status 0 on a refusal, LF", func(c *rdssim.Config) { c.ExitStatusOnFailure, c.CRLF = false, false }, ""},
 		{"no wrapping", func(c *rdssim.Config) { c.TerminalWidth = -1 }, ""},
-		{"a legend naming every flag", func(c *rdssim.Config) { c.Legend = rdssim.LegendAll }, "flag-columns=confirmed"},
+		{"a legend naming every flag", func(c *rdssim.Config) { c.Legend = rdssim.LegendAll }, "legend-used=contradicted"},
 		{"values broken before a hyphen, short of the width", func(c *rdssim.Config) { c.ValueBreak = rdssim.ValueBreakHyphen }, "wrap-rejoin=confirmed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
