@@ -26,6 +26,9 @@ type RDS interface {
 	// SwapExport changes the export from one state to another in one
 	// conditional command (rds.Client.SwapExport).
 	SwapExport(ctx context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error)
+	// Retombstone gives a closed export whose allowed host RouterOS does
+	// not print a fresh one (rds.Client.Retombstone).
+	Retombstone(ctx context.Context, slot string, to rds.ExportState) (rds.ExportState, error)
 }
 
 // ReadinessCheck reports why the driver cannot serve yet (nil: ready).

@@ -253,6 +253,26 @@ func (f *fakeRDS) SwapExport(_ context.Context, slot string, from, to rds.Export
 	return to, nil
 }
 
+// Retombstone models rds.Client's: a closed export gets the fresh closed
+// state `to`, whatever its allowed host. (The fake always prints the
+// allowed host, so storage fencing reaches it only through a test.)
+func (f *fakeRDS) Retombstone(_ context.Context, slot string, to rds.ExportState) (rds.ExportState, error) {
+	err := f.enter("Retombstone")
+	defer f.mu.Unlock()
+	if err != nil {
+		return rds.ExportState{}, err
+	}
+	d, ok := f.disks[slot]
+	if !ok {
+		return rds.ExportState{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+	}
+	if d.Exported {
+		return rds.StateOf(&d), fmt.Errorf("%w: disk %q is open", rds.ErrExportChanged, slot)
+	}
+	f.swapLocked(slot, rds.StateOf(&d), to)
+	return to, nil
+}
+
 // swapLocked is the compare-and-swap of one SwapExport command landing
 // now; it reports whether it matched.
 func (f *fakeRDS) swapLocked(slot string, from, to rds.ExportState) bool {

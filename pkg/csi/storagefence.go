@@ -186,6 +186,29 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			return exportResult{}, err
 		}
 		cur := rds.StateOf(d)
+		if d.AllowHostUnknown {
+			// Closed, its allowed host not printed and not one this
+			// replica wrote: no swap can be conditioned on it. A fresh
+			// tombstone first (it lets no one in).
+			if err := ctx.Err(); err != nil {
+				return exportResult{}, fmt.Errorf("stopped before changing the export of volume %s: %w", handle, err)
+			}
+			next, err := closedState()
+			if err != nil {
+				return exportResult{}, err
+			}
+			after, err := s.d.rds.Retombstone(ctx, handle, next)
+			switch {
+			case errors.Is(err, rds.ErrExportChanged):
+				logger.V(2).Info("storage fencing: the export changed under a swap; deciding again", "found", after.String())
+				continue
+			case err != nil:
+				return exportResult{}, err
+			}
+			changed = true
+			logger.Info("storage fencing: export changed", "from", "closed (allowed host not printed)", "to", exportLabel(next))
+			continue
+		}
 		claims, err := s.liveClaims(ctx, handle, g.pv)
 		if err != nil {
 			return exportResult{}, err

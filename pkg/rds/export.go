@@ -345,6 +345,36 @@ func (c *Client) SwapExport(ctx context.Context, slot string, from, to ExportSta
 	return after, nil
 }
 
+// Retombstone gives a closed export whose allowed host RouterOS does not
+// print, and this client cannot confirm (Disk.AllowHostUnknown), the fresh
+// host `to` (closed), in one command conditioned on the export being off
+// alone: `/disk set [find where slot=S and nvme-tcp-export=no]
+// nvme-tcp-export=no nvme-tcp-server-allow-host-name=T`. A controller that
+// did not write a closed export's tombstone can then condition an open on
+// one it knows. It lets no host in: landing late, it can only replace one
+// closed state by another (and, never re-sent, it makes `to` once). The
+// disk is read back; anything but `to` is ErrExportChanged.
+func (c *Client) Retombstone(ctx context.Context, slot string, to ExportState) (ExportState, error) {
+	if err := ValidateSlot(slot); err != nil {
+		return ExportState{}, err
+	}
+	if to.Open || to.Host == "" {
+		return ExportState{}, fmt.Errorf("%w: Retombstone needs a closed state with a host, not %s", ErrInvalidArgument, to)
+	}
+	if err := ValidateNQN(to.Host); err != nil {
+		return ExportState{}, err
+	}
+	_, err := c.exec(ctx, "/disk set [find where slot=%s and nvme-tcp-export=no] nvme-tcp-export=no nvme-tcp-server-allow-host-name=%s", slot, to.Host)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return ExportState{}, fmt.Errorf("exporting disk %q: closed (allowed host not printed) -> %s: %w", slot, to, err)
+	}
+	d, err := c.swapReadBack(ctx, slot, to, to)
+	if err != nil {
+		return ExportState{}, err
+	}
+	return checkSwapRead(slot, ExportState{}, to, d)
+}
+
 // swapReadBack reads slot after a swap. A closed export that does not
 // print its allowed host (hidden.go) has it confirmed against the two
 // states of the swap, so a swap that landed, or one that matched nothing,
