@@ -238,7 +238,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: rest[0], FilePath: file(rest[0]), SourceSlot: rest[1], Size: size})
+		// The copy's whole export is set (closed, its own NQN and port):
+		// RouterOS's copy-from may take the source's (docs/routeros.md).
+		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: rest[0], FilePath: file(rest[0]), SourceSlot: rest[1], Size: size,
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0], Closed: true}})
 		if err != nil {
 			return err
 		}

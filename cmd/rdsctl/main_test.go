@@ -19,14 +19,18 @@ import (
 
 // simWithKey starts the simulator and returns rdsctl's connection flags
 // and a client of the driver's kind for arranging state.
-func simWithKey(t *testing.T) ([]string, *rds.Client, *rdssim.Server) {
+func simWithKey(t *testing.T, mods ...func(*rdssim.Config)) ([]string, *rds.Client, *rdssim.Server) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "id_ed25519")
 	pub, err := rdssim.WriteClientKey(keyFile, "rdsctl test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}})
+	cfg := rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	srv, err := rdssim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,5 +299,31 @@ func TestRdsctlCreateOfAnExistingDisk(t *testing.T) {
 	}
 	if d, err := client.GetDisk(context.Background(), "pvc-1"); err != nil || !d.Exported || d.Size != rds.GiB {
 		t.Errorf("after the refused creates: %+v %v", d, err)
+	}
+}
+
+// rdsctl copy sets the copy's whole export (closed, its own NQN and
+// port): on a RouterOS whose copy-from takes the source's properties (as
+// its CLI manual describes add's copy-from), a copy that left them to
+// RouterOS answered to the source's NQN once exported (issue 22 review).
+func TestRdsctlCopySetsItsOwnExport(t *testing.T) {
+	flags, client, _ := simWithKey(t, func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit })
+	ctx := context.Background()
+	if err := run(append(flags, "create", "pvc-src", "1G"), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(append(flags, "copy", "pvc-copy", "pvc-src"), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	src, err := client.GetDisk(ctx, "pvc-src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := client.GetDisk(ctx, "pvc-copy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Exported || d.NQN == src.NQN || d.NQN != "nqn.2000-02.com.mikrotik:pvc-copy" {
+		t.Errorf("the copy: exported=%t NQN %q (the source's is %q); want closed, with its own NQN", d.Exported, d.NQN, src.NQN)
 	}
 }

@@ -16,8 +16,8 @@ import (
 // nvme-tcp-server-allow-host-name=H`), which RouterOS evaluates on the
 // property itself, as it does the conditions of the fencing sets. The
 // candidates come from what this client created or set (or saw printed),
-// and "" for the allowed host of a disk created closed. A value no
-// candidate confirms stays unknown (Disk.AllowHostUnknown).
+// "" only for a disk this client created closed without a host. A value
+// no candidate confirms stays unknown (Disk.AllowHostUnknown).
 
 // exportMemo is what this client last asked for or saw of a disk's export:
 // candidates only, never taken without RouterOS confirming them.
@@ -37,6 +37,10 @@ func (c *Client) rememberExport(slot string, e *Export) {
 	defer c.memoMu.Unlock()
 	m := c.memo[slot]
 	m.port, m.nqn = e.Port, e.NQN
+	if e.Closed {
+		// Created (or copied) closed with no allowed host.
+		m.host, m.hostKnown = "", true
+	}
 	c.memo[slot] = m
 }
 
@@ -85,11 +89,15 @@ func (c *Client) resolveHidden(ctx context.Context, d *Disk) error {
 	if !d.AllowHostUnknown {
 		return nil
 	}
-	var candidates []string
-	if m.hostKnown && m.host != "" {
-		candidates = append(candidates, m.host)
+	// Only what this client set or created is a candidate, "" too: a
+	// RouterOS that compared a hidden property as empty would confirm ""
+	// for every closed disk, a tombstone's too, and a swap conditioned on
+	// closed "" would then match any closed state. Another client's host
+	// stays unknown (storage fencing then writes a tombstone it knows).
+	if !m.hostKnown {
+		return c.resolveHost(ctx, d)
 	}
-	return c.resolveHost(ctx, d, append(candidates, "")...)
+	return c.resolveHost(ctx, d, m.host)
 }
 
 // resolveHost sets the allowed host of a disk that did not print it to

@@ -1,5 +1,3 @@
-//go:build review22
-
 package rds
 
 import (
@@ -10,58 +8,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 	"golang.org/x/crypto/ssh"
 )
 
-// Review of issue 22 (outside reviewer). Each test here fails on the code
-// it was written against; they are behind the review22 build tag so that
-// the default suite stays green until the lead fixes them.
-
-// HOLE: a continuation line that starts with a digit group and is
-// indented less than the entry's property column is taken for a new
-// entry. Entry numbers with three digits (or a row that prints every
-// legend column blank-padded) push the property column right; the
-// hardware captures only show continuations aligned to it, which is not
-// confirmed for 3-digit numbers. Input: `100 Bt type=file ... size=10 737 418`
-// then `      240 file-path=/p/b.img` (indent 6 < property column 8).
-// Consequence: entry 100 is ACCEPTED (not skipped) with size "10 737 418"
-// (10 737 418 bytes instead of 10 GiB) and no file-path; the rest becomes
-// a skipped entry "240". ListDisks then reports the driver's own disk with
-// a wrong size and an empty FilePath (a CreateVolume retry compares the
-// size and refuses; ListVolumes reports the wrong capacity). Broken one
-// digit earlier (`size=10 737 41` / `8 240`) the size is malformed and
-// the own disk drops out of ListDisks altogether (ListVolumes,
-// ListSnapshots and ReconcileExports do not see it). A reading that
-// cannot tell must skip the entry, never accept half of it.
-// Severity: wrong size / missing path of own disk (no data loss: the
-// skipped fragment still holds the path for mayUseFile).
-func TestReview22DigitContinuationBelowPropertyColumn(t *testing.T) {
-	out := "Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT\n" +
-		"  9 Bt type=file slot=\"pvc-a\" size=10 737 41\n" +
-		"        8 240 file-path=/storage-pool/k8s/pvc-a.img\n" +
-		"100 Bt type=file slot=\"pvc-b\" size=10 737 418\n" +
-		"      240 file-path=/storage-pool/k8s/pvc-b.img\n"
-	l, err := ParseListing(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range l.Entries {
-		if e.Values["slot"] != "pvc-b" {
-			continue
-		}
-		if e.Values["size"] != "10 737 418 240" || e.Values["file-path"] != "/storage-pool/k8s/pvc-b.img" {
-			t.Errorf("entry %d accepted with size=%q file-path=%q; want the whole entry read, or the entry skipped",
-				e.Number, e.Values["size"], e.Values["file-path"])
-		}
-	}
-	dl := disksFromListing(l)
-	for _, d := range dl.Disks {
-		if d.Slot == "pvc-b" && (d.Size != 10737418240 || d.FilePath == "") {
-			t.Errorf("ListDisks would report own disk pvc-b with size %d, file-path %q", d.Size, d.FilePath)
-		}
-	}
-}
+// Review of issue 22 (outside reviewer): holes since fixed (the one open
+// is in review22_open_test.go, behind the review22 tag). A copy without
+// an Export taking its source's NQN was rdsctl's: TestRdsctlCopySetsItsOwnExport.
 
 // scriptedSSH serves exec requests with answer(cmd) as output and exit
 // status 0, and records the commands.
@@ -105,7 +57,8 @@ func (s *scriptedSSH) serve(t *testing.T, answer func(cmd string) string) int {
 	})
 }
 
-// HOLE: a closed export's hidden allowed host is "confirmed" as "" by a
+// Fixed HOLE (a "" confirmation is trusted only for a disk this client
+// created or set so): a closed export's hidden allowed host is "confirmed" as "" by a
 // RouterOS that evaluates a property it does not print as empty in a
 // `where` (the print-where fact is only assumed). docs/routeros.md says
 // that if print-where does not work "they stay unknown and storage
@@ -154,38 +107,5 @@ func TestReview22HiddenHostEmptyCompareConfirmsWrongly(t *testing.T) {
 		s.mu.Lock()
 		t.Errorf("GetDisk: allowed host %q taken as known from a where that matches any closed disk; commands: %q", d.AllowHost, s.cmds)
 		s.mu.Unlock()
-	}
-}
-
-// HOLE: a copy without an Export (rdsctl copy, cmd/rdsctl/main.go) sets
-// only nvme-tcp-export=no and the allowed host; its port and NQN are left
-// to copy-from, which (copy-inherits, facts table) may take the source's.
-// Issue 22 item 6 asks copies to set every export property explicitly.
-// Input: the simulator with --copy-from-properties=inherit, pvc-src
-// exported with NQN ...:pvc-src, `rdsctl copy pvc-copy pvc-src`, then
-// `rdsctl export pvc-copy <host>` (SetExportHost).
-// Consequence: two exported disks carry the same NQN (...:pvc-src); a
-// host that connects to pvc-src's NQN may be given pvc-copy (or RouterOS
-// refuses the export), i.e. the wrong disk is served.
-// Severity: wrong disk acted on (operator tool path; the driver passes
-// an Export on every copy).
-func TestReview22CopyWithoutExportInheritsSourceNQN(t *testing.T) {
-	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit })
-	c := env.client(t, nil)
-	ctx := context.Background()
-	src, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CopyDisk(ctx, CopyDiskRequest{Slot: "pvc-copy", FilePath: "/storage-pool/k8s/pvc-copy.img", SourceSlot: "pvc-src"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.SetExportHost(ctx, "pvc-copy", hostB, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, held := range env.sim.Disks() {
-		if held.Slot == "pvc-copy" && held.NVMeTCPNQN == src.NQN {
-			t.Errorf("pvc-copy holds the source's NQN %q (exported=%v): two disks answer to one NQN", held.NVMeTCPNQN, held.NVMeTCPExport)
-		}
 	}
 }
