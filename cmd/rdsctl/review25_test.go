@@ -111,3 +111,19 @@ func TestReview25GenKeyKeepsExistingPub(t *testing.T) {
 		t.Errorf("gen-key succeeded although %s.pub existed", path)
 	}
 }
+
+// HOLE: -address with a port ("127.0.0.1:22", the form ssh users type)
+// is not validated: rdsctl dials "[127.0.0.1:22]:22" and reports a
+// "transient RDS transport failure ... no such host" (exit 1, after its
+// retries) instead of a usage error naming -address and pointing at -port.
+func TestReview25AddressWithPort(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "id_ed25519")
+	if _, err := rdssim.WriteClientKey(key, ""); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := cli([]string{"-address", "127.0.0.1:22", "-key", key, "-insecure-skip-host-key-check", "-timeout", "5s", "probe"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "-address") {
+		t.Errorf("-address 127.0.0.1:22: exit %d, stderr %q: want a usage error naming -address", code, stderr.String())
+	}
+}
