@@ -71,6 +71,7 @@ func ParseListing(out string) (Listing, error) {
 		errs     []error
 		cur      = -1
 		propCol  = 0 // column of the current entry's first property
+		numCol   = 0 // column right after the entry numbers (right-aligned)
 		legend   strings.Builder
 		inLegend = false
 		columns  []string // the legend's flag columns, once read
@@ -136,8 +137,15 @@ func ParseListing(out string) (Listing, error) {
 		// A number line opens an entry; a line indented to the property
 		// column is a continuation even when it starts with digits (the
 		// rest of a wrapped `size=10 737 41` / `8 240`).
-		if m := entryStart.FindStringSubmatch(raw); m != nil && (cur < 0 || indent < propCol || propCol == 0) {
+		// Entry numbers are right-aligned to one column (`  9`, `100`): a
+		// digit line indented to or past it continues a value, whatever
+		// the property column (RouterOS may indent a continuation less
+		// than it after a 3-digit number).
+		if m := entryStart.FindStringSubmatch(raw); m != nil && (cur < 0 || indent < propCol || propCol == 0) && (numCol == 0 || indent < numCol) {
 			numEnd := strings.Index(raw, m[1]) + len(m[1])
+			if numCol == 0 || numEnd > numCol {
+				numCol = numEnd
+			}
 			n, nerr := strconv.Atoi(m[1])
 			if nerr != nil {
 				n = -1
