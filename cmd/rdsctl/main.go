@@ -373,6 +373,11 @@ func exportCommand(ctx context.Context, client *rds.Client, args []string, drop 
 	host := ""
 	if len(args) == 3 && args[2] != "any" {
 		host = args[2]
+		// "" is not "any": an unset variable must not open an export
+		// to every host. Any host is said with the word.
+		if err := rds.ValidateNQN(host); err != nil {
+			return usagef("export %s %s: host %q: %v (say \"any\" for any host)", slot, args[1], host, err)
+		}
 	}
 	label := host
 	if label == "" {

@@ -56,6 +56,11 @@ func Listen(endpoint string) (net.Listener, error) {
 		if err := os.MkdirAll(filepath.Dir(address), 0o750); err != nil {
 			return nil, err
 		}
+		// Only a socket is replaced: a typo in --endpoint must never
+		// delete a file that happens to be there.
+		if fi, err := os.Lstat(address); err == nil && fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("endpoint %s: %s exists and is not a unix socket; refusing to replace it", endpoint, address)
+		}
 		if err := os.Remove(address); err != nil && !os.IsNotExist(err) {
 			return nil, fmt.Errorf("removing stale socket %s: %w", address, err)
 		}
