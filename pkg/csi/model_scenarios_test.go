@@ -388,34 +388,9 @@ func TestRepublishDoesNotBringBackItsReleasedClaim(t *testing.T) {
 //     export is moved to H2', the newest claim, without a drop.
 func TestRecreatedNodeLosesItsOldConnection(t *testing.T) {
 	m := scriptedModel(t, true)
-	r0 := m.replicas[0]
-	v := m.vols[3]
-	m.leader = 1
-	// 1.
-	m.publish(r0, v, "n2")
-	m.markAttached()
-	m.deliverAll()
-	h2 := m.answeredCtx[m.vaName(v, "n2")][PublishContextHostNQN]
-	m.publish(r0, v, "n0")
-	m.markAttached()
-	m.deliverAll()
-	if !m.conns[v.id]["n2"] || !m.conns[v.id]["n0"] || h2 == "" {
-		t.Fatalf("scripting: both holders should be connected: %v", m.conns[v.id])
-	}
-	m.rds.mu.Lock()
-	drops := m.rds.drops[v.id]
-	m.rds.mu.Unlock()
-	// 2.
-	if err := m.api.CoreV1().Nodes().Delete(m.ctx, "n2", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	m.voidHolds("n2", m.uid["n2"])
-	m.uid["n2"] = ""
-	if _, err := m.api.CoreV1().Nodes().Create(m.ctx, m.newNode("n2"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	m.collect()
-	m.deliverStream(r0, "nodes", 1<<30)
+	r0, v := m.replicas[0], m.vols[3]
+	// 1, 2.
+	h2, drops := m.recreateMigrationSource(r0, v)
 	// 3.
 	resp, err := r0.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n2"))
 	if err != nil {
@@ -688,8 +663,32 @@ func TestCutSourceNotToldItMayWrite(t *testing.T) {
 // fenced nodes are: a lost cut fails the publish with the old claim kept.
 func TestReplacedOwnAttachmentCutBeforeItsClaimGoes(t *testing.T) {
 	m := scriptedModel(t, true)
-	r0 := m.replicas[0]
-	v := m.vols[3]
+	r0, v := m.replicas[0], m.vols[3]
+	h2, drops := m.recreateMigrationSource(r0, v)
+	// The drop of the cut (after its park) times out and never lands.
+	m.timeOutSwap(2)
+	_, err := r0.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n2"))
+	m.dropLost()
+	m.rds.mu.Lock()
+	dropped := m.rds.drops[v.id] != drops
+	m.rds.mu.Unlock()
+	oldKept := false
+	for n, c := range m.liveClaims(v) {
+		if n == "n2" && m.hostOf(v.id, "n2", c) == h2 {
+			oldKept = true
+		}
+	}
+	if !dropped && !oldKept {
+		t.Errorf("n2's old attachment %s lost its claim (publish: %v) and its connection was never dropped: nothing is left to cut it", h2, err)
+	}
+}
+
+// recreateMigrationSource publishes v to n2, then to n0 (a migration,
+// both connected), then deletes and re-creates n2's Node (r0 sees the new
+// incarnation). It returns n2's old attachment host and the drops so far.
+func (m *model) recreateMigrationSource(r0 *modelReplica, v *modelVolume) (string, int) {
+	t := m.t
+	t.Helper()
 	m.leader = 1
 	m.publish(r0, v, "n2")
 	m.markAttached()
@@ -714,20 +713,5 @@ func TestReplacedOwnAttachmentCutBeforeItsClaimGoes(t *testing.T) {
 	}
 	m.collect()
 	m.deliverStream(r0, "nodes", 1<<30)
-	// The drop of the cut (after its park) times out and never lands.
-	m.timeOutSwap(2)
-	_, err := r0.cs.ControllerPublishVolume(m.ctx, m.publishRequest(v, "n2"))
-	m.dropLost()
-	m.rds.mu.Lock()
-	dropped := m.rds.drops[v.id] != drops
-	m.rds.mu.Unlock()
-	oldKept := false
-	for n, c := range m.liveClaims(v) {
-		if n == "n2" && m.hostOf(v.id, "n2", c) == h2 {
-			oldKept = true
-		}
-	}
-	if !dropped && !oldKept {
-		t.Errorf("n2's old attachment %s lost its claim (publish: %v) and its connection was never dropped: nothing is left to cut it", h2, err)
-	}
+	return h2, drops
 }
