@@ -122,8 +122,12 @@ func readersOnly(v *informers.Volume, claims map[string]informers.Claim) bool {
 	return true
 }
 
-// wanted is the export claims call for, and the node it is open to.
-func (d *Driver) wanted(handle string, claims map[string]informers.Claim) (rds.ExportState, string) {
+// wanted is the export claims on volume v call for, and the node it is
+// open to ("" with readers only: open to any host).
+func (d *Driver) wanted(handle string, v *informers.Volume, claims map[string]informers.Claim) (rds.ExportState, string) {
+	if readersOnly(v, claims) {
+		return rds.ExportState{Open: true}, ""
+	}
 	newest := ""
 	for node, c := range claims {
 		if best, ok := claims[newest]; !ok || c.At.After(best.At) || (c.At.Equal(best.At) && node > newest) {
@@ -180,6 +184,25 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 	var ownPark rds.ExportState
 	// dropPark: a park this call made on the way to a drop (see below).
 	var dropPark rds.ExportState
+	// swap makes one change from `from` to `to` with do, unless ctx is
+	// done; an export that changed under it is no error (the next round
+	// decides again).
+	swap := func(from, to rds.ExportState, holder string, do func() (rds.ExportState, error)) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("stopped before changing the export of volume %s: %w", handle, err)
+		}
+		after, err := do()
+		switch {
+		case errors.Is(err, rds.ErrExportChanged):
+			logger.V(2).Info("storage fencing: the export changed under a swap; deciding again", "found", after.String())
+			return nil
+		case err != nil:
+			return err
+		}
+		changed = true
+		logger.Info("storage fencing: export changed", "from", from.String(), "to", exportLabel(to), "holder", holder)
+		return nil
+	}
 	for round := 0; round < syncRounds; round++ {
 		d, err := s.d.rds.GetDisk(ctx, handle)
 		if err != nil {
@@ -190,23 +213,13 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// Closed, its allowed host not printed and not one this
 			// replica wrote: no swap can be conditioned on it. A fresh
 			// tombstone first (it lets no one in).
-			if err := ctx.Err(); err != nil {
-				return exportResult{}, fmt.Errorf("stopped before changing the export of volume %s: %w", handle, err)
-			}
 			next, err := closedState()
 			if err != nil {
 				return exportResult{}, err
 			}
-			after, err := s.d.rds.Retombstone(ctx, handle, next)
-			switch {
-			case errors.Is(err, rds.ErrExportChanged):
-				logger.V(2).Info("storage fencing: the export changed under a swap; deciding again", "found", after.String())
-				continue
-			case err != nil:
+			if err := swap(cur, next, "", func() (rds.ExportState, error) { return s.d.rds.Retombstone(ctx, handle, next) }); err != nil {
 				return exportResult{}, err
 			}
-			changed = true
-			logger.Info("storage fencing: export changed", "from", "closed (allowed host not printed)", "to", exportLabel(next))
 			continue
 		}
 		claims, err := s.liveClaims(ctx, handle, g.pv)
@@ -221,10 +234,7 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		for _, f := range g.fenced {
 			claims = without(claims, f)
 		}
-		want, holder := s.d.wanted(handle, claims)
-		if readersOnly(s.pub.Index.Volume(handle), claims) {
-			want, holder = rds.ExportState{Open: true}, ""
-		}
+		want, holder := s.d.wanted(handle, s.pub.Index.Volume(handle), claims)
 		atHolder := cur.Open && s.d.holderHost(handle, claims, cur.Host)
 		if want.Open && want.Host == "" && holder == "" {
 			// Readers only: open to any host, whoever asks.
@@ -305,19 +315,9 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// Open from closed.
 			next = want
 		}
-		if err := ctx.Err(); err != nil {
-			return exportResult{}, fmt.Errorf("stopped before changing the export of volume %s: %w", handle, err)
-		}
-		after, err := s.d.rds.SwapExport(ctx, handle, cur, next)
-		switch {
-		case errors.Is(err, rds.ErrExportChanged):
-			logger.V(2).Info("storage fencing: the export changed under a swap; deciding again", "found", after.String())
-			continue
-		case err != nil:
+		if err := swap(cur, next, holder, func() (rds.ExportState, error) { return s.d.rds.SwapExport(ctx, handle, cur, next) }); err != nil {
 			return exportResult{}, err
 		}
-		changed = true
-		logger.Info("storage fencing: export changed", "from", cur.String(), "to", exportLabel(next), "holder", holder)
 	}
 	return exportResult{}, fmt.Errorf("%w: the export of volume %s kept changing for %d rounds (other controller replicas or an operator)", rds.ErrExportChanged, handle, syncRounds)
 }
@@ -530,7 +530,7 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 			continue
 		}
 		found := rds.StateOf(disk)
-		if want, _ := s.d.wanted(disk.Slot, v.Claims); matches(found, want) {
+		if want, _ := s.d.wanted(disk.Slot, v, v.Claims); matches(found, want) {
 			continue
 		}
 		// A park on the way from a live holder is a move under way (or
