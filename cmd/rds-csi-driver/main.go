@@ -134,6 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return fail("invalid configuration: RDS client: %v", err)
 		}
 		defer client.Close()
+		m.CountUnreadableEntries(client.SkippedEntries)
 		d = csi.NewDriver(opts, client)
 		cs = csi.NewControllerServer(d)
 		probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }

@@ -117,6 +117,18 @@ type Metrics struct {
 	exportMismatches  *prometheus.CounterVec
 }
 
+// CountUnreadableEntries exports count, the RDS client's listing entries
+// skipped as unreadable (rds.Client.SkippedEntries), as a counter: one
+// unreadable entry never fails a listing of the driver's disks, so this
+// is where an operator sees that RouterOS printed something the driver
+// cannot read.
+func (m *Metrics) CountUnreadableEntries(count func() int64) {
+	m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "rds_unreadable_entries_total",
+		Help: "Entries of RouterOS listings the RDS client could not read and skipped (each is logged with its text); the driver's other disks are still listed.",
+	}, func() float64 { return float64(count()) }))
+}
+
 // New returns Metrics registered on a new registry, together with the Go
 // runtime and process collectors.
 func New() *Metrics {

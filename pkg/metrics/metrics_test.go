@@ -284,3 +284,30 @@ func TestTwoInstancesAreIndependent(t *testing.T) {
 		}
 	}
 }
+
+// The RDS client's count of unreadable listing entries is scraped as a
+// counter, read at scrape time.
+func TestUnreadableEntriesCounter(t *testing.T) {
+	m := New()
+	var n int64 = 3
+	m.CountUnreadableEntries(func() int64 { return n })
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	if v, err := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{}); err != nil || v != 3 {
+		t.Fatalf("rds_csi_rds_unreadable_entries_total = %v, %v; want 3", v, err)
+	}
+	n = 5
+	families, _ = m.Registry().Gather()
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	if v, _ := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{}); v != 5 {
+		t.Fatalf("after two more skipped entries: %v, want 5", v)
+	}
+}

@@ -506,10 +506,7 @@ func (c *Client) printDetail(ctx context.Context, format string, values ...strin
 	if err != nil {
 		return nil, err
 	}
-	if len(l.Skipped) > 0 {
-		return nil, fmt.Errorf("%w (entry %d of the output)", l.Skipped[0].Err, l.Skipped[0].Number)
-	}
-	return l.Entries, nil
+	return l.strict()
 }
 
 // printListing runs a `print detail` command and parses its entries,

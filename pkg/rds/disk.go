@@ -297,21 +297,13 @@ func (c *Client) ListDisksReport(ctx context.Context) (DiskListing, error) {
 		c.skipped.Add(int64(n))
 		logger := klog.FromContext(ctx)
 		for _, s := range dl.Skipped {
-			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", truncateText(s.Text))
+			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", truncateTo(s.Text, 300))
 		}
 	}
 	return dl, nil
 }
 
 // SkippedEntries is how many listing entries this client has skipped as
-// unreadable since it was made (for a metric; each is also logged).
+// unreadable since it was made (rds_csi_rds_unreadable_entries_total;
+// each is also logged).
 func (c *Client) SkippedEntries() int64 { return c.skipped.Load() }
-
-// truncateText keeps a skipped entry's text short enough for a log line.
-func truncateText(s string) string {
-	const limit = 300
-	if len(s) > limit {
-		return s[:limit] + "..."
-	}
-	return s
-}

@@ -45,8 +45,14 @@ func ParsePrintDetail(out string) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.strict()
+}
+
+// strict is the listing's entries, or the error of the first one it could
+// not read, for reads that must see every entry.
+func (l Listing) strict() ([]Entry, error) {
 	if len(l.Skipped) > 0 {
-		return nil, l.Skipped[0].Err
+		return nil, fmt.Errorf("%w (entry %d of the output)", l.Skipped[0].Err, l.Skipped[0].Number)
 	}
 	return l.Entries, nil
 }
@@ -582,9 +588,12 @@ func ParseResource(out string) (map[string]string, error) {
 	return res, nil
 }
 
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
+func truncate(s string) string { return truncateTo(s, 40) }
+
+// truncateTo keeps s to n bytes, marking a cut.
+func truncateTo(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
 	}
 	return s
 }
