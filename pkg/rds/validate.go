@@ -2,6 +2,8 @@ package rds
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -16,6 +18,9 @@ var (
 	pathPartPattern  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
 	nqnPattern       = regexp.MustCompile(`^nqn\.[0-9]{4}-[0-9]{2}\.[A-Za-z0-9.-]+(:[A-Za-z0-9._:-]+)?$`)
 	poolNamePattern  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
+	hostNamePattern  = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$`)
+	maxHostName      = 253
+	digits           = regexp.MustCompile(`^[0-9]+$`)
 	maxPathLength    = 255
 	maxNQNLength     = 223 // NVMe base specification limit
 	maxPortNumber    = 65535
@@ -66,6 +71,31 @@ func ValidatePoolName(name string) error {
 func ValidatePort(port int) error {
 	if port < minimumPortValue || port > maxPortNumber {
 		return fmt.Errorf("%w: port %d out of range 1-65535", ErrInvalidArgument, port)
+	}
+	return nil
+}
+
+// ValidateHost checks the address of the RDS or of its NVMe/TCP target as
+// the driver and rdsctl take it: a host name or an IP address alone (an
+// IPv6 address without brackets), the port being a setting of its own.
+// "10.0.0.1:22" would otherwise be dialled as "[10.0.0.1:22]:22" and fail
+// as a name lookup far from the setting.
+func ValidateHost(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if h, port, err := net.SplitHostPort(host); err == nil && digits.MatchString(port) {
+		return fmt.Errorf("%w: address %q has a port (%s): give the host alone (%s), the port has a setting of its own", ErrInvalidArgument, host, port, h)
+	}
+	if a, ok := strings.CutPrefix(host, "["); ok {
+		if a, ok = strings.CutSuffix(a, "]"); ok {
+			if _, err := netip.ParseAddr(a); err == nil {
+				return fmt.Errorf("%w: address %q: give an IPv6 address without brackets (%s)", ErrInvalidArgument, host, a)
+			}
+		}
+	}
+	if len(host) > maxHostName || !hostNamePattern.MatchString(host) {
+		return fmt.Errorf("%w: address %q is not a host name or an IP address", ErrInvalidArgument, host)
 	}
 	return nil
 }

@@ -68,3 +68,32 @@ func TestQuoteRefusesUnvalidatedValue(t *testing.T) {
 		t.Errorf("quote(pvc-1) = %q, %v", q, err)
 	}
 }
+
+// TestValidateHost: an address is a host alone; a port, brackets or a
+// space in it are refused by name before anything is dialled.
+func TestValidateHost(t *testing.T) {
+	for _, ok := range []string{"10.0.0.1", "fd00::1", "fe80::1%eth0", "rds", "rds1.lan", "RDS-1.example.com.", "127.0.0.1"} {
+		if err := ValidateHost(ok); err != nil {
+			t.Errorf("ValidateHost(%q) = %v", ok, err)
+		}
+	}
+	for _, tc := range []struct{ bad, says string }{
+		{"10.0.0.1:4420", "has a port (4420)"},
+		{"[fd00::1]:22", "has a port (22)"},
+		{"rds.lan:22", "has a port (22)"},
+		{"[fd00::1]", "without brackets"},
+		{"rds 1", "not a host name"},
+		{"", "not a host name"},
+		{"-rds", "not a host name"},
+		{"rds_1", "not a host name"},
+		{"a..b", "not a host name"},
+		{"ssh://rds", "not a host name"},
+		{strings.Repeat("a", 64), "not a host name"},
+		{strings.Repeat("a.", 127) + "aa", "not a host name"},
+	} {
+		err := ValidateHost(tc.bad)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("ValidateHost(%q) = %v, want ErrInvalidArgument saying %q", tc.bad, err, tc.says)
+		}
+	}
+}
