@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ type Driver struct {
 type DriverOptions struct {
 	Name      string   // process name in logs and the timeline; default "rds-csi-driver"
 	Socket    string   // default <SocketDir>/<Name>.sock, not in dir: see socketBase
-	ExtraArgs []string // appended after the standard flags (a later flag wins)
+	ExtraArgs []string // replace the standard flags of the same names (the driver refuses a flag given twice)
 	// Hostname runs the driver in its own UTS namespace with this host
 	// name (leader election identity); see SidecarOptions.Hostname.
 	Hostname string
@@ -126,7 +127,7 @@ func StartDriver(tb testing.TB, tl *Timeline, bin, dir string, sim *Sim, dep *De
 	} else {
 		args = append(args, "--publish=false")
 	}
-	args = append(args, opts.ExtraArgs...)
+	args = withFlags(args, opts.ExtraArgs)
 	bin, args = withHostname(opts.Hostname, bin, args)
 	p := StartProcess(tb, tl, opts.Name, filepath.Join(dir, opts.Name+".log"), bin, args...)
 	d := &Driver{Process: p, Socket: opts.Socket, Endpoint: endpoint}
@@ -174,4 +175,21 @@ func (d *Driver) WaitReady(ctx context.Context) error {
 		return fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return err
+}
+
+// withFlags is args with the flags of extra (each --name=value) in place
+// of its own of the same names: the driver takes each flag once.
+func withFlags(args, extra []string) []string {
+	name := func(arg string) string { n, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); return n }
+	given := map[string]bool{}
+	for _, a := range extra {
+		given[name(a)] = true
+	}
+	var out []string
+	for _, a := range args {
+		if !given[name(a)] {
+			out = append(out, a)
+		}
+	}
+	return append(out, extra...)
 }
