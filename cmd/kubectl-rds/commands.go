@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,22 +21,9 @@ import (
 	"github.com/srvlab/rds-csi/pkg/diagnose"
 )
 
-func why(ctx context.Context, cl clients, g globalOptions, kind, arg string, stdout, stderr io.Writer) int {
-	switch kind {
-	case "pod", "pods", "po":
-		kind = diagnose.KindPod
-	case "pvc", "pvcs", "persistentvolumeclaim":
-		kind = diagnose.KindPVC
-	case "pv", "pvs", "persistentvolume":
-		kind = diagnose.KindPV
-	default:
-		fmt.Fprintf(stderr, "kubectl rds why: %q is not pod, pvc or pv\n", kind)
-		return exitError
-	}
-	name := arg
-	if ns, n, ok := strings.Cut(arg, "/"); ok && kind != diagnose.KindPV {
-		g.namespace, name = ns, n
-	}
+// why explains kind/name; run has checked both and put a namespace given
+// as NAMESPACE/NAME into g.
+func why(ctx context.Context, cl clients, g globalOptions, kind, name string, stdout, stderr io.Writer) int {
 	c, ns, err := gatherFor(ctx, cl, g, kind, name)
 	if err != nil {
 		fmt.Fprintf(stderr, "kubectl rds why: %v\n", err)
@@ -50,6 +39,9 @@ func why(ctx context.Context, cl clients, g globalOptions, kind, arg string, std
 
 func check(ctx context.Context, cl clients, g globalOptions, stdout, stderr io.Writer) int {
 	c, err := gatherAll(ctx, cl, g)
+	if err == nil {
+		err = driverInUse(ctx, cl, c)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kubectl rds check: %v\n", err)
 		return exitError
@@ -64,6 +56,40 @@ func check(ctx context.Context, cl clients, g globalOptions, stdout, stderr io.W
 	}
 	printReport(stdout, r)
 	return code
+}
+
+// driverInUse refuses an audit of a driver the cluster does not know: a
+// misspelt --driver matches no PV, and "OK: nothing wrong" would then be
+// about nothing. A driver is known by a PV or VolumeAttachment that names
+// it or, before its first volume, by its CSIDriver object.
+func driverInUse(ctx context.Context, cl clients, c *diagnose.Cluster) error {
+	others := map[string]bool{}
+	for _, pv := range c.PVs {
+		if pv.Spec.CSI != nil {
+			if pv.Spec.CSI.Driver == c.DriverName {
+				return nil
+			}
+			others[pv.Spec.CSI.Driver] = true
+		}
+	}
+	for _, va := range c.Attachments {
+		if va.Spec.Attacher == c.DriverName {
+			return nil
+		}
+		others[va.Spec.Attacher] = true
+	}
+	_, err := cl.kube.StorageV1().CSIDrivers().Get(ctx, c.DriverName, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	seen := "no CSI volumes at all"
+	if len(others) > 0 {
+		seen = "volumes of " + strings.Join(slices.Sorted(maps.Keys(others)), ", ") + " only"
+	}
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("driver %s is not installed here (no CSIDriver %s) and no PV or VolumeAttachment names it (the cluster has %s): check --driver (kubectl get csidrivers)", c.DriverName, c.DriverName, seen)
+	}
+	return fmt.Errorf("no PV or VolumeAttachment names driver %s (the cluster has %s), and its CSIDriver could not be read (%v): check --driver (kubectl get csidrivers)", c.DriverName, seen, err)
 }
 
 func release(ctx context.Context, cl clients, g globalOptions, pvName, node string, yes bool, stdin io.Reader, stdout, stderr io.Writer) int {

@@ -129,8 +129,9 @@ func TestCheckExitStatus(t *testing.T) {
 	if r.Counts[diagnose.FindingClaimWithoutVA] != 1 || r.Counts[diagnose.FindingOrphanDisk] != 1 || r.Counts[diagnose.FindingMultiHeld] != 0 {
 		t.Errorf("counts = %v", r.Counts)
 	}
-	// Healthy: exit 0; the missing snapshot API is reported as not checked.
-	cl, _ = fakeClients(staleWorld()[:2]...)
+	// Healthy (the driver installed, no volume yet): exit 0; the missing
+	// snapshot API is reported as not checked.
+	cl, _ = fakeClients(append(staleWorld()[:2], &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driver}})...)
 	code, out, _ = runCmd(t, cl, "", "check")
 	if code != exitOK || !strings.Contains(out, "OK: nothing wrong") {
 		t.Errorf("exit %d:\n%s", code, out)
@@ -249,5 +250,116 @@ func TestUsageErrorsSayWhatIsMissing(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// why refuses a kind it does not follow before the kubeconfig is read:
+// without a cluster at hand the user hears about the kind, not the
+// kubeconfig.
+func TestWhyKindCheckedBeforeKubeconfig(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "nope")
+	code, stdout, stderr := runCmd(t, nil, "", "why", "deployment", "web", "--kubeconfig", kc)
+	if code != exitError || !strings.Contains(stderr, `"deployment" is not pod, pvc or pv`) || strings.Contains(stderr, "kubeconfig") || stdout != "" {
+		t.Errorf("why deployment: exit %d, stdout %q, stderr %q: want the kind refused before the kubeconfig", code, stdout, stderr)
+	}
+}
+
+// -h after a command prints the usage on stdout with exit 0, as `kubectl
+// rds -h` does (`kubectl rds why -h | less`); a mistake prints it on
+// stderr with exit 2.
+func TestSubcommandHelpOnStdout(t *testing.T) {
+	for _, args := range [][]string{{"why", "-h"}, {"check", "--help"}, {"release", "pv-1", "-h"}} {
+		code, stdout, stderr := runCmd(t, nil, "", args...)
+		if code != exitOK || !strings.Contains(stdout, "usage:") || stderr != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q: want the usage on stdout", args, code, stdout, stderr)
+		}
+	}
+	code, stdout, stderr := runCmd(t, nil, "", "why", "--bogus")
+	if code != exitError || stdout != "" || !strings.Contains(stderr, "-bogus") || !strings.Contains(stderr, "usage:") {
+		t.Errorf("why --bogus: exit %d, stdout %q, stderr %q: want the mistake and the usage on stderr", code, stdout, stderr)
+	}
+}
+
+// Every flag value and name on the command line that no cluster could
+// accept is a usage error naming it, before the kubeconfig is read: an
+// --inventory-url without its scheme (it would parse as scheme
+// "localhost"), a namespace, pod, PV or node name the API server would
+// refuse (which would otherwise read as "not found"), a driver name no
+// CSIDriver can have, a flag a command does not use (it would be
+// ignored), a flag given twice (the last would silently win).
+func TestBadFlagValuesRefusedBeforeKubeconfig(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	tests := []struct {
+		args []string
+		says string
+	}{
+		{[]string{"check", "--inventory-url", "localhost:8080/inventory"}, "--inventory-url"},
+		{[]string{"check", "--inventory-url", "ftp://localhost/inventory"}, "--inventory-url"},
+		{[]string{"check", "--inventory-url", "http://"}, "--inventory-url"},
+		{[]string{"check", "--inventory-url", "http://localhost:8080"}, "http://localhost:8080/inventory"},
+		{[]string{"check", "--inventory-url="}, "--inventory-url"},
+		{[]string{"why", "pod", "web-0", "-n", "Bad_NS"}, "Bad_NS"},
+		{[]string{"why", "pod", "web-0", "--namespace="}, "namespace is empty"},
+		{[]string{"why", "pod", "Bad_NS/web-0"}, "Bad_NS"},
+		{[]string{"why", "pod", "shop/web-0", "-n", "other"}, "two namespaces"},
+		{[]string{"why", "pvc", "Data Volume"}, `"Data Volume" cannot be the name of a pvc`},
+		{[]string{"why", "pv", "pv-1", "-n", "shop"}, "-n/--namespace does not apply to why pv"},
+		{[]string{"release", "pv 1", "--node", "node-a"}, `"pv 1" cannot be the name of a PV`},
+		{[]string{"release", "pv-1", "--node", "Node_A"}, "--node"},
+		{[]string{"check", "--driver", ""}, "--driver"},
+		{[]string{"check", "--driver", "rds csi"}, "--driver"},
+		{[]string{"check", "-n", "shop"}, "-n/--namespace does not apply to check"},
+		{[]string{"check", "--node", "node-a"}, "--node does not apply to check"},
+		{[]string{"why", "pv", "pv-1", "--yes"}, "--yes does not apply to why"},
+		{[]string{"release", "pv-1", "--node", "node-a", "-o", "json"}, "-o does not apply to release"},
+		{[]string{"check", "--driver", "a.example", "--driver", "b.example"}, `--driver is given 2 times ("a.example", "b.example")`},
+		{[]string{"why", "pod", "web-0", "-n", "a", "--namespace", "a"}, "-n/--namespace is given 2 times"},
+	}
+	for _, tc := range tests {
+		code, stdout, stderr := runCmd(t, nil, "", tc.args...)
+		if code != exitError || !strings.Contains(stderr, tc.says) || strings.Contains(stderr, "kubeconfig") || stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q: want a usage error saying %q before the kubeconfig", tc.args, code, stdout, stderr, tc.says)
+		}
+	}
+}
+
+// The forms kubectl users type are taken: kinds in kubectl's spellings, a
+// namespace as NAMESPACE/NAME or -n (the same one twice), flags that say
+// where to look given to every command alike (a script passes
+// --inventory-url to release too).
+func TestGoodCommandLinesAccepted(t *testing.T) {
+	cl, _ := fakeClients(staleWorld()...)
+	for _, args := range [][]string{
+		{"why", "PersistentVolumeClaim", "shop/data", "-n", "shop"},
+		{"why", "po", "pod-b", "--namespace=shop"},
+		{"why", "pvs", "pv-1", "--inventory-url", "https://inventory.example:8443/inventory", "--timeout", "1m"},
+	} {
+		if code, out, errOut := runCmd(t, cl, "", args...); code != exitOK {
+			t.Errorf("%q: exit %d: %s%s", args, code, out, errOut)
+		}
+	}
+	code, _, errOut := runCmd(t, cl, "", "release", "pv-1", "--node", "node-a", "--inventory-url", "http://localhost:8080/inventory", "--yes")
+	if code != exitOK {
+		t.Errorf("release with --inventory-url: exit %d: %s", code, errOut)
+	}
+}
+
+// check of a driver the cluster does not know (--driver misspelt) is not
+// "OK: nothing wrong" about no PV: it is an error naming the drivers the
+// cluster's volumes are of. Measured with the stale-claim world, where
+// plain check finds the stale claim.
+func TestCheckOfAnUnknownDriverIsNotOK(t *testing.T) {
+	cl, _ := fakeClients(staleWorld()...)
+	if code, _, _ := runCmd(t, cl, "", "check"); code != exitFindings {
+		t.Fatalf("plain check: exit %d, want %d (the world has a stale claim)", code, exitFindings)
+	}
+	code, stdout, stderr := runCmd(t, cl, "", "check", "--driver", "rds.csi.srvlab.com")
+	if code != exitError || !strings.Contains(stderr, "no CSIDriver rds.csi.srvlab.com") || !strings.Contains(stderr, "volumes of "+driver+" only") || strings.Contains(stdout, "OK") {
+		t.Errorf("check --driver rds.csi.srvlab.com: exit %d, stdout %q, stderr %q: want an error naming the cluster's driver", code, stdout, stderr)
+	}
+	// No volume and no CSIDriver: the driver is not installed.
+	cl, _ = fakeClients(staleWorld()[:2]...)
+	if code, stdout, stderr := runCmd(t, cl, "", "check"); code != exitError || !strings.Contains(stderr, "no CSI volumes at all") {
+		t.Errorf("check without the driver installed: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
