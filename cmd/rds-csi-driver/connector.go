@@ -69,6 +69,11 @@ func (o *connectorOptions) validate(mode string) error {
 		if o.NVMeDir == "" {
 			return errors.New("invalid configuration: --node-nvme-dir is empty (default " + defaultNVMeDir + ")")
 		}
+		// A relative directory would be the container's, not the host's
+		// /etc/nvme: a new host NQN at every restart.
+		if !filepath.IsAbs(o.NVMeDir) {
+			return fmt.Errorf("invalid configuration: --node-nvme-dir %q must be an absolute path, the host's NVMe identity directory as mounted into the node plugin (default %s)", o.NVMeDir, defaultNVMeDir)
+		}
 		if o.CtrlLoss < minCtrlLoss || o.CtrlLoss > maxCtrlLoss {
 			return fmt.Errorf("invalid configuration: --nvme-ctrl-loss-timeout=%v is outside %v..%v: shorter gives up on the RDS during a reboot, longer keeps a lost or fenced connection for hours (default %v)", o.CtrlLoss, minCtrlLoss, maxCtrlLoss, nvme.DefaultCtrlLossTimeout)
 		}

@@ -19,10 +19,12 @@ import (
 	"time"
 
 	csispec "github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/health"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/metrics"
@@ -52,10 +54,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nopts.addFlags(fs)
 	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests, and never with --storage-fencing=allow-host, which opens exports only in ControllerPublish")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+	// A flag error is one line (the flag package would add the whole
+	// usage, burying it in a pod's log); -h prints the usage.
+	fs.SetOutput(io.Discard)
+	if err := flagonce.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "rds-csi-driver: %v (rds-csi-driver -h lists the flags)\n", err)
 		return 2
 	}
 	copts.storageFencingDefaults(opts, fs)
@@ -195,6 +204,33 @@ const maxShutdownGrace = 10 * time.Minute
 func validateProcess(opts csi.Options, copts controllerOptions, publish bool) error {
 	var problems []string
 	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	if err := validateDriverName(opts.DriverName); err != nil {
+		add("%v", err)
+	}
+	// The node ID is the Kubernetes node name the node plugin registers:
+	// checked here, not first by the node service after it has settled
+	// the host's NVMe identity.
+	if opts.NodeID != "" {
+		if errs := validation.IsDNS1123Subdomain(opts.NodeID); len(errs) > 0 {
+			add("--node-id %q is not a Kubernetes node name (spec.nodeName): %s", opts.NodeID, strings.Join(errs, "; "))
+		} else if _, err := csi.FormatNodeID(opts.NodeID, ""); err != nil {
+			add("--node-id: %v", err)
+		}
+	}
+	// The controller dials --rds-address and hands --nvme-address to every
+	// node in the volume context: a port or a space in either would fail
+	// only there, as a name lookup or an nvme connect.
+	for _, a := range []struct{ flag, value, port string }{
+		{"--rds-address", opts.RDSAddress, "--rds-port"},
+		{"--nvme-address", opts.NVMeAddress, "--nvme-port"},
+	} {
+		if a.value == "" {
+			continue
+		}
+		if err := rds.ValidateHost(a.value); err != nil {
+			add("%s: %v (the port is %s)", a.flag, err, a.port)
+		}
+	}
 	if opts.Mode != csi.ModeNode {
 		if err := rds.ValidatePort(opts.RDSPort); err != nil {
 			add("--rds-port: %v", err)
@@ -221,6 +257,20 @@ func validateProcess(opts csi.Options, copts controllerOptions, publish bool) er
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// maxDriverNameLength is CSI's limit on a plugin name (and Kubernetes' on
+// a CSIDriver's).
+const maxDriverNameLength = 63
+
+// validateDriverName checks --driver-name as CSI and Kubernetes require it:
+// at most 63 characters in domain name notation, lower case because the
+// CSIDriver object (and the kubelet's plugin registration) is named by it.
+func validateDriverName(name string) error {
+	if len(name) > maxDriverNameLength || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return fmt.Errorf("--driver-name %q must be at most %d characters of a-z, 0-9, '-' and '.', starting and ending alphanumeric (a domain name, e.g. %s), as CSI and the CSIDriver object require", name, maxDriverNameLength, csi.DefaultDriverName)
 	}
 	return nil
 }

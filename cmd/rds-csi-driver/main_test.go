@@ -254,7 +254,7 @@ func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nvmeDir := filepath.Join(dir, fmt.Sprintf("nvme-%d", i))
 			endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
-			args := append([]string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}, tc.args...)
+			args := overriding([]string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}, tc.args)
 			code, serving, stderr := startOrExit(t, args, endpoint)
 			if serving || code != 1 {
 				t.Errorf("serving %v, exit %d, want a flag error: %s", serving, code, stderr)
@@ -267,6 +267,23 @@ func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// overriding is base with the flags of extra in place of base's own (a
+// flag is given once).
+func overriding(base, extra []string) []string {
+	name := func(arg string) string { n, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); return n }
+	given := map[string]bool{}
+	for _, a := range extra {
+		given[name(a)] = true
+	}
+	var args []string
+	for _, a := range base {
+		if !given[name(a)] {
+			args = append(args, a)
+		}
+	}
+	return append(args, extra...)
 }
 
 // Flags of the controller that combine badly or are out of range.
@@ -298,5 +315,137 @@ func TestControllerFlagRanges(t *testing.T) {
 				t.Errorf("stderr %q does not name %s", stderr, tc.want)
 			}
 		})
+	}
+}
+
+// nodeArgs are the flags of a node plugin that serves, in dir.
+func nodeArgs(dir string, i int) (args []string, endpoint string) {
+	endpoint = "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+	return []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + filepath.Join(dir, "nvme"), "--endpoint=" + endpoint}, endpoint
+}
+
+// --driver-name is validated as CSI requires (at most 63 characters,
+// domain name notation) at start: a bad one would otherwise fail far from
+// the flag, at the kubelet's registration and every CSIDriver and
+// StorageClass naming it.
+func TestDriverNameValidated(t *testing.T) {
+	dir := t.TempDir()
+	for i, name := range []string{"rds csi!", "-rds.csi", strings.Repeat("a", 64) + ".srvlab.io", "RDS.csi.srvlab.io", "rds.csi.", ""} {
+		args, endpoint := nodeArgs(dir, i)
+		code, serving, stderr := startOrExit(t, append(args, "--driver-name="+name), endpoint)
+		if serving || code != 1 || !strings.Contains(stderr, "--driver-name") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("--driver-name=%q: serving %v, exit %d, stderr %q: want a one-line flag error naming --driver-name", name, serving, code, stderr)
+		}
+	}
+	// 63 characters is the limit, not past it.
+	args, endpoint := nodeArgs(dir, 99)
+	name := strings.Repeat("a", 52) + ".srvlab.io"
+	if code, serving, stderr := startOrExit(t, append(args, "--driver-name="+name), endpoint); !serving || code != 0 {
+		t.Errorf("--driver-name=%q (%d characters): serving %v, exit %d, stderr %q", name, len(name), serving, code, stderr)
+	}
+}
+
+// --node-id is validated with the other flags, before the node service
+// settles the host's NVMe identity: a bad one leaves no hostnqn behind
+// and is blamed on the flag, not on the file or the mount.
+func TestNodeIDValidatedBeforeTheHost(t *testing.T) {
+	for i, id := range []string{"n 1", "a/b", "UPPER_case", "n1/nqn.2014-08.org.nvmexpress:uuid:a"} {
+		dir := t.TempDir()
+		nvmeDir := filepath.Join(dir, "nvme")
+		endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+		args := []string{"--mode=node", "--node-id=" + id, "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}
+		code, serving, stderr := startOrExit(t, args, endpoint)
+		if serving || code != 1 || !strings.Contains(stderr, "--node-id") || strings.Contains(stderr, "fix the file or the mount") {
+			t.Errorf("--node-id=%q: serving %v, exit %d, stderr %q: want a flag error naming --node-id, not the mount", id, serving, code, stderr)
+		}
+		if _, err := os.Stat(nvmeDir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("--node-id=%q: the host's NVMe identity (%s) was touched before the node ID was refused: %v", id, nvmeDir, err)
+		}
+	}
+}
+
+// A relative --node-nvme-dir would be the container's directory, not the
+// host's /etc/nvme that the DaemonSet mounts: a new host identity at every
+// restart. It is refused, and nothing is created under the working
+// directory.
+func TestRelativeNVMeDirRefused(t *testing.T) {
+	wd := t.TempDir()
+	t.Chdir(wd)
+	endpoint := "unix://" + filepath.Join(wd, "csi.sock")
+	args := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=etc/nvme", "--endpoint=" + endpoint}
+	code, serving, stderr := startOrExit(t, args, endpoint)
+	if serving || code != 1 || !strings.Contains(stderr, "--node-nvme-dir") || !strings.Contains(stderr, "absolute") {
+		t.Errorf("relative --node-nvme-dir: serving %v, exit %d, stderr %q: want a flag error", serving, code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "etc")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a relative --node-nvme-dir created a host identity under the working directory: %v", err)
+	}
+}
+
+// --nvme-address and --rds-address are a host alone: a port or a space in
+// one stops the controller with a message naming the flag and its port
+// flag, instead of an nvme connect error on every node at NodeStage (the
+// controller hands --nvme-address to the nodes) or a name lookup failure.
+func TestAddressesValidated(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "id_ed25519")
+	if _, err := rdssim.WriteClientKey(keyFile, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--rds-address=127.0.0.1", "--nvme-address=10.0.0.1:4420"}, `--nvme-address: invalid argument: address "10.0.0.1:4420" has a port (4420)`},
+		{[]string{"--rds-address=127.0.0.1", "--nvme-address=rds 1"}, `--nvme-address: invalid argument: address "rds 1" is not a host name`},
+		{[]string{"--rds-address=127.0.0.1", "--nvme-address=[fd00::1]"}, "without brackets"},
+		{[]string{"--rds-name=rds1", "--rds-address=10.0.0.1:22"}, "the port is --rds-port"},
+		{[]string{"--rds-name=rds1", "--rds-address=rds 1"}, `--rds-address: invalid argument: address "rds 1"`},
+	} {
+		endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+		args := append([]string{"--endpoint=" + endpoint, "--mode=controller", "--publish=false",
+			"--rds-key-file=" + keyFile, "--rds-insecure-skip-host-key-check"}, tc.args...)
+		code, serving, stderr := startOrExit(t, args, endpoint)
+		if serving || code != 1 || !strings.Contains(stderr, tc.says) {
+			t.Errorf("%v: serving %v, exit %d, stderr %q: want a flag error saying %s", tc.args, serving, code, stderr, tc.says)
+		}
+	}
+}
+
+// A flag given twice (--mode=all --mode=node, say a chart's own flag and
+// an extra argument) is refused with one line naming both values, not
+// silently last-wins; every flag is given once, klog's too.
+func TestRepeatedFlagRefused(t *testing.T) {
+	dir := t.TempDir()
+	for i, tc := range [][]string{
+		{"--mode=all", "--mode=node"},
+		{"--node-id=n2"},
+		{"--v=2", "-v", "4"},
+		{"--shutdown-grace=5s", "--shutdown-grace=5s"},
+	} {
+		args, endpoint := nodeArgs(dir, i)
+		code, serving, stderr := startOrExit(t, append(args, tc...), endpoint)
+		if serving || code != 2 || !strings.Contains(stderr, "is given more than once") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%q: serving %v, exit %d, stderr %q: want a one-line refusal (exit 2)", tc, serving, code, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nvme")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused command line touched the host's NVMe identity: %v", err)
+	}
+}
+
+// A flag the driver does not know is one line too (not the whole usage in
+// the pod's log); -h prints the usage and exits 0.
+func TestFlagErrorsAndHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--mode=node", "--colour"}, &stdout, &stderr); code != 2 ||
+		strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || !strings.Contains(stderr.String(), "-colour") {
+		t.Errorf("unknown flag: exit %d, stderr %q: want one line naming it, exit 2", code, stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run(context.Background(), []string{"-h"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "-node-nvme-dir string") || stderr.Len() != 0 {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }
