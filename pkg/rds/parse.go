@@ -439,9 +439,13 @@ func allDigits(s string) bool {
 }
 
 // groupedKeys are the properties whose numbers RouterOS prints in digit
-// groups (`size=53 687 091 200`); other numbers (a port, an offset) are
-// printed whole, so a break inside one never fell on a space.
-var groupedKeys = map[string]bool{"size": true, "free": true}
+// groups (`size=53 687 091 200`, and the I/O counters of health.go, as
+// monitor-traffic prints them: `read-bytes: 33 131 503 616`); other
+// numbers (a port, an offset) are printed whole, so a break inside one
+// never fell on a space.
+var groupedKeys = map[string]bool{"size": true, "free": true,
+	"read-ops": true, "write-ops": true, "read-bytes": true, "write-bytes": true, "io-errors": true,
+	"read-ops-per-second": true, "write-ops-per-second": true, "unsafe-shutdowns": true}
 
 // continues reports whether a word at a line end, after the open bare
 // value and a space, is more of that value (a digit group, the `file` of
