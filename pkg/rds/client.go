@@ -495,9 +495,11 @@ func isConditional(cmd string) bool {
 	return strings.Contains(cmd, " set [find where ")
 }
 
-// isPrint tells a print command, whose output is data, from a command
-// that prints nothing when it succeeds.
-func isPrint(cmd string) bool { return strings.Contains(cmd, " print") }
+// isPrint tells a print command (or monitor-traffic), whose output is
+// data, from a command that prints nothing when it succeeds.
+func isPrint(cmd string) bool {
+	return strings.Contains(cmd, " print") || strings.Contains(cmd, " monitor-traffic ")
+}
 
 // printDetail runs a `print detail` command and parses its entries; an
 // entry it cannot read fails it (printListing reads the others).
