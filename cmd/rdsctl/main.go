@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -79,7 +80,10 @@ commands:
   gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
 
 SIZE is bytes or a number with a binary unit: 1073741824, 10G, 1536M, 1.5G (k, M, G, T;
-whole bytes only). Flags may come before or after the command.
+whole bytes only). Flags may come before or after the command, each once; -address is a host
+name or IP address alone (the port is -port).
+
+exit status: 0 done, 1 the command failed, 2 a usage error (bad flag or argument; nothing done).
 
 flags:
 `
@@ -114,7 +118,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.KeyFile, "key", "", "SSH private key file")
 	fs.StringVar(&cfg.KnownHostsFile, "known-hosts", "", "known_hosts file pinning the RDS host key")
 	fs.BoolVar(&cfg.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "accept any host key (labs only)")
-	fs.Usage = func() {} // -h prints to stdout below; a flag error is one line
+	fs.Usage = func() {}     // -h prints to stdout below
+	fs.SetOutput(io.Discard) // a flag error is one line, from cli
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, usage)
@@ -136,6 +141,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case len(rest) < counts[0] || len(rest) > counts[1]:
 		return usagef("%s takes %s, not %d: %q", cmd, countText(counts), len(rest), rest)
 	}
+	a, err := parseArguments(cmd, rest)
+	if err != nil {
+		return err
+	}
+	if err := rds.ValidateHost(cfg.Address); err != nil {
+		return usagef("-address: %v (the port is -port)", err)
+	}
+	if selftestF.nvmeAddress != "" {
+		if err := rds.ValidateHost(selftestF.nvmeAddress); err != nil {
+			return usagef("-nvme-address: %v (the port is -nvme-port)", err)
+		}
+	}
 	if err := rds.ValidatePort(cfg.Port); err != nil {
 		return usagef("-port: %v", err)
 	}
@@ -156,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	quietLogs(*verbose)
 	if cmd == "gen-key" {
-		return genKey(rest[0], stdout)
+		return genKey(a.path, stdout)
 	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
@@ -204,44 +221,34 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		printDisks(stdout, disks...)
 	case "get":
-		d, err := client.GetDisk(ctx, rest[0])
+		d, err := client.GetDisk(ctx, a.slot)
 		if err != nil {
 			return err
 		}
 		printDisks(stdout, *d)
 	case "create":
-		size, err := rds.ParseSizeArgument(rest[1])
-		if err != nil {
-			return err
-		}
 		// The client's create is idempotent for the driver's retries: an
 		// existing disk that matches is returned as created. By hand, that
 		// would hide that nothing was done (and -closed on an open disk).
-		switch d, err := client.GetDisk(ctx, rest[0]); {
+		switch d, err := client.GetDisk(ctx, a.slot); {
 		case err == nil:
 			return fmt.Errorf("disk %s exists already (%d bytes, %s); nothing changed", d.Slot, d.Size, exportText(d))
 		case !errors.Is(err, rds.ErrNotFound):
 			return err
 		}
-		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: rest[0], FilePath: file(rest[0]), Size: size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0], Closed: *closed}})
+		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: a.slot, FilePath: file(a.slot), Size: a.size,
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: *closed}})
 		if err != nil {
 			return err
 		}
 		printDisks(stdout, *d)
 	case "resize":
-		return resize(ctx, client, rest[0], rest[1], stdout)
+		return resize(ctx, client, a, stdout)
 	case "copy":
-		var size int64
-		if len(rest) > 2 {
-			if size, err = rds.ParseSizeArgument(rest[2]); err != nil {
-				return err
-			}
-		}
 		// The copy's whole export is set (closed, its own NQN and port):
 		// RouterOS's copy-from may take the source's (docs/routeros.md).
-		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: rest[0], FilePath: file(rest[0]), SourceSlot: rest[1], Size: size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + rest[0], Closed: true}})
+		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: a.slot, FilePath: file(a.slot), SourceSlot: a.source, Size: a.size,
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: true}})
 		if err != nil {
 			return err
 		}
@@ -249,7 +256,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "delete":
 		// The disk's own file, if it is one of the driver's: a volume
 		// (<base>/<slot>.img) or a snapshot (<base>/snapshots/<slot>.*.img).
-		d, err := client.GetDisk(ctx, rest[0])
+		d, err := client.GetDisk(ctx, a.slot)
 		if err != nil {
 			return err
 		}
@@ -264,14 +271,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "deleted %s and %s\n", d.Slot, d.FilePath)
 	case "allow-host":
-		host := ""
-		if len(rest) > 1 {
-			host = rest[1]
-		}
-		if err := client.SetAllowedHost(ctx, rest[0], host); err != nil {
+		if err := client.SetAllowedHost(ctx, a.slot, a.host); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s: allowed host %q\n", rest[0], host)
+		fmt.Fprintf(stdout, "%s: allowed host %q\n", a.slot, a.host)
 	case "export":
 		return exportCommand(ctx, client, rest, !*keepConns, stdout)
 	}
@@ -291,21 +294,104 @@ func countText(c [2]int) string {
 
 // parseInterspersed parses flags placed before, between or after the
 // arguments (`rdsctl list -show-commands`), so that none is silently
-// taken for an argument or ignored; "--" ends the flags.
+// taken for an argument or ignored; "--" ends the flags. Each flag is
+// given once (flagonce). A negative number is an argument, not a flag
+// (no flag of rdsctl starts with a digit): `create pvc-1 -1` is refused
+// for its size, unless it is the value of the flag before it
+// (`-timeout -1s`).
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		switch {
+		case arg == "--":
+			return pos, flagonce.Parse(fs, flags)
+		case len(arg) < 2 || arg[0] != '-' || negativeNumber(arg):
+			pos = append(pos, arg)
+			continue
 		}
-		if fs.NArg() == 0 {
-			return pos, nil
+		flags = append(flags, arg)
+		name, _, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
 		}
-		if fs.Arg(0) == "--" {
-			return append(pos, fs.Args()[1:]...), nil
-		}
-		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
+	return pos, flagonce.Parse(fs, flags)
+}
+
+func negativeNumber(arg string) bool {
+	return len(arg) > 1 && arg[0] == '-' && (arg[1] >= '0' && arg[1] <= '9' || arg[1] == '.')
+}
+
+// isBoolFlag: a flag that takes no separate value (-v, not -v true).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// arguments are a command's arguments, checked before anything is
+// dialled: a slot, size or host NQN that cannot be right is a usage error
+// (exit 2, nothing done), not a failure of the RDS.
+type arguments struct {
+	slot   string
+	source string // copy
+	size   int64  // create, resize, copy (0: the source's)
+	// sizeArg is the size as given, for messages.
+	sizeArg string
+	host    string // allow-host ("" clears)
+	path    string // gen-key
+}
+
+func parseArguments(cmd string, rest []string) (arguments, error) {
+	var a arguments
+	fail := func(err error) (arguments, error) { return arguments{}, usagef("%s: %v", cmd, err) }
+	switch cmd {
+	case "probe", "capacity", "list", "selftest":
+		return a, nil
+	case "gen-key":
+		if rest[0] == "" {
+			return fail(errors.New("PATH is empty"))
+		}
+		a.path = rest[0]
+		return a, nil
+	}
+	a.slot = rest[0]
+	if err := rds.ValidateSlot(a.slot); err != nil {
+		return fail(err)
+	}
+	sizeAt := -1
+	switch cmd {
+	case "create", "resize":
+		sizeAt = 1
+	case "copy":
+		a.source = rest[1]
+		if err := rds.ValidateSlot(a.source); err != nil {
+			return fail(fmt.Errorf("SOURCE: %w", err))
+		}
+		if len(rest) > 2 {
+			sizeAt = 2
+		}
+	case "allow-host":
+		if len(rest) > 1 && rest[1] != "" {
+			a.host = rest[1]
+			if err := rds.ValidateNQN(a.host); err != nil {
+				return fail(fmt.Errorf("%w (an empty HOSTNQN, \"\", clears the allowed host)", err))
+			}
+		}
+	}
+	if sizeAt >= 0 {
+		a.sizeArg = rest[sizeAt]
+		size, err := rds.ParseSizeArgument(a.sizeArg)
+		if err == nil {
+			_, err = rds.RoundUpSize(size) // the size the disk gets; a size too large for it is the input's fault
+		}
+		if err != nil {
+			return fail(err)
+		}
+		a.size = size
+	}
+	return a, nil
 }
 
 // quietLogs keeps the client's INFO lines (export changes, retries) off
@@ -327,23 +413,19 @@ func quietLogs(verbose bool) {
 
 // resize grows a disk; a size below the disk's is refused, since disks
 // never shrink (the client would return the disk unchanged).
-func resize(ctx context.Context, client *rds.Client, slot, sizeArg string, stdout io.Writer) error {
-	size, err := rds.ParseSizeArgument(sizeArg)
+func resize(ctx context.Context, client *rds.Client, a arguments, stdout io.Writer) error {
+	want, err := rds.RoundUpSize(a.size)
 	if err != nil {
-		return err
+		return fmt.Errorf("size %q: %w", a.sizeArg, err)
 	}
-	want, err := rds.RoundUpSize(size)
-	if err != nil {
-		return fmt.Errorf("size %q: %w", sizeArg, err)
-	}
-	d, err := client.GetDisk(ctx, slot)
+	d, err := client.GetDisk(ctx, a.slot)
 	if err != nil {
 		return err
 	}
 	if d.Size > want {
-		return fmt.Errorf("%w: disk %s has %d bytes, more than the %d of size %q: disks never shrink (create a smaller disk and copy the data instead)", rds.ErrInvalidArgument, slot, d.Size, want, sizeArg)
+		return fmt.Errorf("%w: disk %s has %d bytes, more than the %d of size %q: disks never shrink (create a smaller disk and copy the data instead)", rds.ErrInvalidArgument, a.slot, d.Size, want, a.sizeArg)
 	}
-	if d, err = client.ResizeDisk(ctx, slot, size); err != nil {
+	if d, err = client.ResizeDisk(ctx, a.slot, a.size); err != nil {
 		return err
 	}
 	printDisks(stdout, *d)
@@ -447,7 +529,9 @@ func argHost(host string) string {
 // genKey writes an unencrypted ed25519 private key (it is mounted from a
 // Kubernetes Secret, which is where its protection lives) and its public
 // key in authorized_keys form, for `/user ssh-keys import` on the RDS.
-func genKey(path string, stdout io.Writer) error {
+// Neither file may exist: a key pair is never half replaced (a PATH.pub
+// left beside a moved-away key may be the one the RDS trusts).
+func genKey(path string, stdout io.Writer) (err error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
@@ -460,19 +544,46 @@ func genKey(path string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Both are created exclusively before either is written; what this
+	// call created is removed again if anything fails.
+	var created []string
+	defer func() {
+		if err != nil {
+			for _, p := range created {
+				os.Remove(p)
+			}
+		}
+	}()
+	create := func(p string, mode os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("%s exists already: gen-key writes a new pair and replaces neither file (move it away or choose another PATH)", p)
+		}
+		if err == nil {
+			created = append(created, p)
+		}
+		return f, err
+	}
+	keyFile, err := create(path, 0o600)
 	if err != nil {
 		return err
 	}
-	if err := pem.Encode(f, block); err != nil {
-		f.Close()
+	defer keyFile.Close()
+	pubFile, err := create(path+".pub", 0o644)
+	if err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
+	defer pubFile.Close()
+	if err := pem.Encode(keyFile, block); err != nil {
 		return err
 	}
-	if err := os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
+	if _, err := pubFile.Write(ssh.MarshalAuthorizedKey(sshPub)); err != nil {
 		return err
+	}
+	for _, f := range []*os.File{keyFile, pubFile} {
+		if err := f.Close(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "wrote %s and %s (%s)\n", path, path+".pub", ssh.FingerprintSHA256(sshPub))
 	return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -241,9 +242,9 @@ func TestRdsctlOutputIsPipeClean(t *testing.T) {
 	}
 }
 
-// Sizes: a size that is not a whole number of bytes, or not a size, is
-// refused naming the input (not blamed on RouterOS), nothing created; a
-// shrink is refused, the disk unchanged.
+// Sizes: a size that is not a whole number of bytes, or not a size, is a
+// usage error naming the input (not blamed on RouterOS), nothing created;
+// a shrink is refused, the disk unchanged.
 func TestRdsctlSizes(t *testing.T) {
 	flags, client, srv := simWithKey(t)
 	for _, tc := range []struct{ size, says string }{
@@ -252,7 +253,7 @@ func TestRdsctlSizes(t *testing.T) {
 		{"0", `size "0" must be more than 0 bytes`},
 	} {
 		code, out, errOut := rdsctlProcess(t, append(flags, "create", "pvc-1", tc.size)...)
-		if code != 1 || !strings.Contains(errOut, tc.says) || strings.Contains(errOut, "RouterOS") || out != "" {
+		if code != 2 || !strings.Contains(errOut, tc.says) || strings.Contains(errOut, "RouterOS") || out != "" {
 			t.Errorf("create pvc-1 %s: exit %d, stdout %q, stderr %q; want %q", tc.size, code, out, errOut, tc.says)
 		}
 		if d := srv.Disks(); len(d) != 0 {
@@ -325,5 +326,151 @@ func TestRdsctlCopySetsItsOwnExport(t *testing.T) {
 	}
 	if d.Exported || d.NQN == src.NQN || d.NQN != "nqn.2000-02.com.mikrotik:pvc-copy" {
 		t.Errorf("the copy: exported=%t NQN %q (the source's is %q); want closed, with its own NQN", d.Exported, d.NQN, src.NQN)
+	}
+}
+
+// Arguments that cannot be right (a slot, a size, a host NQN) are usage
+// errors, exit 2 and nothing done, told apart from a failure of the RDS
+// (exit 1) by a script; they are checked before anything is dialled.
+func TestRdsctlBadArgumentsAreUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"get", "a b"}, `get: invalid argument: slot "a b"`},
+		{[]string{"create", "pvc-1", "10X"}, `size "10X" is not a number`},
+		{[]string{"create", "pvc-1", "0"}, `size "0" must be more than 0 bytes`},
+		{[]string{"create", "pvc-1", "8E"}, `size "8E"`},
+		{[]string{"resize", "pvc-1", "1Q"}, `size "1Q"`},
+		{[]string{"resize", "PVC", "1G"}, `slot "PVC"`},
+		{[]string{"delete", "../x"}, `slot "../x"`},
+		{[]string{"copy", "pvc-2", "pvc 1"}, `SOURCE: invalid argument: slot "pvc 1"`},
+		{[]string{"copy", "pvc-2", "pvc-1", "1.5"}, `size "1.5"`},
+		{[]string{"allow-host", "pvc-1", "notnqn"}, `NQN "notnqn"`},
+		{[]string{"export", "a;b", "off"}, `slot "a;b"`},
+		{[]string{"gen-key", ""}, "PATH is empty"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli(append(closedRDS(t), tc.args...), &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tc.says) || strings.Contains(stderr.String(), "dial") || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stderr %q: want a usage error (exit 2) saying %s", tc.args, code, stderr.String(), tc.says)
+		}
+	}
+}
+
+// A negative size ("create pvc-1 -1") is the size argument, not an
+// unknown flag: one line that names the size. A negative value of a flag
+// that takes one stays that flag's value.
+func TestRdsctlNegativeSize(t *testing.T) {
+	for _, args := range [][]string{{"create", "pvc-1", "-1"}, {"resize", "pvc-1", "-5G"}, {"copy", "pvc-2", "pvc-1", "-.5G"}, {"create", "-show-commands", "pvc-1", "-1"}} {
+		var stdout, stderr bytes.Buffer
+		code := cli(append(closedRDS(t), args...), &stdout, &stderr)
+		out := strings.TrimSpace(stderr.String())
+		if code != 2 || strings.Count(out, "\n") != 0 || !strings.Contains(out, `size "`+args[len(args)-1]+`"`) {
+			t.Errorf("%q: exit %d, stderr %q: want one line naming the size", args, code, out)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	base := closedRDS(t)
+	base = base[:len(base)-2] // its own -timeout
+	code := cli(append(base, "-timeout", "-1s", "probe"), &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "-timeout must be positive") {
+		t.Errorf("-timeout -1s: exit %d, stderr %q: want the timeout refused as a value of -timeout", code, stderr.String())
+	}
+}
+
+// A flag given twice is refused, one line naming both values, not
+// silently last-wins (before or after the command alike); a flag error
+// is one line.
+func TestRdsctlRepeatedFlagRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"-port", "22", "probe"},
+		{"probe", "-show-commands", "-show-commands"},
+		{"list", "-key", "other"},
+		{"list", "-json"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli(append(closedRDS(t), args...), &stdout, &stderr)
+		out := strings.TrimSpace(stderr.String())
+		if code != 2 || strings.Count(out, "\n") != 0 || strings.Contains(out, "dial") {
+			t.Errorf("%q: exit %d, stderr %q: want a one-line usage error", args, code, out)
+		}
+		if args[len(args)-1] != "-json" && !strings.Contains(out, "is given more than once") {
+			t.Errorf("%q: stderr %q does not say the flag is repeated", args, out)
+		}
+	}
+}
+
+// gen-key never replaces a file: an existing PATH.pub (whose private key
+// was moved away, say) is kept, and no key is left without its .pub.
+func TestRdsctlGenKeyKeepsExistingFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(path+".pub", []byte("ssh-ed25519 AAAA keep-me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := cli([]string{"gen-key", path}, &stdout, &stderr)
+	if b, _ := os.ReadFile(path + ".pub"); string(b) != "ssh-ed25519 AAAA keep-me\n" {
+		t.Errorf("gen-key overwrote the existing %s.pub: %q", path, b)
+	}
+	if code != 1 || !strings.Contains(stderr.String(), path+".pub exists already") {
+		t.Errorf("gen-key next to an existing .pub: exit %d, stderr %q", code, stderr.String())
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("gen-key left a private key without its public key: %v", err)
+	}
+	// An existing private key is kept too, and no .pub written beside it.
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, []byte("key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := cli([]string{"gen-key", other}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), other+" exists already") {
+		t.Errorf("gen-key over an existing key: exit %d, stderr %q", code, stderr.String())
+	}
+	if _, err := os.Stat(other + ".pub"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("gen-key wrote a .pub beside a key it did not write: %v", err)
+	}
+	// A fresh PATH gets both, and the pair is one key.
+	fresh := filepath.Join(dir, "fresh")
+	stdout.Reset()
+	if code := cli([]string{"gen-key", fresh}, &stdout, &stderr); code != 0 {
+		t.Fatalf("gen-key %s: exit %d, %q", fresh, code, stderr.String())
+	}
+	privPEM, _ := os.ReadFile(fresh)
+	pubLine, _ := os.ReadFile(fresh + ".pub")
+	signer, err := ssh.ParsePrivateKey(privPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey(pubLine)
+	if err != nil || !bytes.Equal(pub.Marshal(), signer.PublicKey().Marshal()) {
+		t.Errorf("the .pub is not the key's public key: %v", err)
+	}
+}
+
+// -address is a host alone: "127.0.0.1:22" (as ssh users type it), a
+// space or brackets are a usage error naming -address and pointing at
+// -port, not a transport failure after the client's retries.
+func TestRdsctlAddressIsAHost(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "id_ed25519")
+	if _, err := rdssim.WriteClientKey(key, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-address", "127.0.0.1:22"}, `-address: invalid argument: address "127.0.0.1:22" has a port (22)`},
+		{[]string{"-address", "rds 1"}, "-address"},
+		{[]string{"-address", "[::1]"}, "without brackets"},
+		{[]string{"-nvme-address", "127.0.0.1:4420"}, "-nvme-address"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli(append(tc.args, "-key", key, "-insecure-skip-host-key-check", "-timeout", "5s", "probe"), &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tc.says) || !strings.Contains(stderr.String(), "port") {
+			t.Errorf("%q: exit %d, stderr %q: want a usage error saying %s", tc.args, code, stderr.String(), tc.says)
+		}
 	}
 }
