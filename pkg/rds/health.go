@@ -10,22 +10,26 @@ import (
 	"time"
 )
 
-// The RDS's own health and load (issue 27). One `/disk print detail`
-// without a condition lists every disk RouterOS knows: the RAID arrays
-// (type=raid), the drives under them (type=hardware, with raid-master and
-// the raid-member-failed flag), the pool (the disk mounted at the pool's
-// mount point, size= and free=) and every file disk with the per-disk I/O
-// counters RouterOS' /disk reference lists. That one command is the whole
-// poll, whatever the number of volumes. The pool's rates come from
-// `/disk monitor-traffic <pool> once`, a second fixed command.
+// The RDS's own health and load (issue 27), three commands per poll
+// whatever the number of volumes:
+//
+//   - `/disk print detail` (no condition) lists every disk: the RAID
+//     arrays (type=raid), the drives under them (type=hardware, with
+//     raid-master and raid-member-failed), and the pool (the disk mounted
+//     at the pool's mount point: size=, free=). Health reads it.
+//   - `/disk print stats detail` lists every disk's statistics: the I/O
+//     counters RouterOS' /disk reference lists (and, for a drive, its
+//     S.M.A.R.T. values). DiskStats reads it.
+//   - `/disk monitor-traffic <pool> once`: the pool's rates. PoolTraffic.
 //
 // What is confirmed and what is assumed (docs/routeros.md, "Health and
-// load"): the listing's shape and raid-member-failed= (RDS2216 captures);
-// monitor-traffic's `key: value` output (a public hardware capture, the
-// peer driver's). Assumed: that print detail carries the I/O counters and
-// the S.M.A.R.T. values under the names below. Every value is optional:
-// what RouterOS does not print is absent here (never 0), and one entry with
-// a value the parser cannot read is skipped, never the poll.
+// load"): the listing's shape and raid-member-failed= (RDS2216 captures,
+// which also show that plain print detail carries no counters and no
+// S.M.A.R.T. values); monitor-traffic's `key: value` output (a public
+// hardware capture, the peer driver's). Assumed: `print stats detail` and
+// the names of its values. Every value is optional: what RouterOS does not
+// print is absent here (never 0), and one entry with a value the parser
+// cannot read is skipped, never the poll.
 
 // IOField names one I/O value of IOStats.
 type IOField uint16
@@ -254,16 +258,22 @@ func (a Array) Degraded() bool {
 		strings.Contains(s, "degraded") || strings.Contains(s, "fail") || strings.Contains(s, "inactive")
 }
 
+// Smart is a drive's S.M.A.R.T. values, each nil when RouterOS did not
+// print it.
+type Smart struct {
+	Temperature     *float64 // degrees Celsius
+	PercentageUsed  *float64 // the NVMe endurance estimate, 0-255 %
+	CriticalWarning *int64   // the NVMe critical warning byte; 0 is none
+	UnsafeShutdowns *int64
+}
+
 // Drive is a physical disk (type=hardware): its array membership and its
-// S.M.A.R.T. values, each nil when RouterOS did not print it.
+// S.M.A.R.T. values.
 type Drive struct {
 	Slot, Model, Serial string
 	Master              string // raid-master; "" for none
 	Failed              bool   // raid-member-failed=yes or flag f
-	Temperature         *float64
-	PercentageUsed      *float64
-	CriticalWarning     *int64
-	UnsafeShutdowns     *int64
+	Smart
 }
 
 // smartKeys are the names a drive's S.M.A.R.T. values are read from, the
@@ -404,6 +414,19 @@ func driveFromEntry(e Entry) (Drive, error) {
 		d.Master = m
 	}
 	var err error
+	d.Smart, err = smartFromValues(v)
+	if err != nil {
+		return Drive{}, fmt.Errorf("drive %q %w", d.Slot, err)
+	}
+	return d, nil
+}
+
+// smartFromValues reads the S.M.A.R.T. values among a disk's properties.
+func smartFromValues(v map[string]string) (Smart, error) {
+	var (
+		s   Smart
+		err error
+	)
 	read := func(keys []string, parse func(string) (float64, error)) *float64 {
 		text, ok := firstPresent(v, keys...)
 		if !ok || err != nil {
@@ -411,22 +434,27 @@ func driveFromEntry(e Entry) (Drive, error) {
 		}
 		f, perr := parse(text)
 		if perr != nil {
-			err = fmt.Errorf("drive %q %s: %w", d.Slot, keys[0], perr)
+			err = fmt.Errorf("%s: %w", keys[0], perr)
 			return nil
 		}
 		return &f
 	}
-	d.Temperature = read(temperatureKeys, parseNumberWithUnit("C", "°C"))
-	d.PercentageUsed = read(percentageUsedKeys, parseNumberWithUnit("%"))
+	s.Temperature = read(temperatureKeys, parseNumberWithUnit("C", "°C"))
+	s.PercentageUsed = read(percentageUsedKeys, parseNumberWithUnit("%"))
 	if f := read(criticalWarningKeys, parseFlagsNumber); f != nil {
 		n := int64(*f)
-		d.CriticalWarning = &n
+		s.CriticalWarning = &n
 	}
-	if f := read(unsafeShutdownKeys, func(s string) (float64, error) { n, err := parseCount(s); return float64(n), err }); f != nil {
+	if f := read(unsafeShutdownKeys, func(t string) (float64, error) { n, err := parseCount(t); return float64(n), err }); f != nil {
 		n := int64(*f)
-		d.UnsafeShutdowns = &n
+		s.UnsafeShutdowns = &n
 	}
-	return d, err
+	return s, err
+}
+
+// Empty: no value was printed.
+func (s Smart) Empty() bool {
+	return s.Temperature == nil && s.PercentageUsed == nil && s.CriticalWarning == nil && s.UnsafeShutdowns == nil
 }
 
 // parseNumberWithUnit reads a number followed by one of units or none
@@ -467,6 +495,76 @@ func firstPresent(v map[string]string, keys ...string) (string, bool) {
 func firstOf(v map[string]string, keys ...string) string {
 	t, _ := firstPresent(v, keys...)
 	return t
+}
+
+// DiskStats is one disk's line of `/disk print stats detail`.
+type DiskStats struct {
+	IO    IOStats
+	Smart Smart
+}
+
+// StatsReport is `/disk print stats detail` read by slot.
+type StatsReport struct {
+	Disks   map[string]DiskStats
+	Skipped []SkippedEntry
+}
+
+// DiskStats lists every disk's statistics once (`/disk print stats
+// detail`): the I/O counters of every volume in one command.
+func (c *Client) DiskStats(ctx context.Context) (StatsReport, error) {
+	l, err := c.printListing(ctx, "/disk print stats detail")
+	if err != nil {
+		return StatsReport{}, err
+	}
+	r := StatsFromListing(l)
+	if n := len(r.Skipped); n > 0 {
+		c.skipped.Add(int64(n))
+	}
+	return r, nil
+}
+
+// StatsFromListing reads a `/disk print stats detail` listing.
+func StatsFromListing(l Listing) StatsReport {
+	r := StatsReport{Disks: map[string]DiskStats{}, Skipped: append([]SkippedEntry(nil), l.Skipped...)}
+	for _, e := range l.Entries {
+		slot := e.Values["slot"]
+		io, err := ioFromValues(e.Values)
+		var smart Smart
+		if err == nil {
+			smart, err = smartFromValues(e.Values)
+		}
+		if err == nil && slot == "" {
+			err = fmt.Errorf("%w: statistics entry %d has no slot", ErrBadOutput, e.Number)
+		}
+		if err == nil {
+			if _, dup := r.Disks[slot]; dup {
+				err = fmt.Errorf("%w: statistics of slot %q printed twice", ErrBadOutput, slot)
+				delete(r.Disks, slot) // neither is taken for the truth
+			}
+		}
+		if err != nil {
+			r.Skipped = append(r.Skipped, SkippedEntry{Number: e.Number, Text: entryText(e), Err: fmt.Errorf("disk %q: %w", slot, err)})
+			continue
+		}
+		r.Disks[slot] = DiskStats{IO: io, Smart: smart}
+	}
+	return r
+}
+
+// ApplyStats fills in what the statistics print and the listing did not:
+// each volume's I/O and each drive's S.M.A.R.T. values. A value the
+// listing printed itself is kept.
+func (r *HealthReport) ApplyStats(st StatsReport) {
+	for i := range r.Volumes {
+		if s, ok := st.Disks[r.Volumes[i].Slot]; ok && r.Volumes[i].IO.Has == 0 {
+			r.Volumes[i].IO = s.IO
+		}
+	}
+	for i := range r.Drives {
+		if s, ok := st.Disks[r.Drives[i].Slot]; ok && r.Drives[i].Smart.Empty() {
+			r.Drives[i].Smart = s.Smart
+		}
+	}
 }
 
 // PoolTraffic runs `/disk monitor-traffic <slot> once` and reads its

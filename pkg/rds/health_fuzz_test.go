@@ -27,7 +27,8 @@ func healthSeeds(f *testing.F) {
 	f.Add(" 0 Bfr type=hardware slot=\"d\" raid-master=\"r\" temperature=74C critical-warning=0x04\n 1 type=raid slot=\"r\" raid-device-count=2\n")
 }
 
-// FuzzHealthListing: reading a listing for health never panics; every
+// FuzzHealthListing: reading a listing for health (and the same text as
+// statistics, applied to it) never panics; every
 // array's failed members are among its members, counts are never
 // negative, every volume and drive has a slot, every skipped entry is
 // ErrBadOutput, and no entry is both reported and skipped.
@@ -39,6 +40,13 @@ func FuzzHealthListing(f *testing.F) {
 			return
 		}
 		r := HealthFromListing(l, "storage-pool")
+		st := StatsFromListing(l)
+		r.ApplyStats(st)
+		for _, s := range st.Skipped {
+			if !errors.Is(s.Err, ErrBadOutput) {
+				t.Fatalf("skipped statistics %+v is not ErrBadOutput", s)
+			}
+		}
 		for _, a := range r.Arrays {
 			for _, m := range a.Failed {
 				if !slices.Contains(a.Members, m) {

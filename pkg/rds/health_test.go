@@ -64,16 +64,24 @@ func TestHealthRDS2216Capture(t *testing.T) {
 	}
 }
 
-// TestHealthDegradedRAID6Assumed reads an assumed listing (the I/O
-// counters and S.M.A.R.T. values under their reference names, wrapped at
-// 80 columns, a key broken in the middle): the failed member by its flag
-// and its property, each drive's values, the pool, each volume's counters,
-// and a volume printing fewer counters than another.
+// TestHealthDegradedRAID6Assumed reads an assumed pair (the listing, with
+// no counters or S.M.A.R.T. values as on hardware, and `print stats
+// detail` with them under their reference names; wrapped at 80 columns, a
+// key broken in the middle): the failed member by its flag and its
+// property, the missing one, each drive's values, the pool, each volume's
+// counters, and a volume printing fewer counters than another.
 func TestHealthDegradedRAID6Assumed(t *testing.T) {
 	r := HealthFromListing(mustListing(t, readHealthCorpus(t, "disk-health-raid6-degraded-assumed.txt")), "storage-pool")
-	if len(r.Skipped) != 0 {
-		t.Fatalf("skipped %+v", r.Skipped)
+	st := StatsFromListing(mustListing(t, readHealthCorpus(t, "disk-stats-assumed.txt")))
+	if len(r.Skipped) != 0 || len(st.Skipped) != 0 {
+		t.Fatalf("skipped %+v, %+v", r.Skipped, st.Skipped)
 	}
+	for _, v := range r.Volumes {
+		if v.IO.Has != 0 {
+			t.Errorf("volume %s: counters %+v from a listing that prints none", v.Slot, v.IO)
+		}
+	}
+	r.ApplyStats(st)
 	wantArray := Array{Slot: "raid1", RAIDType: "raid-6", Devices: 6, State: "active, degraded",
 		Members: []string{"nvme1", "nvme2", "nvme3", "nvme4", "nvme5"}, Failed: []string{"nvme2"}}
 	if len(r.Arrays) != 1 || !reflect.DeepEqual(r.Arrays[0], wantArray) || !r.Arrays[0].Degraded() || r.Arrays[0].Missing() != 1 {
@@ -83,12 +91,15 @@ func TestHealthDegradedRAID6Assumed(t *testing.T) {
 		t.Fatalf("drives %+v", r.Drives)
 	}
 	want2 := Drive{Slot: "nvme2", Model: "SAMSUNG MZQL27T6HBLA-00A07", Serial: "S6CKNE0X000102", Master: "raid1", Failed: true,
-		Temperature: f64(74), PercentageUsed: f64(97), CriticalWarning: i64(4), UnsafeShutdowns: i64(2)}
+		Smart: Smart{Temperature: f64(74), PercentageUsed: f64(97), CriticalWarning: i64(4), UnsafeShutdowns: i64(2)}}
 	if !reflect.DeepEqual(r.Drives[1], want2) {
 		t.Errorf("nvme2 %+v, want %+v", r.Drives[1], want2)
 	}
 	if d := r.Drives[0]; d.Failed || *d.Temperature != 41 || *d.CriticalWarning != 0 {
 		t.Errorf("nvme1 %+v", d)
+	}
+	if d := r.Drives[3]; d.Slot != "nvme4" || !d.Smart.Empty() {
+		t.Errorf("nvme4 printed no statistics: %+v", d)
 	}
 	if r.Pool == nil || r.Pool.Slot != "raid1" || r.Pool.Capacity != (Capacity{Total: 30726004506624, Free: 4000000000000}) {
 		t.Errorf("pool %+v", r.Pool)
@@ -104,6 +115,14 @@ func TestHealthDegradedRAID6Assumed(t *testing.T) {
 	}
 	if !reflect.DeepEqual(r.Volumes, want) {
 		t.Errorf("volumes\n%+v\nwant\n%+v", r.Volumes, want)
+	}
+}
+
+// TestStatsDuplicateSlot: a slot printed twice is neither entry.
+func TestStatsDuplicateSlot(t *testing.T) {
+	st := StatsFromListing(mustListing(t, " 0 slot=\"a\" read-ops=1\n 1 slot=\"a\" read-ops=2\n 2 slot=\"b\" read-ops=3\n"))
+	if _, ok := st.Disks["a"]; ok || len(st.Disks) != 1 || len(st.Skipped) != 1 {
+		t.Errorf("%+v", st)
 	}
 }
 
