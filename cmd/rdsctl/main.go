@@ -175,6 +175,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cmd == "gen-key" {
 		return genKey(a.path, stdout)
 	}
+	switch {
+	case cfg.User == "":
+		return usagef("-user is empty: the RDS user the key belongs to")
+	case cfg.KeyFile == "":
+		return usagef("-key is required: the RDS user's SSH private key file (rdsctl gen-key writes a pair)")
+	case cfg.KnownHostsFile == "" && !cfg.InsecureSkipHostKeyCheck:
+		return usagef("-known-hosts is required: a known_hosts file pinning the RDS host key (ssh-keyscan -p PORT ADDRESS writes one); -insecure-skip-host-key-check for labs")
+	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
 			fmt.Fprintf(stdout, "  > %s\n", r.Command)
@@ -194,7 +202,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	client, err := rds.NewClient(cfg)
 	if err != nil {
-		return err
+		// NewClient dials nothing: what it refuses (an unreadable or
+		// unusable -key or -known-hosts, bad -login-options) is what the
+		// command line named.
+		return usageError{err}
 	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

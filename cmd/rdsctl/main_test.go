@@ -474,3 +474,37 @@ func TestRdsctlAddressIsAHost(t *testing.T) {
 		}
 	}
 }
+
+// The connection flags are checked before anything is dialled, each a
+// usage error naming the flag: a missing -key or -known-hosts, an empty
+// -user, a -key that is not a key, bad -login-options.
+func TestRdsctlConnectionFlagsAreUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	if _, err := rdssim.WriteClientKey(key, ""); err != nil {
+		t.Fatal(err)
+	}
+	notAKey := filepath.Join(dir, "not-a-key")
+	if err := os.WriteFile(notAKey, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	insecure := "-insecure-skip-host-key-check"
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{insecure}, "-key is required"},
+		{[]string{"-key", key}, "-known-hosts is required"},
+		{[]string{"-key", key, insecure, "-user", ""}, "-user is empty"},
+		{[]string{"-key", filepath.Join(dir, "missing"), insecure}, "missing"},
+		{[]string{"-key", notAKey, insecure}, "not-a-key"},
+		{[]string{"-key", key, insecure, "-login-options", "x y"}, `login options "x y"`},
+		{[]string{"-key", key, "-known-hosts", filepath.Join(dir, "missing-kh")}, "missing-kh"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := cli(append(tc.args, "-address", "127.0.0.1", "-port", "1", "probe"), &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tc.says) || strings.Contains(stderr.String(), "dial") {
+			t.Errorf("%q: exit %d, stderr %q: want a usage error saying %s", tc.args, code, stderr.String(), tc.says)
+		}
+	}
+}
