@@ -2,7 +2,10 @@ package render
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -249,22 +252,135 @@ func TestChartLints(t *testing.T) {
 }
 
 // A misspelt or mistyped value fails the render with the value named,
-// instead of being ignored (values.schema.json).
+// instead of being ignored (values.schema.json); so does a value the
+// driver refuses at start (its pods would crashloop) or the API server
+// refuses (the install would fail half-way), and a driver flag in
+// extraArgs that the chart sets from a value (the driver refuses a flag
+// given twice; storage fencing through extraArgs would lack the RBAC
+// storageFencing.enabled grants) or that the driver does not have
+// (_validate.tpl).
 func TestChartRefusesBadValues(t *testing.T) {
 	for _, c := range []struct {
-		set  string
+		set  []string
 		want string
 	}{
-		{"storageFencing.enable=true", "enable"},
-		{"controller.replicas=two", "replicas"},
-		{"rds.port=70000", "port"},
-		{"image.pullPolicy=Always", "pullPolicy"},
-		{"image.digest=latest", "digest"},
-		{"node.extraArgs[0]=storage-fencing", "extraArgs"},
+		{[]string{"storageFencing.enable=true"}, "enable"},
+		{[]string{"controller.replicas=two"}, "replicas"},
+		{[]string{"rds.port=70000"}, "port"},
+		{[]string{"image.pullPolicy=Always"}, "pullPolicy"},
+		{[]string{"image.digest=latest"}, "digest"},
+		{[]string{"node.extraArgs[0]=storage-fencing"}, "extraArgs"},
+		// The chart would make the release's own namespace.
+		{[]string{"namespace.name="}, "namespace.name is empty while namespace.create is true"},
+		// Refused by the driver at start.
+		{[]string{"rds.name=rds 1"}, "/rds/name"},
+		{[]string{"rds.volumePath=/storage-pool"}, `rds.volumePath "/storage-pool" is the storage pool itself`},
+		{[]string{"rds.volumePath=/"}, "/rds/volumePath"},
+		{[]string{"rds.volumePath=/storage-pool/../etc"}, "/rds/volumePath"},
+		{[]string{"rds.pool=my pool"}, "/rds/pool"},
+		{[]string{"rds.address=192.0.2.10:22"}, `rds.address "192.0.2.10:22" has a port`},
+		{[]string{"rds.address=[fd00::1]", "rds.name=rds-1"}, "without brackets"},
+		{[]string{"rds.address=rds 1", "rds.name=rds-1"}, `rds.address "rds 1" is not a host name`},
+		{[]string{"rds.address=fd00::1"}, "rds.name is required"},
+		{[]string{"nvme.address=192.0.2.11:4420"}, `nvme.address "192.0.2.11:4420" has a port`},
+		// Refused by the API server.
+		{[]string{"storageClasses[0].name=Fast_NVMe"}, "/storageClasses/0/name"},
+		{[]string{"volumeSnapshotClass.create=true", "volumeSnapshotClass.name=Snap Class"}, "/volumeSnapshotClass/name"},
+		{[]string{"rds.sshSecret.name=RDS_SSH"}, "/rds/sshSecret/name"},
+		{[]string{"controller.priorityClassName=High Priority"}, "/controller/priorityClassName"},
+		{[]string{"node.nodeSelector.disk=fast nvme"}, "/node/nodeSelector/disk"},
+		{[]string{"controller.tolerations[0].key=x", "controller.tolerations[0].efect=NoSchedule"}, "efect"},
+		{[]string{"controller.resources.limit.memory=1Gi"}, "limit"},
+		{[]string{"image.repository=ghcr.io/srvlab/rds-csi-driver:v1"}, "/image/repository"},
+		{[]string{"image.tag=v 1"}, "/image/tag"},
+		{[]string{"node.kubeletDir=/"}, "/node/kubeletDir"},
+		{[]string{"imagePullSecrets[0].name=Reg Cred"}, "/imagePullSecrets/0/name"},
+		// Refused by the driver at CreateVolume.
+		{[]string{"storageClasses[0].name=x", "storageClasses[0].parameters.fsType=ext4"}, "fsType"},
+		{[]string{`storageClasses[0].name=x`, `storageClasses[0].parameters.csi\.storage\.k8s\.io/fstype=btrfs`}, "fstype"},
+		// extraArgs.
+		{[]string{"controller.extraArgs[0]=--storage-fencing=allow-host"}, "--storage-fencing is set by the chart from storageFencing.enabled"},
+		{[]string{"controller.extraArgs[0]=--out-of-service-taint"}, "storageFencing.outOfServiceTaint"},
+		{[]string{"controller.extraArgs[0]=--rds-address=other"}, "--rds-address is set by the chart from rds.address"},
+		{[]string{"node.extraArgs[0]=--v=5"}, "node.logLevel"},
+		{[]string{"node.extraArgs[0]=--node-id=n1"}, "--node-id is set by the chart"},
+		{[]string{"controller.extraArgs[0]=--driver-name=other.example"}, "--driver-name must stay rds.csi.srvlab.io"},
+		{[]string{"controller.extraArgs[0]=--attachment-key-file=/k"}, "names a file the chart does not mount"},
+		{[]string{"controller.extraArgs[0]=--not-ready-threshold=60s", "controller.extraArgs[1]=--not-ready-threshold=30s"}, "controller.extraArgs gives --not-ready-threshold twice"},
+		{[]string{"controller.extraArgs[0]=--not-ready-treshold=60s"}, "the driver has no flag --not-ready-treshold"},
+		{[]string{"controller.extraArgs[0]=--not-ready-threshold 60s"}, "/controller/extraArgs/0"},
 	} {
-		_, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: []string{c.set}})
+		out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("--set %s: err = %v, want one naming %q", c.set, err, c.want)
+			t.Errorf("--set %q: err = %v (render of %d bytes), want a refusal saying %q", c.set, err, len(out), c.want)
 		}
+	}
+}
+
+// Two StorageClasses of one name (the API server would refuse the second
+// half-way through the install) are refused with both indexes.
+func TestChartRefusesDuplicateStorageClasses(t *testing.T) {
+	_, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{ValueFiles: []string{writeFile(t, "values.yaml", `
+storageClasses:
+  - name: fast
+  - name: slow
+  - name: fast
+`)}})
+	if err == nil || !strings.Contains(err.Error(), `storageClasses[2].name "fast" is also storageClasses[0].name`) {
+		t.Errorf("err = %v, want the duplicate StorageClass named", err)
+	}
+}
+
+// What the checks must let through renders: an extra flag of the driver
+// the chart does not set, an IPv6 RDS with its name, fencing through its
+// value.
+func TestChartAcceptsGoodValues(t *testing.T) {
+	h := helmObjects(t, HelmOptions{Set: []string{"controller.extraArgs[0]=--not-ready-threshold=60s",
+		"node.extraArgs[0]=--nvme-fast-io-fail-timeout=10s", "rds.address=fd00::1", "rds.name=rds-1",
+		"storageFencing.enabled=true", "namespace.create=false", "namespace.name="}})
+	args := path(h["Deployment/rds-csi/rds-csi-controller"], "spec", "template", "spec", "containers", 0, "args").([]interface{})
+	if args[len(args)-1] != "--not-ready-threshold=60s" {
+		t.Errorf("controller args end with %v, want the extra flag", args[len(args)-1])
+	}
+	if _, ok := h["ClusterRole//rds-csi-controller-fencing"]; !ok {
+		t.Error("storageFencing.enabled rendered no fencing RBAC")
+	}
+	if _, ok := h["Namespace//rds-csi"]; ok {
+		t.Error("namespace.create=false rendered a Namespace")
+	}
+}
+
+// driver-flags.txt, the flags the chart lets extraArgs give, is the
+// driver's own list (its -h), so that a new flag of the driver is usable
+// from the chart and a removed one is refused at render time.
+func TestChartKnowsTheDriverFlags(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "rds-csi-driver")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/rds-csi-driver")
+	build.Dir = root(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/rds-csi-driver: %v\n%s", err, out)
+	}
+	help, _ := exec.Command(bin, "-h").CombinedOutput() // the exit status of -h is the driver's business
+	var driver []string
+	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(string(help), -1) {
+		driver = append(driver, m[1])
+	}
+	if len(driver) < 20 {
+		t.Fatalf("found only %d flags in rds-csi-driver -h:\n%s", len(driver), help)
+	}
+	data, err := os.ReadFile(filepath.Join(root(t), "charts", "rds-csi", "driver-flags.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			chart = append(chart, l)
+		}
+	}
+	slices.Sort(driver)
+	slices.Sort(chart)
+	if !slices.Equal(driver, chart) {
+		t.Errorf("charts/rds-csi/driver-flags.txt differs from rds-csi-driver -h: update it to\n%s", strings.Join(driver, "\n"))
 	}
 }
