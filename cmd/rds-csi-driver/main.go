@@ -244,6 +244,13 @@ func validateProcess(opts csi.Options, copts controllerOptions, publish bool) er
 			add("--endpoint %s: %v", opts.Endpoint, err)
 		}
 	}
+	// A Lease in a namespace that cannot exist would make the election
+	// fail at every attempt, in the log only: this replica never leads.
+	if ns := copts.LeaderElectionNamespace; ns != "" {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			add("--leader-election-namespace %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+	}
 	if copts.HTTPEndpoint != "" {
 		if err := validateListenAddress(copts.HTTPEndpoint); err != nil {
 			add("--http-endpoint %q: %v (want host:port or :port, e.g. :8080)", copts.HTTPEndpoint, err)

@@ -303,6 +303,7 @@ func TestControllerFlagRanges(t *testing.T) {
 		{"RDS port 0", []string{"--publish=false", "--rds-port=0"}, "--rds-port"},
 		{"RDS port 70000", []string{"--publish=false", "--rds-port=70000"}, "--rds-port"},
 		{"negative attach grace period", []string{"--publish=false", "--attach-grace-period=-1s"}, "--attach-grace-period"},
+		{"leader election in a namespace that cannot exist", []string{"--publish=false", "--leader-election", "--leader-election-namespace=Kube System"}, `--leader-election-namespace "Kube System" is not a namespace name`},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
