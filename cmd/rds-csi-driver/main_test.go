@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
@@ -254,7 +255,7 @@ func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nvmeDir := filepath.Join(dir, fmt.Sprintf("nvme-%d", i))
 			endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
-			args := overriding([]string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}, tc.args)
+			args := flagonce.Replace([]string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}, tc.args)
 			code, serving, stderr := startOrExit(t, args, endpoint)
 			if serving || code != 1 {
 				t.Errorf("serving %v, exit %d, want a flag error: %s", serving, code, stderr)
@@ -267,23 +268,6 @@ func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
 			}
 		})
 	}
-}
-
-// overriding is base with the flags of extra in place of base's own (a
-// flag is given once).
-func overriding(base, extra []string) []string {
-	name := func(arg string) string { n, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); return n }
-	given := map[string]bool{}
-	for _, a := range extra {
-		given[name(a)] = true
-	}
-	var args []string
-	for _, a := range base {
-		if !given[name(a)] {
-			args = append(args, a)
-		}
-	}
-	return append(args, extra...)
 }
 
 // Flags of the controller that combine badly or are out of range.

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
@@ -127,7 +127,7 @@ func StartDriver(tb testing.TB, tl *Timeline, bin, dir string, sim *Sim, dep *De
 	} else {
 		args = append(args, "--publish=false")
 	}
-	args = withFlags(args, opts.ExtraArgs)
+	args = flagonce.Replace(args, opts.ExtraArgs)
 	bin, args = withHostname(opts.Hostname, bin, args)
 	p := StartProcess(tb, tl, opts.Name, filepath.Join(dir, opts.Name+".log"), bin, args...)
 	d := &Driver{Process: p, Socket: opts.Socket, Endpoint: endpoint}
@@ -175,21 +175,4 @@ func (d *Driver) WaitReady(ctx context.Context) error {
 		return fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return err
-}
-
-// withFlags is args with the flags of extra (each --name=value) in place
-// of its own of the same names: the driver takes each flag once.
-func withFlags(args, extra []string) []string {
-	name := func(arg string) string { n, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); return n }
-	given := map[string]bool{}
-	for _, a := range extra {
-		given[name(a)] = true
-	}
-	var out []string
-	for _, a := range args {
-		if !given[name(a)] {
-			out = append(out, a)
-		}
-	}
-	return append(out, extra...)
 }

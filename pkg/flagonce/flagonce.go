@@ -11,6 +11,7 @@ package flagonce
 import (
 	"flag"
 	"fmt"
+	"strings"
 )
 
 // Parse parses args with fs (as fs.Parse does) and refuses a flag given
@@ -81,4 +82,22 @@ func (o *once) Set(s string) error {
 func (o *once) IsBoolFlag() bool {
 	b, ok := o.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// Replace is the command line args with the flags of extra in place of its
+// own of the same names, for composing a command line from a standard one
+// and overrides. Every flag of both is in one word (-name or -name=value).
+func Replace(args, extra []string) []string {
+	name := func(arg string) string { n, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "="); return n }
+	given := map[string]bool{}
+	for _, a := range extra {
+		given[name(a)] = true
+	}
+	var out []string
+	for _, a := range args {
+		if !given[name(a)] {
+			out = append(out, a)
+		}
+	}
+	return append(out, extra...)
 }

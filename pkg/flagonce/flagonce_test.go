@@ -67,3 +67,16 @@ func TestParseUsageUnchanged(t *testing.T) {
 		t.Errorf("usage:\n%s\nwant:\n%s", got.String(), want.String())
 	}
 }
+
+func TestReplace(t *testing.T) {
+	got := Replace([]string{"--mode=all", "--v=4", "--leader-election", "--endpoint=unix:///a"}, []string{"-v=2", "--leader-election=false"})
+	want := "--mode=all --endpoint=unix:///a -v=2 --leader-election=false"
+	if strings.Join(got, " ") != want {
+		t.Errorf("Replace: %q, want %q", got, want)
+	}
+	var out bytes.Buffer
+	fs, _, v, _ := newFlagSet(&out)
+	if err := Parse(fs, Replace([]string{"-v", "--mode=node"}, []string{"-v=false"})); err != nil || *v {
+		t.Errorf("a replaced flag is given once: %v, -v %v", err, *v)
+	}
+}
