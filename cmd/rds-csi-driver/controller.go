@@ -270,9 +270,6 @@ func (p *controllerProcess) run(ctx context.Context) {
 	start := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	start(func() { p.ctrl.Run(ctx) })
 	start(func() { p.reportIndexSize(ctx) })
-	if p.driver.AllowHostFencing() {
-		start(func() { p.retirePending(ctx) })
-	}
 	if p.httpLis != nil {
 		start(func() {
 			if err := p.health.Serve(ctx, p.httpLis); err != nil {
@@ -285,6 +282,7 @@ func (p *controllerProcess) run(ctx context.Context) {
 	} else {
 		p.setLeader(true)
 		start(func() { p.reconcileExports(ctx) })
+		start(func() { p.retireMarked(ctx) })
 	}
 	wg.Wait()
 }
@@ -320,10 +318,15 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 	}
 }
 
-// retirePending retries, on every replica, the export changes after a
-// release that failed (csi.RetirePending): until one is made, an open of
-// the retired attachment that was in flight can still land.
-func (p *controllerProcess) retirePending(ctx context.Context) {
+// retireMarked makes, while this replica leads, the export changes after
+// a release that the releasing replica failed to make or did not live to
+// (csi.RetireMarked, from the records the releases left on the PVs):
+// until one is made, an open of the retired attachment that was in
+// flight can still land.
+func (p *controllerProcess) retireMarked(ctx context.Context) {
+	if !p.driver.AllowHostFencing() || !p.ctrl.WaitForSync(ctx) {
+		return
+	}
 	t := time.NewTicker(retireRetryPeriod)
 	defer t.Stop()
 	for {
@@ -332,15 +335,16 @@ func (p *controllerProcess) retirePending(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if left := p.cs.RetirePending(ctx); left > 0 {
-			klog.FromContext(ctx).Info("storage fencing: export changes after a release still pending", "volumes", left)
+		if left, err := p.cs.RetireMarked(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "storage fencing: export changes after a release still pending", "volumes", left)
 		}
 	}
 }
 
-// retireRetryPeriod: how often a failed export change after a release is
-// retried; the window in which a late open of the retired attachment can
-// land is this long after the RDS answers again.
+// retireRetryPeriod: how often the leader looks for export changes after
+// a release still to be made; the window in which a late open of the
+// retired attachment can land is this long after the RDS answers again
+// (or after the index shows the release).
 const retireRetryPeriod = 5 * time.Second
 
 func (p *controllerProcess) reportIndexSize(ctx context.Context) {
@@ -404,6 +408,7 @@ func (p *controllerProcess) elect(ctx context.Context, start func(func())) {
 					// none did) are fenced now.
 					p.ctrl.RefenceStale()
 					start(func() { p.reconcileExports(leading) })
+					start(func() { p.retireMarked(leading) })
 				},
 				OnStoppedLeading: func() {
 					p.setLeader(false)

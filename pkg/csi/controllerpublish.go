@@ -35,6 +35,9 @@ const (
 type AttachmentIndex interface {
 	Volume(handle string) *informers.Volume
 	Node(name string) fencing.NodeState
+	// Retiring lists the entries with released attachments whose export
+	// change after the release is not known to be made.
+	Retiring() []*informers.Volume
 	// WaitForChange waits until the index has seen a write to one of the
 	// volume's PVs after version (Volume.Version), or ctx is done.
 	WaitForChange(ctx context.Context, handle, version string) *informers.Volume
@@ -60,8 +63,13 @@ type ClaimStore interface {
 	// ReleaseUnpublished drops node's claim on a PV unless a live,
 	// non-deleting VolumeAttachment of the handle on node stands on it.
 	// before (may be nil) runs just before the claim goes; its error
-	// keeps the claim.
-	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (bool, error)
+	// keeps the claim. Reports whether it released a claim, and whether
+	// an attachment of node is retiring (storage fencing: released now or
+	// before, its export change after the release not known to be made).
+	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (released bool, retiring []informers.Retiring, err error)
+	// ClearRetiring removes entries of a PV's retiring attachments once
+	// the export change after their release is made.
+	ClearRetiring(ctx context.Context, pvName string, done []informers.Retiring) error
 	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
 	// of handle on node exists.
 	LiveAttachment(ctx context.Context, handle, node string) (bool, error)
@@ -631,6 +639,7 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		// The release reads the PV live, so a claim committed a moment ago
 		// that this index has not seen yet is released too.
 		released := false
+		retiring := map[string][]informers.Retiring{} // by PV
 		for _, pv := range v.PVs {
 			var before func(context.Context) error
 			if s.d.opts.AllowHostFencing() && !released {
@@ -640,27 +649,42 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 				// claims are mirrored on every PV: once is enough.
 				before = func(ctx context.Context) error { return s.shutOut(ctx, id, pv.Name, n) }
 			}
-			ok, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, before)
+			ok, marked, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, before)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pv.Name, err)
 			}
 			released = released || ok
+			if len(marked) > 0 {
+				retiring[pv.Name] = marked
+			}
 		}
 		if s.d.opts.AllowHostFencing() {
-			// The export follows the claims the release left, and its
-			// state changes once more, so that no open of the retired
-			// attachment that was in flight can land. After a release a
-			// failure does not fail the detach (a retry would find the
-			// claim gone while the VolumeAttachment stays: model finding
-			// 3); the change is retried in the background
-			// (RetirePending) until it is made.
-			if err := s.retireExport(ctx, id, v.PVName, released); err != nil {
-				if !released {
+			// The export follows the claims the release left, and, when
+			// an attachment of the node is retiring (released now, or by
+			// a replica that failed or stopped before this step: the
+			// release recorded it on the PV), its state changes once
+			// more, so that no open of the retired attachment that was
+			// in flight can land. Once no claim of the node is left, a
+			// failure does not fail the detach (the attacher's retry, on
+			// a replica whose index lags, must not find the volume free
+			// while the detach is still pending: model finding 3); the
+			// record stays and the leader makes the change within
+			// seconds (RetireMarked).
+			if err := s.retireExport(ctx, id, v.PVName, len(retiring) > 0); err != nil {
+				if len(retiring) == 0 {
 					s.pub.Reporter.UnpublishFailed("storage")
 					return nil, err
 				}
-				klog.FromContext(ctx).Error(err, "storage fencing: the export change after the release failed; retried in the background", "volume", id, "node", n)
+				klog.FromContext(ctx).Error(err, "storage fencing: the export change after the release failed; the leader makes it", "volume", id, "node", n)
+				continue
+			}
+			// Made: the records go (failing that, the leader's pass makes
+			// the change once more and removes them).
+			for pv, done := range retiring {
+				if err := s.pub.Claims.ClearRetiring(ctx, pv, done); err != nil {
+					klog.FromContext(ctx).Error(err, "storage fencing: removing the record of a retired attachment; the leader removes it", "volume", id, "pv", pv, "node", n)
+				}
 			}
 		}
 		// One line per answered unpublish (the e2e checker reads them):
@@ -698,16 +722,11 @@ func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string)
 }
 
 // retireExport brings the export in line with the live claims after an
-// unpublish, never cutting, and after a release changes its state once
-// more when it stays closed (a fresh tombstone), so that no open of the
-// retired attachment in flight can land; when that fails it is retried
-// in the background (retireLater).
-func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, released bool) error {
-	g := exportGoal{pv: pvName, retire: released}
-	_, err := s.syncExport(ctx, id, g)
-	if err != nil && released {
-		s.retireLater(id, g)
-	}
+// unpublish, never cutting, and with an attachment retiring changes its
+// state once more when it stays closed (a fresh tombstone), so that no
+// open of the retired attachment in flight can land.
+func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, retiring bool) error {
+	_, err := s.syncExport(ctx, id, exportGoal{pv: pvName, retire: retiring})
 	if err != nil && !errors.Is(err, rds.ErrNotFound) {
 		return statusf(codes.Unavailable, "volume %s: storage fencing could not bring its export in line with its claims on the RDS: %v; the detach is retried", id, err)
 	}

@@ -39,9 +39,6 @@ type ControllerServer struct {
 	inflight *InFlight
 	now      func() time.Time // snapshot creation times
 	pub      *Publisher
-	// retirements: export changes after a release that failed, retried
-	// by RetirePending (storagefence.go).
-	retirements retirements
 }
 
 // NewControllerServer returns the Controller service of d.

@@ -210,3 +210,18 @@ func claimsOf(t testing.TB, client *fake.Clientset, pv string) map[string]inform
 	}
 	return m
 }
+
+// retiringOf reads a PV's retiring attachments (RetiringAnnotation) from
+// the API server.
+func retiringOf(t testing.TB, client *fake.Clientset, pv string) []informers.Retiring {
+	t.Helper()
+	p, err := client.CoreV1().PersistentVolumes().Get(context.Background(), pv, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := informers.ParseRetiring(p.Annotations[informers.RetiringAnnotation])
+	if err != nil {
+		t.Fatalf("retiring attachments of %s: %v", pv, err)
+	}
+	return r
+}

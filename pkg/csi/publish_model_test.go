@@ -619,8 +619,8 @@ func (f *modelFence) CutOff(ctx context.Context, pvName, handle, node string) er
 	return err
 }
 
-func (f *modelFence) Settle(ctx context.Context, pvName, handle, node, uid string) error {
-	err := f.cs.Settle(ctx, pvName, handle, node, uid)
+func (f *modelFence) Settle(ctx context.Context, pvName, handle string, released informers.Retiring) error {
+	err := f.cs.Settle(ctx, pvName, handle, released)
 	f.m.endOp(err == nil)
 	return err
 }

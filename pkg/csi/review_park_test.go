@@ -259,21 +259,22 @@ func TestReviewParkLateOpenLandsAfterUnpublishWhoseLastChangeFailed(t *testing.T
 		t.Fatal("the repeated publish sent no open")
 	}
 
-	// The unpublish goes on: release, then its last change fails.
+	// The unpublish goes on: release, then its last change fails, and
+	// replica a stops there (it never retries anything; had it died
+	// before answering, the attacher would retry the detach on b).
 	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
 	close(r2.release)
 	if err := <-unpublished; err != nil {
-		t.Fatalf("unpublish: %v", err)
+		t.Logf("unpublish on replica a: %v", err)
 	}
 	if _, held := claimsOf(t, client, id)["node-a"]; held {
 		t.Fatal("node-a's claim survived its unpublish")
 	}
-	// Since the fix: the failed change is retried in the background
-	// (RetirePending, every few seconds on every replica). Until that
-	// retry the late open could still land: the window is the RDS outage
-	// plus one retry period.
-	if left := a.cs.RetirePending(context.Background()); left != 0 {
-		t.Fatalf("%d retirements still pending after a retry with the RDS answering", left)
+	// The detach retried on replica b finds no claim to release. Since
+	// the fix the release's record on the PV (RetiringAnnotation) makes
+	// it change the export before it answers.
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatalf("the retried unpublish on replica b: %v", err)
 	}
 
 	// The open in flight lands.
@@ -414,11 +415,18 @@ func TestReviewParkLateOpenLandsAfterFenceWhoseSettleFailed(t *testing.T) {
 	if released, _, err := claims.ReleaseIfStale(context.Background(), id, "node-a", fencing.DefaultConfig(), time.Now); err != nil || released {
 		t.Logf("the fence's retry: released=%t, %v", released, err)
 	}
-	// Since the fix: the failed Settle is retried in the background
-	// (RetirePending) on the replica whose fence it was; the window until
-	// then is the RDS outage plus one retry period.
-	if left := a.cs.RetirePending(context.Background()); left != 0 {
-		t.Fatalf("%d retirements still pending after a retry with the RDS answering", left)
+	// Replica a stops (it never retries anything); replica b leads. Since
+	// the fix the release left its record on the PV (RetiringAnnotation),
+	// and the leader's pass makes the change and removes the record.
+	if recs := retiringOf(t, client, id); len(recs) != 1 || recs[0].Node != "node-a" {
+		t.Errorf("retiring attachments on the PV after the fence: %+v; want node-a's", recs)
+	}
+	waitFor(t, "replica b's index to list the retiring attachment", func() bool { return len(b.index.Retiring()) == 1 })
+	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if recs := retiringOf(t, client, id); len(recs) != 0 {
+		t.Errorf("retiring attachments on the PV after the leader's pass: %+v; want none", recs)
 	}
 
 	a.rds.mu.Lock()

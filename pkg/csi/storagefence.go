@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -68,9 +67,10 @@ type exportGoal struct {
 	// exclude: a node whose claim is treated as gone (a fence cutting it
 	// off before its claim is released).
 	exclude string
-	// excludeUID: with exclude, only a claim of that node incarnation is
-	// treated as gone (a re-created node's new claim stands).
-	excludeUID string
+	// retired: released attachments, treated as gone on every PV (another
+	// PV of the handle shows one until its own release); a newer
+	// attachment of the same node stands.
+	retired []informers.Retiring
 	// fenced: nodes a publish fences, whose claims are treated as gone
 	// (cut off before the commit releases them).
 	fenced []string
@@ -227,9 +227,14 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			return exportResult{}, err
 		}
 		departing := ""
-		if c, ok := claims[g.exclude]; ok && g.exclude != "" && (g.excludeUID == "" || c.NodeUID == g.excludeUID) {
+		if c, ok := claims[g.exclude]; ok && g.exclude != "" {
 			departing = s.d.claimHost(handle, g.exclude, c)
 			claims = without(claims, g.exclude)
+		}
+		for _, r := range g.retired {
+			if c, ok := claims[r.Node]; ok && r.Is(r.Node, c) {
+				claims = without(claims, r.Node)
+			}
 		}
 		for _, f := range g.fenced {
 			claims = without(claims, f)
@@ -411,69 +416,60 @@ func (s *ControllerServer) CutOff(ctx context.Context, pvName, handle, node stri
 // Settle re-derives a volume's export from its live claims after a fence
 // released node's claim (informers.StorageFence), changing its state once
 // more so that no open of the fenced attachment that was in flight can
-// land. The released claim (of incarnation uid) counts as gone on every
-// PV: another PV of the handle still shows it until its own release, and
-// re-deriving from that would let the fenced attachment in again.
-func (s *ControllerServer) Settle(ctx context.Context, pvName, handle, node, uid string) error {
+// land. The released attachment counts as gone on every PV: another PV of
+// the handle still shows it until its own release, and re-deriving from
+// that would let the fenced attachment in again. When it fails, the
+// release's RetiringAnnotation entry stays, and the leader makes the
+// change (RetireMarked).
+func (s *ControllerServer) Settle(ctx context.Context, pvName, handle string, released informers.Retiring) error {
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	g := exportGoal{pv: pvName, exclude: node, excludeUID: uid, retire: true}
-	_, err := s.syncExport(ctx, handle, g)
+	return s.retire(ctx, handle, pvName, []informers.Retiring{released})
+}
+
+// retire changes the export's state once more after a release of the
+// retired attachments (a fresh tombstone when it stays closed), with
+// them treated as gone, so that no open of one that was in flight can
+// land afterwards.
+func (s *ControllerServer) retire(ctx context.Context, handle, pvName string, retired []informers.Retiring) error {
+	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, retired: retired, retire: true})
 	if errors.Is(err, rds.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		s.retireLater(handle, g)
+		return nil // no disk, no export
 	}
 	return err
 }
 
-// retirements are the export changes after a release (an unpublish's or
-// a fence's) that failed: the claim is gone, so nothing else would make
-// them, and until they are made an open of the retired attachment that
-// was in flight can still land. Kept per replica, retried by
-// RetirePending until they succeed.
-type retirements struct {
-	mu sync.Mutex
-	m  map[string]exportGoal // handle -> the goal that failed
-}
-
-// retireLater records a failed retirement of handle's export.
-func (s *ControllerServer) retireLater(handle string, g exportGoal) {
-	s.retirements.mu.Lock()
-	defer s.retirements.mu.Unlock()
-	if s.retirements.m == nil {
-		s.retirements.m = map[string]exportGoal{}
+// RetireMarked makes, for every released attachment the index lists as
+// retiring (informers.RetiringAnnotation: a replica released its claim
+// and then failed, or stopped, before the export change after the
+// release), that change, and then removes the entry. The leader runs it
+// every few seconds and at the start of each reconcile. It acts on the
+// live claims, stops before its next RDS write once ctx is done, and
+// returns how many volumes are still retiring.
+func (s *ControllerServer) RetireMarked(ctx context.Context) (int, error) {
+	if !s.d.opts.AllowHostFencing() || s.pub == nil {
+		return 0, nil
 	}
-	s.retirements.m[handle] = g
-}
-
-// RetirePending retries the failed retirements (retireLater) and returns
-// how many are still pending. cmd/rds-csi-driver runs it every few
-// seconds on every replica: it acts on the live claims, never the index.
-func (s *ControllerServer) RetirePending(ctx context.Context) int {
-	s.retirements.mu.Lock()
-	pending := make(map[string]exportGoal, len(s.retirements.m))
-	for h, g := range s.retirements.m {
-		pending[h] = g
-	}
-	s.retirements.mu.Unlock()
 	left := 0
-	for h, g := range pending {
-		_, err := s.syncExport(ctx, h, g)
-		if err != nil && !errors.Is(err, rds.ErrNotFound) {
-			klog.FromContext(ctx).Error(err, "storage fencing: retrying the export change after a release", "volume", h)
-			left++
-			continue
+	var errs []error
+	for _, v := range s.pub.Index.Retiring() {
+		for _, pv := range v.PVs {
+			if len(pv.Retiring) == 0 {
+				continue
+			}
+			err := s.retire(ctx, v.Handle, pv.Name, pv.Retiring)
+			if err == nil {
+				err = s.pub.Claims.ClearRetiring(ctx, pv.Name, pv.Retiring)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("volume %s (PV %s): %w", v.Handle, pv.Name, err))
+				left++
+				break
+			}
 		}
-		s.retirements.mu.Lock()
-		if cur, ok := s.retirements.m[h]; ok && cur.pv == g.pv && cur.exclude == g.exclude && cur.excludeUID == g.excludeUID {
-			delete(s.retirements.m, h)
-		}
-		s.retirements.mu.Unlock()
 	}
-	return left
+	return left, errors.Join(errs...)
 }
 
 // storageError is how a failed export change fails a publish: nothing lets
@@ -513,13 +509,16 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 	if !s.d.opts.AllowHostFencing() || s.pub == nil || !s.pub.Synced() {
 		return 0, nil
 	}
+	var errs []error
+	if _, err := s.RetireMarked(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	disks, err := s.d.rds.ListDisks(ctx)
 	if err != nil {
-		return 0, err
+		return 0, errors.Join(append(errs, err)...)
 	}
 	sort.Slice(disks, func(i, j int) bool { return disks[i].Slot < disks[j].Slot })
 	fixed := 0
-	var errs []error
 	for i := range disks {
 		disk := &disks[i]
 		if !s.d.isVolumeDisk(disk) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
@@ -28,6 +30,65 @@ import (
 // is a plain time (written by earlier versions) reads as a claim without
 // UID.
 const ClaimsAnnotation = "rds.csi.srvlab.io/claims"
+
+// RetiringAnnotation on a PersistentVolume (storage fencing) lists the
+// attachments whose claims were released there and whose export has not
+// been known to change since, as a JSON list of Retiring:
+//
+//	[{"node":"node-a","uid":"5f0c…","n":"…","at":"2026-11-22T10:00:00Z"}]
+//
+// An entry is written in the same merge patch as the release, so a
+// replica that stops between the release and the export change after it
+// (which makes any open of the retired attachment still in flight on the
+// RDS fail or be undone) leaves it behind. The leader makes that change
+// and then removes the entry (pkg/csi RetireMarked); an unpublish that
+// finds its node's entry (a retry after the replica that released the
+// claim died) makes it before it answers.
+const RetiringAnnotation = "rds.csi.srvlab.io/retiring"
+
+// Retiring names one released attachment (RetiringAnnotation).
+type Retiring struct {
+	Node    string `json:"node"`
+	NodeUID string `json:"uid,omitempty"`
+	Nonce   string `json:"n,omitempty"`
+	// At is the released claim's time: with NodeUID it names a claim
+	// made before per-attachment nonces.
+	At time.Time `json:"at"`
+}
+
+// RetiringOf names node's claim c once it is released.
+func RetiringOf(node string, c Claim) Retiring {
+	return Retiring{Node: node, NodeUID: c.NodeUID, Nonce: c.Nonce, At: c.At}
+}
+
+// Is reports whether node's claim c is the released attachment r (a claim
+// another PV of the handle still shows until its own release). A new
+// attachment of the same node (a new nonce) is not.
+func (r Retiring) Is(node string, c Claim) bool {
+	if r.Node != node {
+		return false
+	}
+	if r.Nonce != "" || c.Nonce != "" {
+		return r.Nonce == c.Nonce
+	}
+	return r.NodeUID == c.NodeUID && r.At.Equal(c.At)
+}
+
+func (r Retiring) same(o Retiring) bool {
+	return r.Node == o.Node && r.NodeUID == o.NodeUID && r.Nonce == o.Nonce && r.At.Equal(o.At)
+}
+
+// ParseRetiring reads the value of RetiringAnnotation (empty: none).
+func ParseRetiring(raw string) ([]Retiring, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	var out []Retiring
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", RetiringAnnotation, err)
+	}
+	return out, nil
+}
 
 // ErrConflict: the PV changed since the decision was made; the caller
 // decides again on the fresh state, or answers ABORTED.
@@ -121,7 +182,8 @@ type Claims struct {
 	driver string
 	// fence, when set, cuts a fenced node off the storage before its
 	// stale claim is released (its error keeps the claim, and the fence
-	// is retried) and settles the storage after the release.
+	// is retried) and settles the storage after the release; and every
+	// release records the attachment in RetiringAnnotation.
 	fence StorageFence
 }
 
@@ -131,14 +193,15 @@ type StorageFence interface {
 	// claim on pvName were already gone; run before the release.
 	CutOff(ctx context.Context, pvName, handle, node string) error
 	// Settle brings the storage in line with the live claims after the
-	// release, with the released claim (node, of the node incarnation
-	// uid) treated as gone on every PV: another PV of the handle may
-	// still show it until its own release.
-	Settle(ctx context.Context, pvName, handle, node, uid string) error
+	// release, with the released attachment treated as gone on every PV:
+	// another PV of the handle may still show it until its own release.
+	Settle(ctx context.Context, pvName, handle string, released Retiring) error
 }
 
 // CutStorageOnFence makes every fence release cut the storage first and
-// settle it after.
+// settle it after, and every release (a fence's, an unpublish's, a
+// withdrawal's, a publish's fenced claims) record the released attachment
+// in RetiringAnnotation with the same write.
 func (c *Claims) CutStorageOnFence(f StorageFence) { c.fence = f }
 
 // NewClaims returns a Claims writing through client for the CSI driver
@@ -170,11 +233,18 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 		for n, cl := range own {
 			next[n] = cl
 		}
+		retiring := pv.Retiring
 		for _, n := range fenced {
+			if cl, ok := next[n]; ok && c.fence != nil {
+				retiring = append(retiring[:len(retiring):len(retiring)], RetiringOf(n, cl))
+			}
 			delete(next, n)
 		}
 		next[node] = claim
-		if err := c.patch(ctx, pv.Name, pv.ResourceVersion, next); err != nil {
+		if len(retiring) == len(pv.Retiring) {
+			retiring = nil // unchanged: not written
+		}
+		if err := c.patch(ctx, pv.Name, pv.ResourceVersion, next, retiring); err != nil {
 			return err
 		}
 	}
@@ -189,9 +259,12 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 // publish that lands in between makes the write conflict and the check
 // run again. before, when not nil, runs once the claim is to go and before
 // it goes (storage fencing: shut the node's host out); its error keeps the
-// claim. Reports whether a claim was dropped.
-func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (released bool, err error) {
-	return c.releaseIf(ctx, pvName, node, func(ctx context.Context, _ *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
+// claim. Reports whether a claim was dropped, and (storage fencing) the
+// attachments of node retiring on the PV: released now, or before by a
+// replica that may have stopped before the export change after the
+// release (RetiringAnnotation).
+func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (released bool, retiring []Retiring, err error) {
+	released, err = c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -206,7 +279,15 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 			}
 		}
 		return true, nil
+	}, func(r []Retiring) {
+		retiring = nil
+		for _, e := range r {
+			if e.Node == node && c.fence != nil {
+				retiring = append(retiring, e)
+			}
+		}
 	})
+	return released, retiring, err
 }
 
 // ReleaseIfStale drops node's claim on pvName if a live read of the Node,
@@ -216,7 +297,8 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 // claim. Reports whether a claim was dropped and why.
 func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy fencing.Config, now func() time.Time) (bool, fencing.FenceReason, error) {
 	var reason fencing.FenceReason
-	var handle, fencedUID string
+	var handle string
+	var fenced Retiring
 	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		n, err := c.LiveNode(ctx, node)
 		if err != nil {
@@ -230,17 +312,22 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 		if pv.Spec.CSI == nil {
 			return false, fmt.Errorf("PV %s has no CSI volume handle", pv.Name)
 		}
-		handle, fencedUID = pv.Spec.CSI.VolumeHandle, cl.NodeUID
+		handle, fenced = pv.Spec.CSI.VolumeHandle, RetiringOf(node, cl)
 		if err := c.fence.CutOff(ctx, pvName, handle, node); err != nil {
 			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, handle, err)
 		}
 		return true, nil
-	})
+	}, nil)
 	if err == nil && released && c.fence != nil {
 		// Once more after the release: an open of the fenced attachment
 		// that was in flight cannot land after this.
-		if err := c.fence.Settle(ctx, pvName, handle, node, fencedUID); err != nil {
+		if err := c.fence.Settle(ctx, pvName, handle, fenced); err != nil {
 			return released, reason, fmt.Errorf("settling volume %s on the storage after releasing node %s's claim: %w", handle, node, err)
+		}
+		// Settled: the record goes (failing that, the leader's pass
+		// settles once more and removes it).
+		if err := c.ClearRetiring(ctx, pvName, []Retiring{fenced}); err != nil {
+			klog.FromContext(ctx).Error(err, "storage fencing: removing the record of a settled fence; the leader removes it", "pv", pvName, "node", node)
 		}
 	}
 	return released, reason, err
@@ -273,8 +360,11 @@ func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, 
 }
 
 // releaseIf drops node's claim on pvName when drop, called after every
-// read of the PV, says so; the write is conditional on that read.
-func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error)) (bool, error) {
+// read of the PV, says so; the write is conditional on that read. With
+// storage fencing the write also records the released attachment in
+// RetiringAnnotation. seen, when not nil, is given the retiring
+// attachments of the last read (with the one released).
+func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error), seen func([]Retiring)) (bool, error) {
 	released := false
 	err := retryConflicts(ctx, func() error {
 		released = false
@@ -289,6 +379,13 @@ func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(c
 		if err != nil {
 			return fmt.Errorf("PV %s: %w", pvName, err)
 		}
+		retiring, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
+		if err != nil {
+			return fmt.Errorf("PV %s: %w", pvName, err)
+		}
+		if seen != nil {
+			seen(retiring)
+		}
 		cl, ok := claims[node]
 		if !ok {
 			return nil
@@ -302,8 +399,14 @@ func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(c
 		if ok, err := drop(ctx, pv, cl, remaining); err != nil || !ok {
 			return err
 		}
-		claims = remaining
-		err = c.patch(ctx, pvName, pv.ResourceVersion, claims)
+		var marked []Retiring
+		if c.fence != nil {
+			marked = append(retiring[:len(retiring):len(retiring)], RetiringOf(node, cl))
+			if seen != nil {
+				seen(marked)
+			}
+		}
+		err = c.patch(ctx, pvName, pv.ResourceVersion, remaining, marked)
 		if errors.Is(err, ErrConflict) {
 			return apierrors.NewConflict(corev1.Resource("persistentvolumes"), pvName, err)
 		}
@@ -313,18 +416,40 @@ func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(c
 	return released, err
 }
 
-func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, claims map[string]Claim) error {
-	var value any // JSON null deletes the annotation
-	if len(claims) > 0 {
-		b, err := json.Marshal(claims)
-		if err != nil {
+// patch writes claims, and retiring unless it is nil, to pvName,
+// conditional on resourceVersion.
+func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, claims map[string]Claim, retiring []Retiring) error {
+	annotations := map[string]any{}
+	if err := annotate(annotations, ClaimsAnnotation, claims, len(claims)); err != nil {
+		return err
+	}
+	if retiring != nil {
+		if err := annotate(annotations, RetiringAnnotation, retiring, len(retiring)); err != nil {
 			return err
 		}
-		value = string(b)
 	}
+	return c.patchAnnotations(ctx, pvName, resourceVersion, annotations)
+}
+
+// annotate sets key in a merge patch's annotations to v as JSON, or to
+// null (which deletes the annotation) when v has no entries.
+func annotate(annotations map[string]any, key string, v any, entries int) error {
+	if entries == 0 {
+		annotations[key] = nil
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	annotations[key] = string(b)
+	return nil
+}
+
+func (c *Claims) patchAnnotations(ctx context.Context, pvName, resourceVersion string, annotations map[string]any) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": resourceVersion,
-		"annotations":     map[string]any{ClaimsAnnotation: value},
+		"annotations":     annotations,
 	}})
 	if err != nil {
 		return err
@@ -363,5 +488,42 @@ func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (bool,
 func (c *Claims) Withdraw(ctx context.Context, pvName, node string, committed Claim) (bool, error) {
 	return c.releaseIf(ctx, pvName, node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
 		return cl.Nonce == committed.Nonce && cl.Gen == committed.Gen && cl.NodeUID == committed.NodeUID, nil
+	}, nil)
+}
+
+// ClearRetiring removes the done entries from pvName's RetiringAnnotation
+// (each export change after their release has been made), conditional on
+// the PV read; entries added meanwhile stay.
+func (c *Claims) ClearRetiring(ctx context.Context, pvName string, done []Retiring) error {
+	return retryConflicts(ctx, func() error {
+		pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading PV %s: %w", pvName, err)
+		}
+		cur, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
+		if err != nil {
+			return fmt.Errorf("PV %s: %w", pvName, err)
+		}
+		left := cur[:0:0]
+		for _, r := range cur {
+			if !slices.ContainsFunc(done, r.same) {
+				left = append(left, r)
+			}
+		}
+		if len(left) == len(cur) {
+			return nil
+		}
+		annotations := map[string]any{}
+		if err := annotate(annotations, RetiringAnnotation, left, len(left)); err != nil {
+			return err
+		}
+		err = c.patchAnnotations(ctx, pvName, pv.ResourceVersion, annotations)
+		if errors.Is(err, ErrConflict) {
+			return apierrors.NewConflict(corev1.Resource("persistentvolumes"), pvName, err)
+		}
+		return err
 	})
 }

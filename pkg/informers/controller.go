@@ -431,6 +431,10 @@ func (c *Controller) syncPV(name string) error {
 		// volume. Retried with backoff, and logged, until someone fixes it.
 		return fmt.Errorf("PV %s: %w", name, err)
 	}
+	retiring, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
+	if err != nil {
+		return fmt.Errorf("PV %s: %w", name, err)
+	}
 	c.index.setPV(name, func(v *Volume) {
 		v.Handle = pv.Spec.CSI.VolumeHandle
 		v.AccessModes = pv.Spec.AccessModes
@@ -438,6 +442,7 @@ func (c *Controller) syncPV(name string) error {
 		v.ClaimRef = pv.Spec.ClaimRef
 		v.ResourceVersion = pv.ResourceVersion
 		v.Claims = claims
+		v.Retiring = retiring
 		v.created = pv.CreationTimestamp.Time
 		v.bound = pv.Spec.ClaimRef != nil && pv.Status.Phase == corev1.VolumeBound
 	})
@@ -670,11 +675,16 @@ func trim(obj any) (any, error) {
 	case *corev1.PersistentVolume:
 		o.ManagedFields = nil
 		o.Labels = nil
-		if v, ok := o.Annotations[ClaimsAnnotation]; ok {
-			o.Annotations = map[string]string{ClaimsAnnotation: v}
-		} else {
-			o.Annotations = nil
+		var kept map[string]string
+		for _, k := range []string{ClaimsAnnotation, RetiringAnnotation} {
+			if v, ok := o.Annotations[k]; ok {
+				if kept == nil {
+					kept = map[string]string{}
+				}
+				kept[k] = v
+			}
 		}
+		o.Annotations = kept
 		o.Spec.MountOptions = nil
 		o.Spec.NodeAffinity = nil
 		if o.Spec.CSI != nil {

@@ -31,6 +31,8 @@ type PVRef struct {
 	// the entry, never modified): a commit writes each PV its own claims
 	// plus the change, never a claim that only another PV still shows.
 	Claims map[string]Claim
+	// Retiring is this PV's RetiringAnnotation at ResourceVersion.
+	Retiring []Retiring
 }
 
 // Volume is the index entry of a volume handle. A handle usually has one
@@ -50,6 +52,10 @@ type Volume struct {
 	ResourceVersion string
 	Claims          map[string]Claim
 	Attachments     map[string]Attachment
+	// Retiring: released attachments whose export change after the
+	// release is not known to be made (RetiringAnnotation), of every PV;
+	// PVRef.Retiring has them by PV.
+	Retiring []Retiring
 
 	// Of one PV's entry only.
 	created time.Time
@@ -191,7 +197,8 @@ func merge(handle string, entries []*Volume) *Volume {
 	var primary *Volume
 	for _, e := range entries {
 		if e.ResourceVersion != "" {
-			m.PVs = append(m.PVs, PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion, Claims: e.Claims})
+			m.PVs = append(m.PVs, PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion, Claims: e.Claims, Retiring: e.Retiring})
+			m.Retiring = append(m.Retiring, e.Retiring...)
 			if primary == nil || better(e, primary) {
 				primary = e
 			}
@@ -312,6 +319,25 @@ func (x *AttachmentIndex) Volumes() []*Volume {
 	return out
 }
 
+// Retiring returns the entries with a released attachment whose export
+// change after the release is not known to be made (Volume.Retiring),
+// sorted by handle. No API call.
+func (x *AttachmentIndex) Retiring() []*Volume {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []*Volume
+	for h, names := range x.byHandle {
+		for _, n := range names {
+			if len(x.volumes[n].Retiring) > 0 {
+				out = append(out, x.volumeLocked(h))
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Handle < out[j].Handle })
+	return out
+}
+
 // Stats is the index's size.
 type Stats struct{ Volumes, Attachments, Nodes int }
 
@@ -334,7 +360,7 @@ func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
 	update(v)
 	v.PVs = nil
 	if v.ResourceVersion != "" {
-		v.PVs = []PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion, Claims: v.Claims}}
+		v.PVs = []PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion, Claims: v.Claims, Retiring: v.Retiring}}
 	}
 	if old != nil && old.Handle != v.Handle {
 		x.unlinkHandle(old.Handle, pvName)

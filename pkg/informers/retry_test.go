@@ -34,7 +34,7 @@ func TestReleaseDoesNotSwallowATimedOutRead(t *testing.T) {
 			client.PrependReactor("get", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, tc.err
 			})
-			released, err := NewClaims(client, driver).ReleaseUnpublished(context.Background(), "pv-1", "vol-1", "node-a", nil)
+			released, _, err := NewClaims(client, driver).ReleaseUnpublished(context.Background(), "pv-1", "vol-1", "node-a", nil)
 			if released || !errors.Is(err, tc.err) {
 				t.Fatalf("ReleaseUnpublished = %t, %v; want the read's error %v", released, err, tc.err)
 			}
@@ -59,7 +59,7 @@ func TestReleaseRetriesConflicts(t *testing.T) {
 				left--
 				return true, nil, apierrors.NewConflict(corev1.Resource("persistentvolumes"), "pv-1", errors.New("changed"))
 			})
-			released, err := NewClaims(client, driver).ReleaseUnpublished(context.Background(), "pv-1", "vol-1", "node-a", nil)
+			released, _, err := NewClaims(client, driver).ReleaseUnpublished(context.Background(), "pv-1", "vol-1", "node-a", nil)
 			if released != tc.wantReleased || (err == nil) != tc.wantReleased {
 				t.Fatalf("after %d conflicts: ReleaseUnpublished = %t, %v", tc.conflicts, released, err)
 			}
