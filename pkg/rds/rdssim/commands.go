@@ -34,6 +34,7 @@ func (s *Server) execute(seq int, line string, width int) (out string, failed bo
 	if err == nil {
 		err = s.syncExports() // exporter.go
 	}
+	s.trackNewDisks() // diskio.go: I/O counted from here on
 	if err != nil {
 		var ce cliError
 		if !errors.As(err, &ce) {
@@ -62,6 +63,8 @@ func (s *Server) run(line string, width int) (string, error) {
 		return "", s.diskRemove(cmd)
 	case "disk print":
 		return s.diskPrint(cmd)
+	case "disk monitor-traffic":
+		return s.diskMonitorTraffic(cmd) // diskio.go
 	case "file print":
 		return s.filePrint(cmd)
 	case "file remove":
@@ -539,21 +542,32 @@ func (s *Server) diskRemove(cmd *command) error {
 }
 
 func (s *Server) diskPrint(cmd *command) (string, error) {
-	conds, err := printArgs(cmd, diskKeys)
+	stats := takeStats(cmd) // print stats: diskio.go
+	conds, err := printArgs(cmd, diskPrintKeys)
 	if err != nil {
 		return "", err
 	}
-	items, _, err := s.diskItems()
+	items, disks, err := s.diskItems()
 	if err != nil {
 		return "", err
+	}
+	// The array and its drives (hardware.go) come after the pool and
+	// the file disks.
+	items = append(items, s.hardwareItems()...)
+	if stats {
+		items = s.statsItems(items, disks)
 	}
 	var shown []item
-	for _, it := range items {
+	columns := diskFlags
+	for i, it := range items {
 		if matches(it.props, conds) {
 			shown = append(shown, it)
+			if i >= len(disks) {
+				columns = hardwareFlags
+			}
 		}
 	}
-	return formatDetail(diskFlags, shown, s.layout(cmd.width)), nil
+	return formatDetail(columns, shown, s.layout(cmd.width)), nil
 }
 
 func (s *Server) filePrint(cmd *command) (string, error) {

@@ -60,6 +60,15 @@
 // the subsystem off its port and back, after allowed_hosts changed).
 // ConnectionDrops counts the drops per slot, with or without a backend.
 //
+// The hardware under the pool (issue 27): an unconditioned /disk print
+// also lists a RAID-6 array (ArraySlot) of six NVMe drives (hardware.go);
+// `/disk print stats detail` prints every disk's I/O counters, driven by
+// what is written to the backing files, and the drives' S.M.A.R.T. values;
+// `/disk monitor-traffic <slot> once` prints a slot's counters and rates
+// (diskio.go). Tests fail or remove a drive, set its values, and add exact
+// I/O counts (FailDrive, RemoveDrive, RestoreArray, SetDriveSmart, AddIO;
+// over the fault control protocol: drive, smart, io).
+//
 // Tests steer it at run time (goroutine-safe): added latency, failing,
 // garbling, hanging or dropping the Nth matching command, holding it to
 // land late (after a delay or when released, after later commands, with

@@ -35,6 +35,10 @@ import (
 // does not apply to, a value out of range, a line longer than
 // MaxFaultControlLine.
 
+//
+// The hardware requests (drive, smart, io) steer the simulated array, its
+// drives' S.M.A.R.T. values and the disks' I/O counters: ControlHardware.
+
 // MaxFaultControlLine is the longest request line accepted, in bytes.
 const MaxFaultControlLine = 4096
 
@@ -260,6 +264,9 @@ func (f Fault) String() string {
 // Control applies one request of the fault control protocol and returns
 // its answer line (without the newline).
 func (s *Server) Control(line string) string {
+	if answer, ok := s.ControlHardware(line); ok { // drive, smart, io: hardware.go
+		return answer
+	}
 	req, err := ParseFaultRequest(line)
 	if err != nil {
 		return "error: " + err.Error()

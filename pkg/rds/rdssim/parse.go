@@ -99,7 +99,7 @@ type menuNode struct {
 
 var commandTree = &menuNode{
 	menus: map[string]*menuNode{
-		"disk": {path: "disk", verbs: map[string]bool{"add": true, "set": true, "remove": true, "print": true}},
+		"disk": {path: "disk", verbs: map[string]bool{"add": true, "set": true, "remove": true, "print": true, "monitor-traffic": true}},
 		"file": {path: "file", verbs: map[string]bool{"print": true, "remove": true}},
 		"system": {path: "system", menus: map[string]*menuNode{
 			"resource": {path: "system/resource", verbs: map[string]bool{"print": true}},

@@ -150,8 +150,11 @@ type Server struct {
 	globalReqs     GlobalRequests
 	valueBreak     ValueBreak
 	legend         Legend
-	drops          map[string]int // ConnectionDrops by slot; under stateMu
-	exportLog      []ExportChange // under stateMu
+	drops          map[string]int          // ConnectionDrops by slot; under stateMu
+	hw             hardwareState           // the array and drives (hardware.go); under stateMu
+	io             map[string]*ioState     // file disks' I/O counters by slot (diskio.go); under stateMu
+	monitors       map[string]monitorState // the last monitor-traffic by slot (diskio.go); under stateMu
+	exportLog      []ExportChange          // under stateMu
 
 	faultMu sync.Mutex // faults, seq, late, held; taken before logMu
 	faults  []*armedFault
