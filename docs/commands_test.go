@@ -28,6 +28,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,15 +109,43 @@ func documents(t *testing.T, root string) []string {
 	return append([]string{filepath.Join(root, "README.md")}, docs...)
 }
 
-// buildBinaries builds the repository's commands into dir, as `make build`
-// does into bin/.
-func buildBinaries(t *testing.T, root, dir string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
+// binaries is the bin/ directory the tests of this package share, built
+// once (TestMain removes it).
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
 	}
+	os.Exit(code)
+}
+
+// buildBinaries builds the repository's commands once, as `make build`
+// does into bin/, and returns their directory.
+func buildBinaries(t *testing.T, root string) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		tmp, err := os.MkdirTemp("", "rds-csi-docs-bin-")
+		if err != nil {
+			binaries.err = err
+			return
+		}
+		binaries.dir = tmp
+		cmd := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./cmd/...")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binaries.err = fmt.Errorf("go build ./cmd/...: %w\n%s", err, out)
+		}
+	})
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
+	}
+	return binaries.dir
 }
 
 func freePort(t *testing.T) string {
@@ -136,8 +165,7 @@ var portPattern = regexp.MustCompile(`(:|-p |--port[ =]|--rds-port[ =])` + docum
 // of every block marked skip.
 func TestDocumentedCommands(t *testing.T) {
 	root := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "bin")
-	buildBinaries(t, root, bin)
+	bin := buildBinaries(t, root)
 	for _, doc := range documents(t, root) {
 		rel, _ := filepath.Rel(root, doc)
 		blocks, err := shellBlocks(doc)
@@ -166,47 +194,17 @@ func TestDocumentedCommands(t *testing.T) {
 // runDocumented runs a document's run blocks as one bash script in a
 // scratch directory and kills whatever it left running.
 func runDocumented(t *testing.T, root, bin, script string) {
-	if _, err := exec.LookPath("ssh"); err != nil && strings.Contains(script, "ssh ") {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the documented commands use the ssh client, which is not installed")
-		}
-		t.Skip("the documented commands use the ssh client, which is not installed (apt-get install openssh-client)")
-	}
-	work := t.TempDir()
-	if err := os.Symlink(bin, filepath.Join(work, "bin")); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(work, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	needSSH(t, script)
+	work := scratch(t, bin)
 	script = portPattern.ReplaceAllString(script, "${1}"+freePort(t))
 	if strings.Contains(script, documentedPort) {
 		t.Fatalf("the commands name port %s in a form this test does not replace (an address, -p, --port, --rds-port):\n%s", documentedPort, script)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "HOME="+home)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The whole process group: a simulator started with & outlives bash.
-	killGroup := func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.Cancel = killGroup
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Start()
+	out, err, _ := runScript(t, work, script, 3*time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the documented commands failed: %v\nscript:\n%s\noutput:\n%s", err, script, out)
 	}
-	err = cmd.Wait()
-	if kerr := killGroup(); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
-		t.Logf("stopping what the commands left running: %v", kerr)
-	}
-	if err != nil {
-		t.Fatalf("the documented commands failed: %v\nscript:\n%s\noutput:\n%s", err, script, out.String())
-	}
-	t.Logf("output:\n%s", out.String())
+	t.Logf("output:\n%s", out)
 	// Run from a checkout, as the docs say, they leave these files in it.
 	entries, err := os.ReadDir(work)
 	if err != nil {
@@ -221,6 +219,58 @@ func runDocumented(t *testing.T, root, bin, script string) {
 			t.Errorf("the documented commands create %s in the checkout, and git does not ignore it", name)
 		}
 	}
+}
+
+// needSSH skips (or, in CI, fails) a test whose commands use the ssh
+// client when it is not installed.
+func needSSH(t *testing.T, script string) {
+	t.Helper()
+	if _, err := exec.LookPath("ssh"); err != nil && strings.Contains(script, "ssh ") {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the documented commands use the ssh client, which is not installed")
+		}
+		t.Skip("the documented commands use the ssh client, which is not installed (apt-get install openssh-client)")
+	}
+}
+
+// scratch makes a directory as a checkout looks to the documented
+// commands: bin/ with the binaries, and a HOME of its own (home/).
+func scratch(t *testing.T, bin string) string {
+	t.Helper()
+	work := t.TempDir()
+	if err := os.Symlink(bin, filepath.Join(work, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(work, "home"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return work
+}
+
+// runScript runs script with bash -euo pipefail in dir, HOME dir/home, and
+// then kills its whole process group (a simulator started with & outlives
+// bash); after limit it kills it early and reports hung: a hang is a
+// failure some tests look for, bounded instead of blocking the run.
+func runScript(t *testing.T, dir, script string, limit time.Duration) (out string, err error, hung bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(dir, "home"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	killGroup := func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Cancel = killGroup
+	var b strings.Builder
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if kerr := killGroup(); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
+		t.Logf("stopping what the commands left running: %v", kerr)
+	}
+	return b.String(), err, ctx.Err() != nil
 }
 
 // gitIgnored reports whether path (relative to root) is git-ignored; it
@@ -298,5 +348,68 @@ func TestGeneratedKeysAreIgnored(t *testing.T) {
 		if !gitIgnored(t, root, path) {
 			t.Errorf("%s is not git-ignored (docs/deploy.md has users generate it there)", path)
 		}
+	}
+}
+
+// readmeScript is README.md's run blocks, joined as TestDocumentedCommands
+// joins them, with the documented port replaced by port.
+func readmeScript(t *testing.T, root, port string) string {
+	t.Helper()
+	blocks, err := shellBlocks(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, b := range blocks {
+		if b.marker == "run" {
+			parts = append(parts, b.text)
+		}
+	}
+	if len(parts) == 0 {
+		t.Fatal("README.md has no run block")
+	}
+	return portPattern.ReplaceAllString(strings.Join(parts, "\n"), "${1}"+port)
+}
+
+// The README's simulator example works when tried again from the same
+// checkout, as a user who tries it twice does: the key pair, the pool, the
+// known_hosts file and the simulator's log of the first run are there.
+// (gen-key never overwrites, and a first log's "listening on" must not
+// pass for the second simulator being up.)
+func TestReadmeRunsTwiceInOneCheckout(t *testing.T) {
+	root := repoRoot(t)
+	script := readmeScript(t, root, documentedPort)
+	needSSH(t, script)
+	work := scratch(t, buildBinaries(t, root))
+	for i := 1; i <= 2; i++ {
+		out, err, hung := runScript(t, work, readmeScript(t, root, freePort(t)), 2*time.Minute)
+		if err != nil || hung {
+			t.Fatalf("run %d of the README's simulator example in one checkout: %v (hung: %v)\n%s", i, err, hung, out)
+		}
+	}
+}
+
+// When the simulator cannot start (the documented port taken, say by the
+// simulator of an earlier try), the README's example stops with the
+// simulator's reason instead of waiting for ever for "listening on". The
+// port is held by a listener; a hang is bounded at a minute.
+func TestReadmeFailsClearlyWhenThePortIsTaken(t *testing.T) {
+	root := repoRoot(t)
+	needSSH(t, readmeScript(t, root, documentedPort))
+	work := scratch(t, buildBinaries(t, root))
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	out, err, hung := runScript(t, work, readmeScript(t, root, port), time.Minute)
+	switch {
+	case hung:
+		t.Fatalf("with port %s taken the README's simulator example still waits for 'listening on' after a minute; output:\n%s", port, out)
+	case err == nil:
+		t.Fatalf("with port %s taken the README's simulator example succeeded:\n%s", port, out)
+	case !strings.Contains(out, "address already in use"):
+		t.Errorf("with port %s taken the README's simulator example failed without saying why (the simulator's log):\n%s", port, out)
 	}
 }
