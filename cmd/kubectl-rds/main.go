@@ -57,7 +57,8 @@ flags (release):
   --node NODE            the node whose claim is dropped (required)
   --yes                  do not ask for confirmation
 
-A flag a command does not use, or a flag given twice, is a usage error.
+Flags may come before or after the command and its arguments. A flag a command does
+not use, or a flag given twice, is a usage error.
 `
 
 // Exit statuses.
@@ -137,16 +138,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
-	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("kubectl rds "+cmd, flag.ContinueOnError)
+	fs := flag.NewFlagSet("kubectl rds", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // printed below: asked for (stdout) or after a mistake (stderr)
 	var g globalOptions
 	g.addFlags(fs)
-	inv := invocation{cmd: cmd}
+	var inv invocation
 	fs.StringVar(&inv.node, "node", "", "release: the node whose claim is dropped")
 	fs.BoolVar(&inv.yes, "yes", false, "release: do not ask for confirmation")
 	given := recordFlags(fs)
+	// Flags go anywhere, before the command too (`kubectl rds --context
+	// prod check`): the command is the first argument that is not one.
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, usage) // pipe-able, as kubectl's own -h
@@ -156,6 +158,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, usage)
 		return exitError
 	}
+	if len(pos) == 0 {
+		fmt.Fprint(stderr, usage)
+		fmt.Fprintln(stderr, "kubectl rds: no command: why, check or release")
+		return exitError
+	}
+	cmd := pos[0]
+	inv.cmd, pos = cmd, pos[1:]
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "kubectl rds %s: %v\n", cmd, err)
 		return exitError

@@ -363,3 +363,19 @@ func TestCheckOfAnUnknownDriverIsNotOK(t *testing.T) {
 		t.Errorf("check without the driver installed: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// Flags may come before the command as after it (`kubectl rds --context
+// prod check`), not taken for an unknown command "--context"; flags with
+// no command are a usage error that says so.
+func TestFlagsBeforeTheCommand(t *testing.T) {
+	cl, _ := fakeClients(staleWorld()...)
+	if code, out, errOut := runCmd(t, cl, "", "-n", "shop", "why", "pod", "pod-b"); code != exitOK || !strings.Contains(out, "Verdict (StaleClaim)") {
+		t.Errorf("-n shop why pod pod-b: exit %d: %s%s", code, out, errOut)
+	}
+	if code, _, _ := runCmd(t, cl, "", "--timeout", "1m", "check"); code != exitFindings {
+		t.Errorf("--timeout 1m check: exit %d, want %d", code, exitFindings)
+	}
+	if code, stdout, stderr := runCmd(t, cl, "", "--timeout", "1m"); code != exitError || stdout != "" || !strings.Contains(stderr, "no command") {
+		t.Errorf("flags alone: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
