@@ -77,7 +77,8 @@ commands:
                                 as confirmed, contradicted or skipped (-o json; -data also checks
                                 a copy's data over NVMe/TCP); removes its disks on every exit,
                                 Ctrl-C included
-  gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub) for the driver's RDS user
+  gen-key PATH                  write a new ed25519 key pair (PATH, PATH.pub; neither may exist) for
+                                the driver's RDS user
 
 SIZE is bytes or a number with a binary unit: 1073741824, 10G, 1536M, 1.5G (k, M, G, T;
 whole bytes only). Flags may come before or after the command, each once; -address is a host
@@ -111,7 +112,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		verbose   = fs.Bool("v", false, "log what the client does (its INFO lines) on stderr")
 		selftestF = addSelftestFlags(fs) // selftest.go
 	)
-	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address")
+	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address: a host name or IP address, no port (-port)")
 	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port (1-65535)")
 	fs.StringVar(&cfg.User, "user", "admin", "RDS user")
 	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none sends -user unchanged")
