@@ -30,6 +30,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/rdshealth"
 )
 
 // controllerOptions are the controller process's settings beyond the CSI
@@ -57,6 +58,9 @@ type controllerOptions struct {
 	// RDSCommandTimeout bounds one attempt of one RDS command (rds.Config
 	// CommandTimeout; copies have their own).
 	RDSCommandTimeout time.Duration
+	// RDSHealthInterval paces the leader's poll of the RDS's own health
+	// and load (pkg/rdshealth); 0: off.
+	RDSHealthInterval time.Duration
 
 	// OutOfServiceTaint: taint a node out of service once a NotReady fence
 	// has cut it off (storage fencing only).
@@ -80,6 +84,7 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
 	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
 	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with --storage-fencing=allow-host: how often the leader compares every export on the RDS with its volume's live claims and fixes a mismatch (also at start and after each takeover); one /disk print plus, per mismatch only, a PV read")
+	fs.DurationVar(&o.RDSHealthInterval, "rds-health-interval", 30*time.Second, "how often the leader polls the RDS's own health and load for /metrics (RAID arrays, drives' S.M.A.R.T., pool use and rates, each volume's I/O): three commands a poll whatever the number of volumes, over an SSH connection of its own (0: off; "+rdshealth.MinInterval.String()+" to "+rdshealth.MaxInterval.String()+"; docs/operations.md)")
 	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
 	fs.DurationVar(&o.RDSCommandTimeout, "rds-command-timeout", DefaultRDSCommandTimeout, "how long the controller waits for the RDS to answer one attempt of one command before it gives up on it (the command may still take effect later; a transport failure is retried up to 4 attempts); /disk add copy-from has its own 1h ("+minRDSCommandTimeout.String()+" to "+maxRDSCommandTimeout.String()+")")
 }
@@ -132,6 +137,9 @@ func (o *controllerOptions) validate() error {
 	}
 	if o.RDSCommandTimeout < minRDSCommandTimeout || o.RDSCommandTimeout > maxRDSCommandTimeout {
 		problems = append(problems, fmt.Sprintf("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout))
+	}
+	if err := rdshealth.ValidateInterval(o.RDSHealthInterval); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
 		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
@@ -192,6 +200,9 @@ type controllerProcess struct {
 	cs       *csi.ControllerServer
 	// httpLis is --http-endpoint, opened at start (nil: none).
 	httpLis net.Listener
+	// rdsHealth polls the RDS's health while this replica leads (nil:
+	// --rds-health-interval=0).
+	rdsHealth *rdshealth.Poller
 }
 
 // newControllerProcess wires the index, claims, Fencer and reporter, and
@@ -245,7 +256,36 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		return nil, err
 	}
 	p.health.Handle("/metrics", m.Handler())
+	if opts.RDSHealthInterval > 0 {
+		// Its own SSH connection (dialled by the leader only), so that a
+		// poll never holds a session the volume operations need.
+		cfg := driverOpts.RDSConfig()
+		cfg.CommandTimeout, cfg.MaxSessions = opts.RDSCommandTimeout, 1
+		cfg.Observer = func(r rds.CommandRecord) { m.ObserveRDSCommand(r.Command, r.Duration, r.Err) }
+		client, err := rds.NewClient(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("RDS client for health polls: %w", err)
+		}
+		pvName := func(slot string) (string, bool) {
+			if v := p.index.Volume(slot); v.Indexed() {
+				return v.PVName, true
+			}
+			return "", false
+		}
+		if p.rdsHealth, err = rdshealth.New(client, rdshealth.Config{Pool: driverOpts.RDSPool, Interval: opts.RDSHealthInterval, PVName: pvName}); err != nil {
+			return nil, err
+		}
+		m.ReportRDSHealth(p.rdsHealth.View)
+	}
 	return p, nil
+}
+
+// pollRDSHealth polls the RDS's health while ctx (the leadership's) lasts,
+// once the index has synced (per-volume series are labelled by PV name).
+func (p *controllerProcess) pollRDSHealth(ctx context.Context) {
+	if p.rdsHealth != nil && p.ctrl.WaitForSync(ctx) {
+		p.rdsHealth.Run(ctx)
+	}
 }
 
 func (p *controllerProcess) isLeader() bool { return p.leader.Load() }
@@ -282,6 +322,7 @@ func (p *controllerProcess) run(ctx context.Context) {
 	} else {
 		p.setLeader(true)
 		start(func() { p.reconcileExports(ctx) })
+		start(func() { p.pollRDSHealth(ctx) })
 		start(func() { p.retireMarked(ctx) })
 	}
 	wg.Wait()
@@ -408,6 +449,7 @@ func (p *controllerProcess) elect(ctx context.Context, start func(func())) {
 					// none did) are fenced now.
 					p.ctrl.RefenceStale()
 					start(func() { p.reconcileExports(leading) })
+					start(func() { p.pollRDSHealth(leading) })
 					start(func() { p.retireMarked(leading) })
 				},
 				OnStoppedLeading: func() {
