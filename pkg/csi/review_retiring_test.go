@@ -330,3 +330,71 @@ func TestReviewRetiringLateUnpublishKeepsTheNewAttachment(t *testing.T) {
 		t.Error("the late unpublish released the new attachment's claim")
 	}
 }
+
+// HOLE (a detach is answered, then the export is reopened to the detached
+// attachment, and an orphaned claim blocks the volume for good): an
+// unpublish releases the claim on the PVs its replica's index lists
+// (v.PVs), each read live, but not on a PV of the handle the index has
+// not seen yet (a Retained volume's PV re-created a moment ago). Another
+// replica that knew both PVs committed the claim to both. The unpublish
+// releases the first PV, finds the export in line with "no claim" (the
+// live claims it reads are of the PVs it knows), removes its record and
+// answers success. The second PV keeps the claim: nothing retries the
+// detach (the VolumeAttachment is gone), every other node's publish is
+// refused behind it, and the leader's reconcile (which knows both PVs)
+// reopens the export to the detached attachment.
+//
+// Interleaving (replica b's PV watch lags):
+//  1. The volume has PV p1; b's PV events stop arriving; p2 is created
+//     for the same handle; replica a sees both.
+//  2. a publishes to node-a: claims on p1 and p2, export open to H(a).
+//  3. node-a's VolumeAttachment is deleted; the unpublish is served by
+//     b: released on p1, export closed, answered OK.
+//  4. The leader (a) runs ReconcileExports.
+func TestReviewRetiringUnpublishOnLaggingIndexMissesASecondPV(t *testing.T) {
+	shared := newFakeAPI(testNode("node-a"))
+	rdsFake := newFakeRDS(1 << 40)
+	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
+		claims.CutStorageOnFence(cs)
+		cfg.Reactor = nil
+	}
+	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	lag := newLaggingClient(t, shared)
+	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const p1 = "pvc-2f000000-0000-4000-8000-0000000001a7"
+	id := a.newVolume(shared, p1, corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	lag.pause("persistentvolumes")
+	p2 := p1 + "-recreated"
+	if _, err := shared.CoreV1().PersistentVolumes().Create(context.Background(), testPV(p2, id, corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "replica a to know both PVs", func() bool { return indexedPVs(a.index.Volume(id)) == 2 })
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	hostA := hostOn(t, a, shared, id, p2, "node-a")
+
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatalf("scripting: the unpublish on b: %v", err)
+	}
+	if c := claimsOf(t, shared, p2); has(c, "node-a") {
+		t.Errorf("the unpublish answered OK and left node-a's claim on %s: an orphaned claim", p2)
+	}
+	waitFor(t, "replica a's index to see the release on p1", func() bool {
+		for _, pv := range a.index.Volume(id).PVs {
+			if pv.Name == p1 && has(pv.Claims, "node-a") {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
+		t.Errorf("after the answered detach, the leader's reconcile reopened the export to node-a's detached attachment (%s)", hostA)
+	}
+	lag.resume("persistentvolumes")
+}
