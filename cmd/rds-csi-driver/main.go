@@ -126,6 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if kube, err = kubernetes.NewForConfig(restCfg); err != nil {
 				return fail("invalid configuration: Kubernetes client: %v", err)
 			}
+			chooseInitialSync(ctx, kube) // watch-list or LIST (watchlist.go)
 		}
 		if opts.AllowHostFencing() {
 			key, err := csi.LoadAttachmentKey(opts.AttachmentKeyFile, opts.RDSKeyFile)
