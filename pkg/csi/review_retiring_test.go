@@ -398,3 +398,68 @@ func TestReviewRetiringUnpublishOnLaggingIndexMissesASecondPV(t *testing.T) {
 	}
 	lag.resume("persistentvolumes")
 }
+
+// HOLE (a false cut of a healthy node's new attachment: its connections
+// are dropped and the export closed under it, by an unpublish of its
+// former attachment that had long been retired): shutOut, the cut an
+// unpublish makes before its release, excludes every claim of the NODE
+// (exportGoal.exclude), not the attachment whose release it precedes.
+// 853d101 made the change after a release name the attachment (nonce)
+// for exactly this reason (a Settle retry closed a newer attachment), but
+// the cut before the release still names the node. A replica paused
+// after it read the PV and the VolumeAttachment (the old claim, the
+// VolumeAttachment gone) and before its cut resumes after the node's
+// detach was completed elsewhere and the node was attached again; its
+// cut then treats the new attachment as departing and closes the export
+// under it (dropping every connection). Its release conflicts, finds the
+// live VolumeAttachment, and the export is reopened: a healthy node was
+// cut off for nothing.
+//
+// Interleaving:
+//  1. a publishes to node-a (attachment n1, export open to H1).
+//  2. node-a's VolumeAttachment is deleted; a's unpublish reads the PV
+//     (n1) and the VolumeAttachment (gone) and pauses before its cut
+//     (held on its first RDS read).
+//  3. The attacher's retry is served by b: n1 released, the change
+//     after it made, answered. node-a is attached again through b (n2,
+//     export open to H2).
+//  4. a resumes.
+func TestReviewRetiringPausedUnpublishCutsTheNodesNewAttachment(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000001a8", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	a.dropAutoVA(id, nodeA)
+	paused := a.rds.holdNext("GetDisk")
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA})
+		done <- err
+	}()
+	<-paused.entered
+
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	b.waitClaims(id)
+	if _, err := b.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	host := b.hostOf(id, "node-a")
+	wantExport(t, b, id, true, host)
+	drops := b.drops(id)
+
+	close(paused.release)
+	if err := <-done; err != nil {
+		t.Logf("the paused unpublish: %v", err)
+	}
+	if n := b.drops(id) - drops; n != 0 {
+		t.Errorf("the paused unpublish of node-a's former attachment dropped its new attachment's connections %d time(s) (export now exported=%t %s)", n, b.disk(id).Exported, b.disk(id).AllowHost)
+	}
+	if !has(claimsOf(t, client, id), "node-a") {
+		t.Error("the paused unpublish released node-a's new claim")
+	}
+}
