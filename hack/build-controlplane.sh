@@ -12,8 +12,11 @@
 # Environment knobs (defaults in brackets):
 #   RDS_CSI_CACHE     cache dir [<repo>/.cache]
 #   KUBE_VERSION      [v1.36.3]   (staging modules are taken at v0.<minor>.<patch>)
-#   ETCD_SOURCE       apt|source  [apt]: Debian's etcd-server, or build etcd from Go modules
-#   ETCD_VERSION      [v3.6.16]   only used with ETCD_SOURCE=source
+#   ETCD_SOURCE       source|apt  [source]: build etcd from Go modules, or Debian's etcd-server
+#                     (bookworm's 3.4.23 lacks RequestWatchProgress, so kube-apiserver refuses
+#                     watch-list over it and every informer falls back to one unpaginated LIST)
+#   ETCD_VERSION      [v3.6.16]   only used with ETCD_SOURCE=source; the 3.6 line is what
+#                     Kubernetes 1.36 is released with (~3 min cold on 2 cores, README)
 #   ATTACHER_VERSIONS, PROVISIONER_VERSIONS, RESIZER_VERSIONS, SNAPSHOTTER_VERSIONS
 #                     space-separated candidates, first that builds wins
 #   BUILD_KUBECTL     1|0 [1]
@@ -36,7 +39,7 @@ STATUS="$BUILD/status.tsv"
 
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
-ETCD_SOURCE="${ETCD_SOURCE:-apt}"
+ETCD_SOURCE="${ETCD_SOURCE:-source}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 ATTACHER_VERSIONS="${ATTACHER_VERSIONS:-v4.13.0}"
 PROVISIONER_VERSIONS="${PROVISIONER_VERSIONS:-v6.3.0}"
