@@ -24,7 +24,7 @@ cache=${RDS_CSI_CACHE:-$root/.cache}
 # The snapshot sidecars are optional in the build; the demo skips its
 # snapshot step without them.
 components=(
-  "etcd:etcd:10"
+  "etcd:etcd:50"
   "kube-apiserver:kube-apiserver:480"
   "kube-controller-manager:kube-controller-manager:90"
   "attacher:csi-attacher:15"
