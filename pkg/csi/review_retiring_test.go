@@ -463,3 +463,75 @@ func TestReviewRetiringPausedUnpublishCutsTheNodesNewAttachment(t *testing.T) {
 		t.Error("the paused unpublish released node-a's new claim")
 	}
 }
+
+// HOLE (a false fence of a healthy node, for up to the reconcile period,
+// --export-reconcile-period, 1 min by default: the export stays closed
+// under the node's live attachment, its I/O fails after fast_io_fail_tmo):
+// the fence's cut (CutOff, before ReleaseIfStale's release) excludes the
+// NODE's claim, whichever attachment it is by the time the cut runs, not
+// the stale attachment the fence read. A fence of a deleted-and-
+// re-created node's old attachment that is slow to reach the RDS (paused
+// replica, a slow first RDS command) runs after the new incarnation was
+// published (its publish replaced the old attachment, cutting it itself):
+// the fence's cut closes the export under the new attachment. Its
+// release then conflicts, re-reads the claim (the new incarnation's,
+// not stale) and keeps it: released=false, so no Settle, and nothing
+// reopens the export until the leader's next reconcile.
+//
+// Interleaving:
+//  1. a publishes to node-a (incarnation uid-1; attachment n1).
+//  2. node-a is deleted and re-created (uid-2). a's fencer reads the PV
+//     (n1, uid-1), reads the Node live (uid-2: stale), and its cut is
+//     held on its first RDS read.
+//  3. b publishes to node-a (uid-2): it replaces its own old attachment
+//     (cut, commit n2, open to H2) and answers.
+//  4. The fence's cut resumes.
+func TestReviewRetiringSlowFenceCutsTheRecreatedNodesAttachment(t *testing.T) {
+	a, b, client := newReviewReplicas(t, nodeWithUID("node-a", "uid-1"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000001a9", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
+		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
+	})
+
+	paused := a.rds.holdNext("GetDisk")
+	type result struct {
+		released bool
+		err      error
+	}
+	done := make(chan result, 1)
+	claims := a.cs.pub.Claims.(*informers.Claims)
+	go func() {
+		released, _, err := claims.ReleaseIfStale(ctx, id, "node-a", fencing.DefaultConfig(), time.Now)
+		done <- result{released, err}
+	}()
+	<-paused.entered
+
+	if _, err := b.publish(id, nodeA, rwo); err != nil {
+		t.Fatalf("scripting: the new incarnation's publish: %v", err)
+	}
+	host := b.hostOf(id, "node-a")
+	wantExport(t, b, id, true, host)
+	drops := b.drops(id)
+
+	close(paused.release)
+	r := <-done
+	t.Logf("the slow fence: released=%t, %v", r.released, r.err)
+	if n := b.drops(id) - drops; n != 0 {
+		t.Errorf("the slow fence of node-a's old incarnation dropped the new incarnation's attachment %d time(s)", n)
+	}
+	if d := b.disk(id); !d.Exported || d.AllowHost != host {
+		t.Errorf("after the slow fence, the export is exported=%t %q under node-a's live attachment %s (claims %v): cut off until the next reconcile", d.Exported, d.AllowHost, host, keys(claimsOf(t, client, id)))
+	}
+}
