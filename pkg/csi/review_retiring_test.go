@@ -317,6 +317,9 @@ func TestReviewRetiringLateUnpublishKeepsTheNewAttachment(t *testing.T) {
 	wantExport(t, b, id, true, host)
 	drops := b.drops(id)
 	b.waitClaims(id, "node-a")
+	if recs := retiringOf(t, client, id); len(recs) != 1 {
+		t.Fatalf("scripting: the record of the former attachment should be left: %+v", recs)
+	}
 	// The late unpublish of the former attachment, called directly: the
 	// VolumeAttachment of the new one stands.
 	if _, err := b.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
@@ -328,6 +331,9 @@ func TestReviewRetiringLateUnpublishKeepsTheNewAttachment(t *testing.T) {
 	}
 	if !has(claimsOf(t, client, id), "node-a") {
 		t.Error("the late unpublish released the new attachment's claim")
+	}
+	if recs := retiringOf(t, client, id); len(recs) != 0 {
+		t.Errorf("records after the late unpublish: %+v; want the former attachment's removed", recs)
 	}
 }
 
