@@ -541,3 +541,39 @@ func TestReviewRetiringSlowFenceCutsTheRecreatedNodesAttachment(t *testing.T) {
 		t.Errorf("after the slow fence, the export is exported=%t %q under node-a's live attachment %s (claims %v): cut off until the next reconcile", d.Exported, d.AllowHost, host, keys(claimsOf(t, client, id)))
 	}
 }
+
+// HOLE (an answered detach is not reported: no Detached event, no
+// "detached" count, no MigrationFinished for a migration's end, and no
+// "unpublished" log line, which the e2e checker reads to know a node's
+// answers ended): when the export change after the release fails and a
+// record was written, ControllerUnpublishVolume answers OK (the leader
+// makes the change), but the loop `continue`s past the log line and
+// Reporter.Unpublished. The comment above the log line says "one line per
+// answered unpublish".
+//
+// Interleaving: a publishes to node-a; the unpublish's cut (first swap)
+// lands, its change after the release (second swap) times out; the
+// unpublish answers OK.
+func TestReviewRetiringUnpublishAnsweredWithoutReport(t *testing.T) {
+	a, _, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000001aa", corev1.ReadWriteOnce, false)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	a.drainEvents()
+	failSwapAfter(a.rds, 2)
+	err := a.unpublish(id, nodeA)
+	a.rds.mu.Lock()
+	a.rds.atCall = nil
+	a.rds.mu.Unlock()
+	if err != nil {
+		t.Fatalf("scripting: the unpublish should be answered OK: %v", err)
+	}
+	if recs := retiringOf(t, client, id); len(recs) != 1 {
+		t.Fatalf("scripting: the change after the release should have failed, leaving the record: %+v", recs)
+	}
+	if events := a.drainEvents(); !hasEvent(events, "Detached", "node-a") {
+		t.Errorf("the unpublish was answered OK with no Detached event: %v", events)
+	}
+}
