@@ -577,3 +577,63 @@ func TestReviewRetiringUnpublishAnsweredWithoutReport(t *testing.T) {
 		t.Errorf("the unpublish was answered OK with no Detached event: %v", events)
 	}
 }
+
+// HOLE (a drop of an answered, live attachment's connections; the same
+// root cause as the two above: a cut names a node, not an attachment): a
+// publish that replaces its node's own earlier attachment (the node was
+// deleted and re-created) cuts with exportGoal.fenced = [the node], which
+// excludes whatever claim the node has when the cut runs. Two publishes
+// of the same VolumeAttachment on two replicas (an attacher that paused
+// and lost its lease, and the new leader's attacher): the first to reach
+// the RDS replaces the old attachment and answers n2; the other, which
+// decided on the old claim, then cuts "node-a" and closes the export
+// under n2 (dropping its connections), before its commit conflicts and
+// its retry reopens the export to n2.
+//
+// Interleaving:
+//  1. a publishes to node-a (uid-1; n1); node-a is deleted and
+//     re-created (uid-2).
+//  2. a's publish of node-a decides "replaces its own attachment" and is
+//     held on its first RDS read (the cut).
+//  3. b's publish of node-a replaces n1 with n2 and answers.
+//  4. a's publish resumes.
+func TestReviewRetiringConcurrentReplacingPublishCutsTheAnsweredAttachment(t *testing.T) {
+	a, b, client := newReviewReplicas(t, nodeWithUID("node-a", "uid-1"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000001ac", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
+		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
+	})
+
+	paused := a.rds.holdNext("GetDisk")
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.cs.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+		done <- err
+	}()
+	<-paused.entered
+	if _, err := b.publish(id, nodeA, rwo); err != nil {
+		t.Fatalf("scripting: b's publish: %v", err)
+	}
+	host := b.hostOf(id, "node-a")
+	wantExport(t, b, id, true, host)
+	drops := b.drops(id)
+
+	close(paused.release)
+	err := <-done
+	t.Logf("a's publish: %v", err)
+	if n := b.drops(id) - drops; n != 0 {
+		t.Errorf("a's publish, decided on the old attachment, dropped the answered attachment %s %d time(s)", host, n)
+	}
+}
