@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish demo demo-rds clean e2e e2e-nvme
+.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme
 
 all: build
 
@@ -134,9 +134,28 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-# Go benchmarks; the numbers in docs/BENCHMARKS.md come from this target.
+# Go benchmarks, then the controller's start-up at scale (bench-scale); the
+# numbers in docs/BENCHMARKS.md come from this target.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=$(or $(BENCHTIME),200x) ./pkg/...
+	$(MAKE) --no-print-directory bench-scale
+
+# The controller's start-up against an API already holding its volumes
+# (e2e/scalebench_test.go): for each of BENCH_SCALES (10k: 10k PVs, 10k
+# attached VolumeAttachments, 1k Nodes; 100k: 100k/100k/5k; 1k: a smoke
+# run) one control plane is filled once, with a few bad objects of each
+# kind, then the driver starts BENCH_RUNS times: ready time, its RSS at
+# ready and once indexed, live heap per volume, kube-apiserver's RSS, the
+# initial sync path (watch-list or LIST); a markdown table per size with
+# median [min-max] (docs/BENCHMARKS.md). Heavy: filling 100k takes 10-30
+# min on 2 cores, the apiserver then holds ~2 GiB; 10k alone takes ~5 min:
+# `make bench-scale BENCH_SCALES=10k`.
+BENCH_SCALES ?= 10k 100k
+BENCH_RUNS ?= 3
+bench-scale:
+	./hack/build-controlplane.sh
+	set -o pipefail; RDS_CSI_E2E_BENCH=1 RDS_CSI_E2E_BENCH_SCALES='$(BENCH_SCALES)' RDS_CSI_E2E_BENCH_RUNS='$(BENCH_RUNS)' \
+	  $(GO) test -tags e2e -count=1 -timeout 180m -run 'TestScaleStartBench$$' -v ./e2e/ | grep -E '^(\||[0-9]+k: |ok|FAIL|--- |panic)'
 
 # Publish latency with storage fencing on the e2e control plane (real
 # kube-apiserver, csi-attacher, the simulator at 1 ms per RouterOS

@@ -1,0 +1,589 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/srvlab/rds-csi/e2e/framework"
+)
+
+// The controller's start-up at scale, as a benchmark (issue 24): it runs
+// only with RDS_CSI_E2E_BENCH=1, as `make bench-scale` sets it. For each
+// size in RDS_CSI_E2E_BENCH_SCALES (default "10k 100k") one control plane
+// is filled once (the PVs, their attached VolumeAttachments, the Nodes,
+// and a few bad objects of each kind in badKinds), then the driver is
+// started RDS_CSI_E2E_BENCH_RUNS times (default 3), one after the other,
+// each measured from exec:
+//
+//   - ready: CSI Probe ready (polled every 100 ms), and the driver's own
+//     "attachment index synced" log line (to the microsecond);
+//   - the driver's VmRSS and VmHWM at ready and once the index gauges
+//     count every good object; kube-apiserver's VmRSS beside them;
+//   - the live heap after the first GC that follows indexing (from the
+//     GC's goal, go_memstats_next_gc_bytes; see liveHeap), per attached
+//     volume;
+//   - the initial sync path the driver logged (watch-list or list), and
+//     how many LISTs of PVs, VolumeAttachments and Nodes kube-apiserver
+//     served meanwhile (0 when the informers streamed);
+//   - the driver's counts of skipped objects, if it has any
+//     (rds_csi_*skip*).
+//
+// The result is a markdown table on stdout (lines starting with "|") and
+// in <artifacts>/scale-bench.md; docs/BENCHMARKS.md records it.
+func TestScaleStartBench(t *testing.T) {
+	if os.Getenv("RDS_CSI_E2E_BENCH") != "1" {
+		t.Skip("a measurement: set RDS_CSI_E2E_BENCH=1 (make bench-scale)")
+	}
+	scales := strings.Fields(os.Getenv("RDS_CSI_E2E_BENCH_SCALES"))
+	if len(scales) == 0 {
+		scales = []string{"10k", "100k"}
+	}
+	runs := 3
+	if s := os.Getenv("RDS_CSI_E2E_BENCH_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("RDS_CSI_E2E_BENCH_RUNS=%q: want a count of at least 1", s)
+		}
+		runs = n
+	}
+	for _, name := range scales {
+		spec, ok := benchScales[name]
+		if !ok {
+			t.Fatalf("RDS_CSI_E2E_BENCH_SCALES: unknown size %q (known: 1k, 10k, 100k)", name)
+		}
+		t.Run(name, func(t *testing.T) { benchScaleStart(t, name, spec, runs) })
+	}
+}
+
+// benchScales are the sizes of issue 24's table.
+var benchScales = map[string]framework.ScaleSpec{
+	"1k":   {PVs: 1000, Nodes: 100, ClaimEvery: framework.FullScale.ClaimEvery, RWXBlockEvery: framework.FullScale.RWXBlockEvery}, // a smoke run
+	"10k":  framework.FullScale,
+	"100k": {PVs: 100000, Nodes: 5000, ClaimEvery: framework.FullScale.ClaimEvery, RWXBlockEvery: framework.FullScale.RWXBlockEvery},
+}
+
+// startRun is one driver start.
+type startRun struct {
+	path                   string        // the initial sync path the driver logged
+	lists                  float64       // LISTs of PVs, VAs and Nodes kube-apiserver served during the start
+	probeReady, logReady   time.Duration // exec to Probe ready; to "attachment index synced"
+	ready, indexed         framework.ProcMemory
+	apiReady, apiIndexed   framework.ProcMemory // kube-apiserver
+	heapLive, heapInuse    float64
+	skipped                map[string]float64 // rds_csi_*skip* series
+	indexedVols, indexedVA float64
+}
+
+func benchScaleStart(t *testing.T, name string, spec framework.ScaleSpec, runs int) {
+	e := framework.NewEnv(t, framework.EnvOptions{
+		QuietObjects: true,
+		ControlPlane: framework.ControlPlaneOptions{
+			// As in TestScaleControllerStart: no kubelets renew these
+			// Nodes' Leases, and the PV binder's 2 s resync of every PV
+			// would take the cores.
+			NodeMonitorGracePeriod: time.Hour,
+			ExtraKCMArgs:           "--pvclaimbinder-sync-period=10m",
+		},
+	})
+	ctx, tl := e.Ctx, e.TL
+	sim := e.StartSim(framework.SimOptions{})
+	dep := framework.Deploy(ctx, t, tl, e.CP, e.Dir)
+	bin := framework.BuildPlainDriver(t, tl, e.Root)
+	etcdVersion := etcdServerVersion(ctx, e.CP.Env["ETCD_ENDPOINT"])
+
+	done := tl.Step(fmt.Sprintf("create %d Nodes, %d PVs and %d attached VolumeAttachments", spec.Nodes, spec.PVs, spec.PVs))
+	created, err := framework.CreateScaleObjects(ctx, tl, e.CP.Config, spec, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	done = tl.Step("create the bad objects")
+	bad, err := createBadObjects(ctx, e.CP.Client, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	tl.Logf("scale %s: objects created in %s (%d requests), %d bad objects (%s); etcd %s",
+		name, created.Total().Round(time.Second), created.Requests, bad.total(), bad, etcdVersion)
+
+	results := make([]startRun, 0, runs)
+	for r := 1; r <= runs; r++ {
+		done := tl.Step(fmt.Sprintf("driver start %d of %d", r, runs))
+		results = append(results, measureStart(t, e, sim, dep, bin, spec, r))
+		done()
+	}
+	table := scaleTable(name, spec, bad, etcdVersion, results)
+	fmt.Print(table)
+	if err := os.WriteFile(filepath.Join(e.Dir, "scale-bench.md"), []byte(table), 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Log("\n" + table)
+}
+
+// measureStart starts the driver once against the filled API, measures
+// it and stops it again.
+func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *framework.Deployment, bin string, spec framework.ScaleSpec, run int) startRun {
+	ctx, tl := e.Ctx, e.TL
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "http://127.0.0.1:" + strconv.Itoa(port)
+	apiPid := apiserverPid(t, e.CP)
+	listsBefore, err := apiserverInformerLists(ctx, e.CP.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out startRun
+	t0 := time.Now()
+	d := framework.StartDriver(t, tl, bin, e.Dir, sim, dep, framework.DriverOptions{
+		Name:      fmt.Sprintf("rds-csi-driver-%d", run),
+		ExtraArgs: []string{"--http-endpoint=127.0.0.1:" + strconv.Itoa(port), "--v=2"},
+	})
+	out.probeReady = time.Since(t0)
+	if out.ready, err = framework.ReadProcMemory(d.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	if out.apiReady, err = framework.ReadProcMemory(apiPid); err != nil {
+		t.Fatal(err)
+	}
+	// Every good object indexed (the bad ones may or may not count); the
+	// gauges are refreshed every 10 s.
+	metrics := addr + "/metrics"
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "index gauges count every good PV, VolumeAttachment and Node", func(ctx context.Context) (bool, string, error) {
+		vols, err1 := framework.ScrapeMetric(ctx, metrics, "rds_csi_index_volumes")
+		vas, err2 := framework.ScrapeMetric(ctx, metrics, "rds_csi_index_attachments")
+		nodes, err3 := framework.ScrapeMetric(ctx, metrics, "rds_csi_index_nodes")
+		if err := firstErr(err1, err2, err3); err != nil {
+			return false, err.Error(), nil
+		}
+		out.indexedVols, out.indexedVA = vols, vas
+		return vols >= float64(spec.PVs) && vas >= float64(spec.PVs) && nodes >= float64(spec.Nodes),
+			fmt.Sprintf("volumes %g, attachments %g, nodes %g", vols, vas, nodes), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	indexedAt := time.Now()
+	if out.indexed, err = framework.ReadProcMemory(d.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	if out.apiIndexed, err = framework.ReadProcMemory(apiPid); err != nil {
+		t.Fatal(err)
+	}
+	listsAfter, err := apiserverInformerLists(ctx, e.CP.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.lists = listsAfter - listsBefore
+	// The runtime forces a GC at least every 2 minutes: the first one
+	// after indexing sees the settled live set.
+	if _, err := framework.WaitFor(ctx, tl, 150*time.Second, "a GC after indexing", func(ctx context.Context) (bool, string, error) {
+		last, err := framework.ScrapeMetric(ctx, metrics, "go_memstats_last_gc_time_seconds")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return last > float64(indexedAt.UnixNano())/1e9, fmt.Sprintf("last GC at %s", time.Unix(0, int64(last*1e9)).UTC().Format(time.TimeOnly)), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := scrape(ctx, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.heapLive, out.heapInuse = liveHeap(page), page["go_memstats_heap_inuse_bytes"]
+	out.skipped = map[string]float64{}
+	for series, v := range page {
+		if strings.HasPrefix(series, "rds_csi_") && strings.Contains(series, "skip") {
+			out.skipped[series] = v
+		}
+	}
+	if err := d.Stop(15 * time.Second); err != nil {
+		t.Error(err)
+	}
+	log, err := os.ReadFile(d.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.path = loggedSyncPath(string(log))
+	if ts, ok := logInterval(string(log), "attachment index synced"); ok {
+		out.logReady = ts
+	}
+	tl.Logf("run %d: %s, %g LISTs; Probe ready %s, index synced %s; RSS at ready %s (HWM %s), indexed %s (HWM %s); live heap %s; kube-apiserver %s",
+		run, out.path, out.lists, out.probeReady.Round(time.Millisecond), out.logReady.Round(time.Millisecond),
+		framework.MiB(out.ready.RSS), framework.MiB(out.ready.PeakRSS), framework.MiB(out.indexed.RSS), framework.MiB(out.indexed.PeakRSS),
+		framework.MiB(int64(out.heapLive)), framework.MiB(out.apiIndexed.RSS))
+	return out
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// liveHeap is the heap that survived the last GC, from the goal that GC
+// set: goal = live + (live + stacks + globals) * GOGC/100 (Go 1.21+), so
+// live = (goal - stacks*GOGC/100) / (1 + GOGC/100); the globals (well
+// under 1 MiB here) are left in, so this errs high by half of them.
+func liveHeap(page map[string]float64) float64 {
+	g := 1.0
+	if p, ok := page["go_gc_gogc_percent"]; ok && p > 0 {
+		g = p / 100
+	}
+	return (page["go_memstats_next_gc_bytes"] - page["go_memstats_stack_inuse_bytes"]*g) / (1 + g)
+}
+
+// scrape reads a Prometheus text page: series (name and labels) -> value.
+func scrape(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	page := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// The value follows the last space outside the labels.
+		cut := strings.LastIndexByte(line, '}')
+		sp := strings.IndexByte(line[cut+1:], ' ')
+		if sp < 0 {
+			continue
+		}
+		series, value := line[:cut+1+sp], strings.Fields(line[cut+1+sp:])
+		if len(value) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(value[0], 64)
+		if err != nil {
+			continue
+		}
+		page[series] = v
+	}
+	return page, sc.Err()
+}
+
+// apiserverInformerLists is how many LISTs of the resources the driver's
+// informers read kube-apiserver has served (apiserver_request_total).
+func apiserverInformerLists(ctx context.Context, c kubernetes.Interface) (float64, error) {
+	raw, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	page, err := parseMetrics(strings.NewReader(string(raw)))
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for series, v := range page {
+		if !strings.HasPrefix(series, "apiserver_request_total{") || !strings.Contains(series, `verb="LIST"`) {
+			continue
+		}
+		for _, r := range []string{"persistentvolumes", "volumeattachments", "nodes"} {
+			if strings.Contains(series, `resource="`+r+`"`) {
+				n += v
+			}
+		}
+	}
+	return n, nil
+}
+
+func apiserverPid(t *testing.T, cp *framework.ControlPlane) int {
+	b, err := os.ReadFile(filepath.Join(cp.Dir, "pids", "kube-apiserver.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// etcdServerVersion is what etcd's /version says, or why not.
+func etcdServerVersion(ctx context.Context, endpoint string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/version", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Server string `json:"etcdserver"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return err.Error()
+	}
+	return v.Server
+}
+
+var syncPathRE = regexp.MustCompile(`Informers' initial sync.*\bpath="([^"]+)"`)
+
+// loggedSyncPath is the initial sync path the driver logged (watchlist.go).
+func loggedSyncPath(log string) string {
+	if m := syncPathRE.FindStringSubmatch(log); m != nil {
+		return m[1]
+	}
+	return "not logged"
+}
+
+// logInterval is the time from the process's start line (framework's
+// "==== <RFC 3339> start") to the first klog line containing msg.
+func logInterval(log, msg string) (time.Duration, bool) {
+	var start time.Time
+	for line := range strings.Lines(log) {
+		if rest, ok := strings.CutPrefix(line, "==== "); ok && start.IsZero() {
+			ts, _, _ := strings.Cut(rest, " ")
+			if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+				start = t
+			}
+			continue
+		}
+		if start.IsZero() || !strings.Contains(line, msg) || len(line) < 21 {
+			continue
+		}
+		// klog: "I1126 01:02:03.456789 ..." in local time, no year.
+		t, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		t = t.AddDate(start.In(time.Local).Year(), 0, 0)
+		return t.Sub(start), true
+	}
+	return 0, false
+}
+
+// badKinds are the objects at scale the driver must skip, or index as
+// what they are, without being held up by them.
+var badKinds = []string{"malformed claims annotation", "claims naming no time", "another driver's PV and VA", "VA of a PV that does not exist", "PV without volume attributes"}
+
+// badObjects counts what createBadObjects made, per kind.
+type badObjects map[string]int
+
+func (b badObjects) total() int {
+	n := 0
+	for _, v := range b {
+		n += v
+	}
+	return n
+}
+
+func (b badObjects) String() string {
+	var parts []string
+	for _, k := range badKinds {
+		parts = append(parts, fmt.Sprintf("%d %s", b[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// createBadObjects adds, for each kind of badKinds, one object per 500
+// good PVs (at least one): 20 at 10k, 200 at 100k, each kind.
+func createBadObjects(ctx context.Context, c kubernetes.Interface, spec framework.ScaleSpec) (badObjects, error) {
+	n := max(spec.PVs/500, 1)
+	made := badObjects{}
+	var mu sync.Mutex
+	type job struct {
+		kind string
+		i    int
+	}
+	jobs := make(chan job)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if err := createBad(ctx, c, spec, j.kind, j.i); err != nil {
+					select {
+					case errs <- fmt.Errorf("%s %d: %w", j.kind, j.i, err):
+					default:
+					}
+					continue
+				}
+				mu.Lock()
+				made[j.kind]++
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, kind := range badKinds {
+		for i := range n {
+			jobs <- job{kind, i}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return made, err
+	default:
+	}
+	return made, nil
+}
+
+func createBad(ctx context.Context, c kubernetes.Interface, spec framework.ScaleSpec, kind string, i int) error {
+	name := fmt.Sprintf("pvc-bad%05x-%d-4e00-8000-%012x", i, slices.Index(badKinds, kind), i)
+	node := framework.ScaleNodeName(i % spec.Nodes)
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "rds-scale",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: framework.DriverName, VolumeHandle: name, FSType: "ext4",
+				VolumeAttributes: map[string]string{"nqn": "nqn.2000-02.com.mikrotik:" + name, "nvmeAddress": "127.0.0.1", "nvmePort": "4420"},
+			}},
+		},
+	}
+	attacher, pvName := framework.DriverName, name
+	switch kind {
+	case "malformed claims annotation":
+		pv.Annotations = map[string]string{framework.ScaleClaimsAnnotation: `{"` + node + `": 2024-01-01`}
+	case "claims naming no time":
+		pv.Annotations = map[string]string{framework.ScaleClaimsAnnotation: `{"` + node + `": "yesterday", "": "2024-01-01T00:00:00Z"}`}
+	case "another driver's PV and VA":
+		pv.Spec.CSI.Driver, attacher = "other.csi.example.com", "other.csi.example.com"
+	case "VA of a PV that does not exist":
+		pv = nil
+	case "PV without volume attributes":
+		pv.Spec.CSI.VolumeAttributes, pv.Spec.CSI.FSType = nil, ""
+	}
+	if pv != nil {
+		if _, err := c.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad-va-" + name[len("pvc-"):]},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: attacher, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pvName)},
+		},
+	}
+	va, err := c.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	va.Status = storagev1.VolumeAttachmentStatus{Attached: true}
+	_, err = c.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{})
+	return err
+}
+
+// scaleTable is the markdown table of one size's runs: a row per figure,
+// a column per run, then the median and the range.
+func scaleTable(name string, spec framework.ScaleSpec, bad badObjects, etcdVersion string, runs []startRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s: %d PVs with %d attached VolumeAttachments, %d Nodes; %d bad objects (%s); etcd %s\n\n",
+		name, spec.PVs, spec.PVs, spec.Nodes, bad.total(), bad, etcdVersion)
+	b.WriteString("| figure |")
+	for i := range runs {
+		fmt.Fprintf(&b, " run %d |", i+1)
+	}
+	b.WriteString(" median [min–max] |\n|---|")
+	for range runs {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|\n")
+	row := func(figure string, unit func(float64) string, get func(startRun) float64) {
+		fmt.Fprintf(&b, "| %s |", figure)
+		vals := make([]float64, len(runs))
+		for i, r := range runs {
+			vals[i] = get(r)
+			fmt.Fprintf(&b, " %s |", unit(vals[i]))
+		}
+		sort.Float64s(vals)
+		fmt.Fprintf(&b, " %s [%s–%s] |\n", unit(median(vals)), unit(vals[0]), unit(vals[len(vals)-1]))
+	}
+	text := func(figure string, get func(startRun) string) {
+		fmt.Fprintf(&b, "| %s |", figure)
+		for _, r := range runs {
+			fmt.Fprintf(&b, " %s |", get(r))
+		}
+		b.WriteString(" |\n")
+	}
+	sec := func(v float64) string { return fmt.Sprintf("%.2f s", v) }
+	mib := func(v float64) string { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
+	kb := func(v float64) string { return fmt.Sprintf("%.2f KB", v/1000) }
+	count := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	text("initial sync (driver log)", func(r startRun) string { return r.path })
+	row("LISTs of PVs/VAs/Nodes served meanwhile", count, func(r startRun) float64 { return r.lists })
+	row("exec → Probe ready (100 ms polls)", sec, func(r startRun) float64 { return r.probeReady.Seconds() })
+	row("exec → \"attachment index synced\" (log)", sec, func(r startRun) float64 { return r.logReady.Seconds() })
+	row("driver VmRSS at ready", mib, func(r startRun) float64 { return float64(r.ready.RSS) })
+	row("driver VmRSS once indexed", mib, func(r startRun) float64 { return float64(r.indexed.RSS) })
+	row("driver VmHWM (peak) once indexed", mib, func(r startRun) float64 { return float64(r.indexed.PeakRSS) })
+	row("driver live heap after the next GC", mib, func(r startRun) float64 { return r.heapLive })
+	row("live heap per attached volume", kb, func(r startRun) float64 { return r.heapLive / float64(spec.PVs) })
+	row("driver Go heap in use (same time)", mib, func(r startRun) float64 { return r.heapInuse })
+	row("kube-apiserver VmRSS at the driver's ready", mib, func(r startRun) float64 { return float64(r.apiReady.RSS) })
+	row("kube-apiserver VmRSS once indexed", mib, func(r startRun) float64 { return float64(r.apiIndexed.RSS) })
+	row("index: volumes", count, func(r startRun) float64 { return r.indexedVols })
+	row("index: attachments", count, func(r startRun) float64 { return r.indexedVA })
+	text("skipped objects (rds_csi_*skip*)", func(r startRun) string {
+		if len(r.skipped) == 0 {
+			return "no such metric"
+		}
+		var parts []string
+		for s, v := range r.skipped {
+			parts = append(parts, fmt.Sprintf("%s %g", s, v))
+		}
+		sort.Strings(parts)
+		return strings.Join(parts, ", ")
+	})
+	return b.String()
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
