@@ -20,6 +20,14 @@ install that fails half-way) is refused here, before anything is applied.
 {{- if eq $v.rds.volumePath (printf "/%s" $v.rds.pool) -}}
 {{- fail (printf "rds.volumePath %q is the storage pool itself (rds.pool %q): the driver refuses it; give a directory inside it, e.g. /%s/kubernetes-volumes" $v.rds.volumePath $v.rds.pool $v.rds.pool) -}}
 {{- end -}}
+{{- with $v.rds.sshSecret -}}
+{{- if and .create .privateKey (not (regexMatch "-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----" .privateKey)) -}}
+{{- fail "rds.sshSecret.privateKey is not a private key in PEM form (-----BEGIN OPENSSH PRIVATE KEY----- ...): give the private key file (e.g. --set-file rds.sshSecret.privateKey=id_ed25519); its .pub goes to the RDS" -}}
+{{- end -}}
+{{- if and .create .knownHosts (not (regexMatch `(?m)^[^#\s]\S*\s+\S+\s+\S+` .knownHosts)) -}}
+{{- fail "rds.sshSecret.knownHosts is not a known_hosts file (lines of HOST KEYTYPE KEY, as ssh-keyscan prints them; a bare host key lacks the host): e.g. --set-file rds.sshSecret.knownHosts=known_hosts" -}}
+{{- end -}}
+{{- end -}}
 {{- $names := dict -}}
 {{- range $i, $sc := $v.storageClasses -}}
 {{- if hasKey $names $sc.name -}}

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,7 +176,11 @@ node:
   tolerations: [{key: dedicated, operator: Equal, value: storage, effect: NoSchedule}]
   kubeletDir: /var/lib/k0s/kubelet
 rds:
-  sshSecret: {name: site-ssh, create: true, privateKey: KEY, knownHosts: HOSTS}
+  sshSecret:
+    name: site-ssh
+    create: true
+    privateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\nKEY\n-----END OPENSSH PRIVATE KEY-----\n"
+    knownHosts: "rds.example.invalid ssh-ed25519 AAAAHOST\n"
 storageClasses:
   - name: rds-xfs
     parameters: {csi.storage.k8s.io/fstype: xfs}
@@ -203,7 +208,8 @@ storageClasses:
 		t.Errorf("registrar: %v", got)
 	}
 	sec := h["Secret/rds-csi/site-ssh"]
-	if path(sec, "data", "id_ed25519") != "S0VZ" || path(sec, "data", "known_hosts") != "SE9TVFM=" {
+	if path(sec, "data", "id_ed25519") != base64.StdEncoding.EncodeToString([]byte("-----BEGIN OPENSSH PRIVATE KEY-----\nKEY\n-----END OPENSSH PRIVATE KEY-----\n")) ||
+		path(sec, "data", "known_hosts") != base64.StdEncoding.EncodeToString([]byte("rds.example.invalid ssh-ed25519 AAAAHOST\n")) {
 		t.Errorf("Secret site-ssh: %v", sec)
 	}
 	sc := h["StorageClass//rds-xfs"]
@@ -217,7 +223,7 @@ storageClasses:
 
 // A Secret asked for without its key is refused with the value's name.
 func TestChartSecretNeedsItsKeys(t *testing.T) {
-	_, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: []string{"rds.sshSecret.create=true", "rds.sshSecret.knownHosts=x"}})
+	_, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: []string{"rds.sshSecret.create=true", "rds.sshSecret.knownHosts=rds.example.invalid ssh-ed25519 AAAAHOST"}})
 	if err == nil || !strings.Contains(err.Error(), "rds.sshSecret.privateKey is required") {
 		t.Errorf("err = %v, want one naming rds.sshSecret.privateKey", err)
 	}
@@ -283,6 +289,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"rds.address=rds 1", "rds.name=rds-1"}, `rds.address "rds 1" is not a host name`},
 		{[]string{"rds.address=fd00::1"}, "rds.name is required"},
 		{[]string{"nvme.address=192.0.2.11:4420"}, `nvme.address "192.0.2.11:4420" has a port`},
+		{[]string{"rds.sshSecret.create=true", "rds.sshSecret.privateKey=ssh-ed25519 AAAAC3Nza driver@site", "rds.sshSecret.knownHosts=rds ssh-ed25519 AAAA"}, "rds.sshSecret.privateKey is not a private key"},
+		{[]string{"rds.sshSecret.create=true", "rds.sshSecret.privateKey=-----BEGIN OPENSSH PRIVATE KEY-----", "rds.sshSecret.knownHosts=ssh-ed25519 AAAAHOST"}, "rds.sshSecret.knownHosts is not a known_hosts file"},
 		// Refused by the API server.
 		{[]string{"storageClasses[0].name=Fast_NVMe"}, "/storageClasses/0/name"},
 		{[]string{"volumeSnapshotClass.create=true", "volumeSnapshotClass.name=Snap Class"}, "/volumeSnapshotClass/name"},
