@@ -267,7 +267,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 			return nil, fmt.Errorf("RDS client for health polls: %w", err)
 		}
 		pvName := func(slot string) (string, bool) {
-			if v := p.index.Volume(slot); v.Indexed() {
+			if v := p.index.Volume(slot); v != nil && v.PVName != "" {
 				return v.PVName, true
 			}
 			return "", false
