@@ -312,6 +312,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"controller.extraArgs[0]=--rds-address=other"}, "--rds-address is set by the chart from rds.address"},
 		{[]string{"node.extraArgs[0]=--v=5"}, "node.logLevel"},
 		{[]string{"node.extraArgs[0]=--node-id=n1"}, "--node-id is set by the chart"},
+		{[]string{"node.extraArgs[0]=--node-connector=loop"}, "--node-connector is for labs without a cluster"},
 		{[]string{"controller.extraArgs[0]=--driver-name=other.example"}, "--driver-name must stay rds.csi.srvlab.io"},
 		{[]string{"controller.extraArgs[0]=--attachment-key-file=/k"}, "names a file the chart does not mount"},
 		{[]string{"controller.extraArgs[0]=--not-ready-threshold=60s", "controller.extraArgs[1]=--not-ready-threshold=30s"}, "controller.extraArgs gives --not-ready-threshold twice"},
