@@ -181,6 +181,8 @@ func env(t *testing.T, s *set, c *corev1.Container) map[string]string {
 				t.Errorf("container %s env %s: ConfigMap %s key %s does not exist", c.Name, e.Name, ref.Name, ref.Key)
 			}
 			out[e.Name] = v
+		case e.ValueFrom.ResourceFieldRef != nil:
+			out[e.Name] = resourceFieldValue(t, c, e.ValueFrom.ResourceFieldRef)
 		default:
 			t.Errorf("container %s env %s: unexpected source", c.Name, e.Name)
 		}
