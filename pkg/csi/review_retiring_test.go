@@ -7,6 +7,20 @@ package csi
 // makes the export change after it). Tests marked HOLE fail on the code
 // under review; tests marked HELD were tried and passed. Build tag
 // review21: `go test -tags review21 -run TestReviewRetiring ./pkg/csi`.
+//
+// Three roots behind the holes:
+//   - a record is removed (or never looked at) while another PV of the
+//     handle still shows the released attachment, or by a replica that
+//     does not know every PV: the reconcile then reopens the export to it
+//     (FenceBetweenPVs, PartialUnpublish, UnpublishOnLaggingIndex);
+//   - the cuts before a release (shutOut, CutOff, a publish's fenced
+//     list) still name the node, not the attachment, so a late one cuts
+//     the node's newer attachment (PausedUnpublish, SlowFence,
+//     ConcurrentReplacingPublish);
+//   - paths around the record: an empty node_id (EmptyNodeID), the
+//     unreported answered detach (UnpublishAnsweredWithoutReport), the
+//     unreported fix (LateOpenFixedWithoutReport), and an unreadable
+//     annotation with fencing off (CorruptRecord).
 
 import (
 	"context"
