@@ -705,3 +705,39 @@ func TestReviewRetiringLateOpenFixedWithoutReport(t *testing.T) {
 		t.Errorf("the leader closed an export found open to node-a's retired attachment (%s, no live claim) and reported no mismatch", hostA)
 	}
 }
+
+// HELD: the main promise of 853d101. A replica released node-a's claim
+// after its cut and stopped before the change after the release; an open
+// of node-a's attachment, conditioned on the state the cut left, is in
+// flight. The attacher's retry, served by another replica, finds no claim
+// but the record, changes the export before it answers, and removes the
+// record: the late open then matches nothing.
+func TestReviewRetiringRetriedUnpublishDefeatsTheLateOpen(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000001ae", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	hostA := a.hostOf(id, "node-a")
+	a.dropAutoVA(id, nodeA)
+	claims := a.cs.pub.Claims.(*informers.Claims)
+	shut := func(ctx context.Context) error { return a.cs.shutOut(ctx, id, id, "node-a") }
+	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
+		t.Fatalf("replica a's release: %t, %v", released, err)
+	}
+	d := a.disk(id)
+	t1 := rds.StateOf(&d)
+
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	if recs := retiringOf(t, client, id); len(recs) != 0 {
+		t.Errorf("records after the retried unpublish: %+v", recs)
+	}
+	if _, err := a.rds.SwapExport(context.Background(), id, t1, rds.ExportState{Open: true, Host: hostA}); err == nil {
+		t.Error("the late open of node-a's retired attachment landed after the retried unpublish answered")
+	}
+	wantClosed(t, a, id)
+}
