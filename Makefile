@@ -155,7 +155,7 @@ BENCH_RUNS ?= 3
 bench-scale:
 	./hack/build-controlplane.sh
 	set -o pipefail; RDS_CSI_E2E_BENCH=1 RDS_CSI_E2E_BENCH_SCALES='$(BENCH_SCALES)' RDS_CSI_E2E_BENCH_RUNS='$(BENCH_RUNS)' \
-	  $(GO) test -tags e2e -count=1 -timeout 180m -run 'TestScaleStartBench$$' -v ./e2e/ | grep -E '^(\||[0-9]+k: |ok|FAIL|--- |panic)'
+	  $(GO) test -tags e2e -count=1 -timeout 180m -run 'TestScaleStartBench$$' -v ./e2e/ | grep -E '^(\||[0-9]+k[:,] |ok|FAIL|--- |panic)'
 
 # Publish latency with storage fencing on the e2e control plane (real
 # kube-apiserver, csi-attacher, the simulator at 1 ms per RouterOS

@@ -35,8 +35,11 @@ import (
 // size in RDS_CSI_E2E_BENCH_SCALES (default "10k 100k") one control plane
 // is filled once (the PVs, their attached VolumeAttachments, the Nodes,
 // and a few bad objects of each kind in badKinds), then the driver is
-// started RDS_CSI_E2E_BENCH_RUNS times (default 3), one after the other,
-// each measured from exec:
+// started RDS_CSI_E2E_BENCH_RUNS times (default 3) on each initial sync
+// path of RDS_CSI_E2E_BENCH_PATHS (default "watch-list list": as the API
+// server offers it, then with KUBE_FEATURE_WatchListClient=false), one
+// after the other, the paths taking turns so that the machine's load
+// falls on both alike; each start is measured from exec:
 //
 //   - ready: CSI Probe ready (polled every 100 ms), and the driver's own
 //     "attachment index synced" log line (to the microsecond);
@@ -49,7 +52,9 @@ import (
 //     how many LISTs of PVs, VolumeAttachments and Nodes kube-apiserver
 //     served meanwhile (0 when the informers streamed);
 //   - the driver's counts of skipped objects, if it has any
-//     (rds_csi_*skip*).
+//     (rds_csi_*skip*);
+//   - the machine's 1-minute load average at the start (the machine is
+//     shared: the times scale with it).
 //
 // The result is a markdown table on stdout (lines starting with "|") and
 // in <artifacts>/scale-bench.md; docs/BENCHMARKS.md records it.
@@ -60,6 +65,15 @@ func TestScaleStartBench(t *testing.T) {
 	scales := strings.Fields(os.Getenv("RDS_CSI_E2E_BENCH_SCALES"))
 	if len(scales) == 0 {
 		scales = []string{"10k", "100k"}
+	}
+	paths := strings.Fields(os.Getenv("RDS_CSI_E2E_BENCH_PATHS"))
+	if len(paths) == 0 {
+		paths = []string{syncWatchList, syncList}
+	}
+	for _, p := range paths {
+		if p != syncWatchList && p != syncList {
+			t.Fatalf("RDS_CSI_E2E_BENCH_PATHS: unknown path %q (watch-list, list)", p)
+		}
 	}
 	runs := 3
 	if s := os.Getenv("RDS_CSI_E2E_BENCH_RUNS"); s != "" {
@@ -74,7 +88,7 @@ func TestScaleStartBench(t *testing.T) {
 		if !ok {
 			t.Fatalf("RDS_CSI_E2E_BENCH_SCALES: unknown size %q (known: 1k, 10k, 100k)", name)
 		}
-		t.Run(name, func(t *testing.T) { benchScaleStart(t, name, spec, runs) })
+		t.Run(name, func(t *testing.T) { benchScaleStart(t, name, spec, paths, runs) })
 	}
 }
 
@@ -85,8 +99,15 @@ var benchScales = map[string]framework.ScaleSpec{
 	"100k": {PVs: 100000, Nodes: 5000, ClaimEvery: framework.FullScale.ClaimEvery, RWXBlockEvery: framework.FullScale.RWXBlockEvery},
 }
 
+// The initial sync paths a run asks for.
+const (
+	syncWatchList = "watch-list" // as the API server offers it
+	syncList      = "list"       // KUBE_FEATURE_WatchListClient=false
+)
+
 // startRun is one driver start.
 type startRun struct {
+	load                   float64       // 1-minute load average at the start
 	path                   string        // the initial sync path the driver logged
 	lists                  float64       // LISTs of PVs, VAs and Nodes kube-apiserver served during the start
 	probeReady, logReady   time.Duration // exec to Probe ready; to "attachment index synced"
@@ -97,7 +118,7 @@ type startRun struct {
 	indexedVols, indexedVA float64
 }
 
-func benchScaleStart(t *testing.T, name string, spec framework.ScaleSpec, runs int) {
+func benchScaleStart(t *testing.T, name string, spec framework.ScaleSpec, paths []string, runs int) {
 	e := framework.NewEnv(t, framework.EnvOptions{
 		QuietObjects: true,
 		ControlPlane: framework.ControlPlaneOptions{
@@ -129,13 +150,18 @@ func benchScaleStart(t *testing.T, name string, spec framework.ScaleSpec, runs i
 	tl.Logf("scale %s: objects created in %s (%d requests), %d bad objects (%s); etcd %s",
 		name, created.Total().Round(time.Second), created.Requests, bad.total(), bad, etcdVersion)
 
-	results := make([]startRun, 0, runs)
+	results := map[string][]startRun{}
 	for r := 1; r <= runs; r++ {
-		done := tl.Step(fmt.Sprintf("driver start %d of %d", r, runs))
-		results = append(results, measureStart(t, e, sim, dep, bin, spec, r))
-		done()
+		for _, path := range paths {
+			done := tl.Step(fmt.Sprintf("driver start %d of %d, %s", r, runs, path))
+			results[path] = append(results[path], measureStart(t, e, sim, dep, bin, spec, path, r))
+			done()
+		}
 	}
-	table := scaleTable(name, spec, bad, etcdVersion, results)
+	var table string
+	for _, path := range paths {
+		table += scaleTable(name, path, spec, bad, etcdVersion, results[path])
+	}
 	fmt.Print(table)
 	if err := os.WriteFile(filepath.Join(e.Dir, "scale-bench.md"), []byte(table), 0o644); err != nil {
 		t.Error(err)
@@ -145,7 +171,7 @@ func benchScaleStart(t *testing.T, name string, spec framework.ScaleSpec, runs i
 
 // measureStart starts the driver once against the filled API, measures
 // it and stops it again.
-func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *framework.Deployment, bin string, spec framework.ScaleSpec, run int) startRun {
+func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *framework.Deployment, bin string, spec framework.ScaleSpec, path string, run int) startRun {
 	ctx, tl := e.Ctx, e.TL
 	port, err := framework.FreePort()
 	if err != nil {
@@ -158,12 +184,18 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 		t.Fatal(err)
 	}
 	var out startRun
+	out.load = loadAverage()
+	// The driver inherits the variable (client-go reads it at start).
+	if path == syncList {
+		t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	}
 	t0 := time.Now()
 	d := framework.StartDriver(t, tl, bin, e.Dir, sim, dep, framework.DriverOptions{
-		Name:      fmt.Sprintf("rds-csi-driver-%d", run),
+		Name:      fmt.Sprintf("rds-csi-driver-%s-%d", path, run),
 		ExtraArgs: []string{"--http-endpoint=127.0.0.1:" + strconv.Itoa(port), "--v=2"},
 	})
 	out.probeReady = time.Since(t0)
+	os.Unsetenv("KUBE_FEATURE_WatchListClient")
 	if out.ready, err = framework.ReadProcMemory(d.Pid()); err != nil {
 		t.Fatal(err)
 	}
@@ -231,11 +263,25 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 	if ts, ok := logInterval(string(log), "attachment index synced"); ok {
 		out.logReady = ts
 	}
-	tl.Logf("run %d: %s, %g LISTs; Probe ready %s, index synced %s; RSS at ready %s (HWM %s), indexed %s (HWM %s); live heap %s; kube-apiserver %s",
-		run, out.path, out.lists, out.probeReady.Round(time.Millisecond), out.logReady.Round(time.Millisecond),
+	tl.Logf("run %d (%s): %s, %g LISTs; Probe ready %s, index synced %s; RSS at ready %s (HWM %s), indexed %s (HWM %s); live heap %s; kube-apiserver %s",
+		run, path, out.path, out.lists, out.probeReady.Round(time.Millisecond), out.logReady.Round(time.Millisecond),
 		framework.MiB(out.ready.RSS), framework.MiB(out.ready.PeakRSS), framework.MiB(out.indexed.RSS), framework.MiB(out.indexed.PeakRSS),
 		framework.MiB(int64(out.heapLive)), framework.MiB(out.apiIndexed.RSS))
 	return out
+}
+
+// loadAverage is the machine's 1-minute load average (0 if unreadable).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func firstErr(errs ...error) error {
@@ -518,10 +564,14 @@ func createBad(ctx context.Context, c kubernetes.Interface, spec framework.Scale
 
 // scaleTable is the markdown table of one size's runs: a row per figure,
 // a column per run, then the median and the range.
-func scaleTable(name string, spec framework.ScaleSpec, bad badObjects, etcdVersion string, runs []startRun) string {
+func scaleTable(name, path string, spec framework.ScaleSpec, bad badObjects, etcdVersion string, runs []startRun) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s: %d PVs with %d attached VolumeAttachments, %d Nodes; %d bad objects (%s); etcd %s\n\n",
-		name, spec.PVs, spec.PVs, spec.Nodes, bad.total(), bad, etcdVersion)
+	asked := "as the API server offers it"
+	if path == syncList {
+		asked = "KUBE_FEATURE_WatchListClient=false"
+	}
+	fmt.Fprintf(&b, "\n%s, %s: %d PVs with %d attached VolumeAttachments, %d Nodes; %d bad objects (%s); etcd %s\n\n",
+		name, asked, spec.PVs, spec.PVs, spec.Nodes, bad.total(), bad, etcdVersion)
 	b.WriteString("| figure |")
 	for i := range runs {
 		fmt.Fprintf(&b, " run %d |", i+1)
@@ -553,6 +603,7 @@ func scaleTable(name string, spec framework.ScaleSpec, bad badObjects, etcdVersi
 	kb := func(v float64) string { return fmt.Sprintf("%.2f KB", v/1000) }
 	count := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	text("initial sync (driver log)", func(r startRun) string { return r.path })
+	row("load average (1 min) at the start", func(v float64) string { return fmt.Sprintf("%.1f", v) }, func(r startRun) float64 { return r.load })
 	row("LISTs of PVs/VAs/Nodes served meanwhile", count, func(r startRun) float64 { return r.lists })
 	row("exec → Probe ready (100 ms polls)", sec, func(r startRun) float64 { return r.probeReady.Seconds() })
 	row("exec → \"attachment index synced\" (log)", sec, func(r startRun) float64 { return r.logReady.Seconds() })
