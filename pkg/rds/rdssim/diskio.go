@@ -261,19 +261,23 @@ func (s *Server) diskMonitorTraffic(cmd *command) (string, error) {
 		return "", expectedEnd(cmd.end)
 	}
 	slot := cmd.args[0].val.text
-	items, disks, err := s.diskItems()
-	if err != nil {
-		return "", err
-	}
-	items = append(items, s.hardwareItems()...)
-	for range len(items) - len(disks) {
-		disks = append(disks, nil)
-	}
 	var st []prop
-	for _, it := range s.statsItems(items, disks) {
-		for _, p := range it.props {
-			if p.key == "slot" && p.raw == slot {
-				st = it.props
+	if d := s.diskBySlot(slot); d != nil {
+		// One volume: its file alone is looked at.
+		io := s.diskIO(d.Slot)
+		s.sample(d, io, true)
+		st = append([]prop{strProp("slot", slot)}, ioProps(io)...)
+	} else {
+		items, disks, err := s.diskItems()
+		if err != nil {
+			return "", err
+		}
+		items = append(items, s.hardwareItems()...)
+		for _, it := range s.statsItems(items, disks) {
+			for _, p := range it.props {
+				if p.key == "slot" && p.raw == slot {
+					st = it.props
+				}
 			}
 		}
 	}
