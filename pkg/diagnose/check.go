@@ -18,6 +18,11 @@ const (
 	FindingOrphanSnapshot   = "SnapshotWithoutContent"
 	FindingClaimsUnreadable = "ClaimsUnreadable"
 	FindingExportMismatch   = "ExportClaimMismatch"
+	// The RDS's own health (issue 27), from the controller's /metrics.
+	FindingArrayDegraded = "RDSArrayDegraded"
+	FindingDriveFailing  = "RDSDriveFailing"
+	FindingDriveHot      = "RDSDriveHot"
+	FindingPoolFilling   = "RDSPoolFilling"
 )
 
 // Finding is one thing wrong, with the object it is about and the next
@@ -51,7 +56,8 @@ type CheckedCounts struct {
 // Check audits every volume of the driver in c.
 func Check(c *Cluster) Report {
 	r := Report{Counts: map[string]int{}, Findings: []Finding{}}
-	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable, FindingExportMismatch} {
+	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable, FindingExportMismatch,
+		FindingArrayDegraded, FindingDriveFailing, FindingDriveHot, FindingPoolFilling} {
 		r.Counts[k] = 0
 	}
 	add := func(kind, object, next, format string, a ...any) {
@@ -148,6 +154,7 @@ func Check(c *Cluster) Report {
 			}
 		}
 	}
+	c.checkRDSHealth(&r, add)
 	if c.SnapshotHandles == nil {
 		r.Skipped = append(r.Skipped, "snapshot files: "+nonEmpty(c.SnapshotsNote, "VolumeSnapshotContents not read"))
 	} else {
@@ -213,4 +220,48 @@ func nonEmpty(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// checkRDSHealth reports what the controller's poll of the RDS says is
+// wrong with the RDS itself, by the thresholds of the alerts
+// (docs/operations.md says what to do). Health not gathered is not
+// checked, silently; health that could not be read, or is stale, is
+// skipped with why.
+func (c *Cluster) checkRDSHealth(r *Report, add func(kind, object, next, format string, a ...any)) {
+	h := c.RDSHealth
+	switch {
+	case h == nil && c.RDSHealthNote != "":
+		r.Skipped = append(r.Skipped, "RDS health: "+c.RDSHealthNote)
+		return
+	case h == nil:
+		return
+	case h.note() != "":
+		r.Skipped = append(r.Skipped, "RDS health: "+h.note())
+		return
+	}
+	const doc = "   # docs/operations.md, "
+	for _, a := range h.Arrays {
+		if a.Degraded {
+			add(FindingArrayDegraded, "rds/"+a.Name, "replace the failed or missing drive (kubectl rds check -o json names it)"+doc+"\"Array degraded\"",
+				"RAID array %s on the RDS is degraded: %d member(s) failed, %d missing; one more failure may lose every volume on it", a.Name, a.Failed, a.Missing)
+		}
+	}
+	for _, d := range h.Drives {
+		switch {
+		case d.Failed:
+			add(FindingDriveFailing, "rds/"+d.Name, "replace drive "+d.Name+doc+"\"Drive failing\"",
+				"drive %s is marked failed in array %s", d.Name, d.Array)
+		case d.CriticalWarning != nil && *d.CriticalWarning > 0:
+			add(FindingDriveFailing, "rds/"+d.Name, "plan the replacement of drive "+d.Name+doc+"\"Drive failing\"",
+				"drive %s reports S.M.A.R.T. critical warning %.0f", d.Name, *d.CriticalWarning)
+		}
+		if d.TemperatureC != nil && *d.TemperatureC >= HotDriveCelsius {
+			add(FindingDriveHot, "rds/"+d.Name, "check the RDS's fans and airflow"+doc+"\"Drive hot\"",
+				"drive %s is at %.0f °C", d.Name, *d.TemperatureC)
+		}
+	}
+	if p := h.Pool; p != nil && p.Used() > PoolFillingUsed {
+		add(FindingPoolFilling, "rds/"+p.Name, "delete snapshots and volumes no longer needed, or grow the pool"+doc+"\"Pool filling\"",
+			"pool %s is %.1f%% full (%.0f of %.0f bytes free)", p.Name, 100*p.Used(), p.FreeBytes, p.SizeBytes)
+	}
 }

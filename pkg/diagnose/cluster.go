@@ -39,6 +39,12 @@ type Cluster struct {
 	// and InventoryNote says why.
 	Inventory     *inventory.Inventory
 	InventoryNote string
+
+	// RDSHealth is the RDS's own health and load from the controller's
+	// /metrics (issue 27); nil when not gathered, and RDSHealthNote says
+	// why when a fetch was tried and failed.
+	RDSHealth     *RDSHealth
+	RDSHealthNote string
 }
 
 // NodeFact is what matters about a node for a volume.

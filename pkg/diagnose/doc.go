@@ -3,9 +3,10 @@
 // attach (Why), what is wrong cluster-wide (Check), and whether a node's
 // claim may be released by hand (PlanRelease).
 //
-// Every function here is pure: it reads a Cluster (the API objects and the
-// RDS inventory kubectl rds fetched) and makes no API or RDS call, so every
-// verdict is table-tested. It must never decide anything the driver's
+// Every judgement here is pure: it reads a Cluster (the API objects, the
+// RDS inventory and the RDS's health kubectl rds fetched) and makes no API
+// or RDS call, so every verdict is table-tested. FetchRDSHealth is the
+// gatherer's: it reads the controller's /metrics, never the RDS. It must never decide anything the driver's
 // publish policy decides; it only explains the state and names the one next
 // step for the operator.
 package diagnose

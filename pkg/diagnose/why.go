@@ -54,7 +54,12 @@ type Story struct {
 	Claims      []ClaimFact      `json:"claims,omitempty"`
 	Disk        *inventory.Disk  `json:"disk,omitempty"`
 	DiskNote    string           `json:"diskNote,omitempty"` // why Disk is nil
-	Verdict     Verdict          `json:"verdict"`
+	// RDS is the volume's I/O and the array and pool under it, in one
+	// sentence, and Load the volume's counters (issue 27); empty when
+	// the controller's health was not gathered.
+	RDS     string      `json:"rds,omitempty"`
+	Load    *VolumeLoad `json:"rdsLoad,omitempty"`
+	Verdict Verdict     `json:"verdict"`
 }
 
 // Explanation is Why's answer: one story per volume of the target.
@@ -190,6 +195,26 @@ func (c *Cluster) judge(s *Story) {
 	c.judgeHolders(s, pv)
 	if s.DiskNote != "" {
 		s.Verdict.Summary += " (disk on the RDS not checked: " + s.DiskNote + ")"
+	}
+	c.rdsOf(s)
+}
+
+// rdsOf adds the volume's I/O and the RDS's state under it; an attached
+// volume (the "my VM is slow" case) gets them in its verdict too.
+func (c *Cluster) rdsOf(s *Story) {
+	switch {
+	case c.RDSHealth != nil:
+		s.RDS = c.RDSHealth.volumeSummary(s.PV)
+		if l, ok := c.RDSHealth.Volumes[s.PV]; ok && !c.RDSHealth.Stale() {
+			s.Load = &l
+		}
+	case c.RDSHealthNote != "":
+		s.RDS = "RDS health not known: " + c.RDSHealthNote
+	default:
+		return
+	}
+	if s.Verdict.Code == VerdictAttached {
+		s.Verdict.Summary += ". " + s.RDS
 	}
 }
 
