@@ -139,6 +139,12 @@ func gatherInventory(ctx context.Context, g globalOptions, c *diagnose.Cluster) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	// The RDS's own health, from the same controller's /metrics (issue 27).
+	if h, err := diagnose.FetchRDSHealth(ctx, http.DefaultClient, diagnose.MetricsURL(g.inventoryURL)); err != nil {
+		c.RDSHealthNote = err.Error()
+	} else {
+		c.RDSHealth = h
+	}
 	inv, err := inventory.Fetch(ctx, http.DefaultClient, g.inventoryURL)
 	if err != nil {
 		c.InventoryNote = err.Error()
