@@ -32,6 +32,10 @@ type ControlPlaneOptions struct {
 	NodeMonitorGracePeriod time.Duration // --node-monitor-grace-period
 	ExtraKCMArgs           string        // appended to kube-controller-manager's flags
 	ExtraAPIServerArgs     string
+	// EtcdBin runs another etcd than the one hack/build-controlplane.sh
+	// built (ETCD_BIN), e.g. Debian's 3.4.23, over which kube-apiserver
+	// refuses watch-list.
+	EtcdBin string
 }
 
 // StartControlPlane starts etcd, kube-apiserver and kube-controller-manager
@@ -51,6 +55,9 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	}
 	if opts.ExtraAPIServerArgs != "" {
 		env = append(env, "APISERVER_EXTRA_ARGS="+opts.ExtraAPIServerArgs)
+	}
+	if opts.EtcdBin != "" {
+		env = append(env, "ETCD_BIN="+opts.EtcdBin)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
