@@ -119,16 +119,7 @@ type startRun struct {
 }
 
 func benchScaleStart(t *testing.T, name string, spec framework.ScaleSpec, paths []string, runs int) {
-	e := framework.NewEnv(t, framework.EnvOptions{
-		QuietObjects: true,
-		ControlPlane: framework.ControlPlaneOptions{
-			// As in TestScaleControllerStart: no kubelets renew these
-			// Nodes' Leases, and the PV binder's 2 s resync of every PV
-			// would take the cores.
-			NodeMonitorGracePeriod: time.Hour,
-			ExtraKCMArgs:           "--pvclaimbinder-sync-period=10m",
-		},
-	})
+	e := newScaleEnv(t, "", 10*time.Minute)
 	ctx, tl := e.Ctx, e.TL
 	sim := e.StartSim(framework.SimOptions{})
 	dep := framework.Deploy(ctx, t, tl, e.CP, e.Dir)
@@ -202,22 +193,13 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 	if out.apiReady, err = framework.ReadProcMemory(apiPid); err != nil {
 		t.Fatal(err)
 	}
-	// Every good object indexed (the bad ones may or may not count); the
-	// gauges are refreshed every 10 s.
+	// Every good object indexed (the bad ones may or may not count).
 	metrics := addr + "/metrics"
-	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "index gauges count every good PV, VolumeAttachment and Node", func(ctx context.Context) (bool, string, error) {
-		vols, err1 := framework.ScrapeMetric(ctx, metrics, "rds_csi_index_volumes")
-		vas, err2 := framework.ScrapeMetric(ctx, metrics, "rds_csi_index_attachments")
-		nodes, err3 := framework.ScrapeMetric(ctx, metrics, "rds_csi_index_nodes")
-		if err := firstErr(err1, err2, err3); err != nil {
-			return false, err.Error(), nil
-		}
-		out.indexedVols, out.indexedVA = vols, vas
-		return vols >= float64(spec.PVs) && vas >= float64(spec.PVs) && nodes >= float64(spec.Nodes),
-			fmt.Sprintf("volumes %g, attachments %g, nodes %g", vols, vas, nodes), nil
-	}); err != nil {
+	size, err := waitIndexed(ctx, tl, metrics, 2*time.Minute, spec, false)
+	if err != nil {
 		t.Fatal(err)
 	}
+	out.indexedVols, out.indexedVA = size.volumes, size.attachments
 	indexedAt := time.Now()
 	if out.indexed, err = framework.ReadProcMemory(d.Pid()); err != nil {
 		t.Fatal(err)
@@ -282,15 +264,6 @@ func loadAverage() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // liveHeap is the heap that survived the last GC, from the goal that GC
