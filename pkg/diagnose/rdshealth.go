@@ -158,32 +158,13 @@ func ParseRDSHealth(r io.Reader) (*RDSHealth, error) {
 				pool(l["pool"]).SizeBytes = v
 			case "rds_csi_rds_pool_free_bytes":
 				pool(l["pool"]).FreeBytes = v
-			case "rds_csi_rds_pool_read_ops_per_second":
-				pool(l["pool"]).ReadOpsPerSecond = p
-			case "rds_csi_rds_pool_write_ops_per_second":
-				pool(l["pool"]).WriteOpsPerSecond = p
-			case "rds_csi_rds_pool_read_bytes_per_second":
-				pool(l["pool"]).ReadBytesPerSecond = p
-			case "rds_csi_rds_pool_write_bytes_per_second":
-				pool(l["pool"]).WriteBytesPerSecond = p
-			case "rds_csi_rds_pool_in_flight_ops":
-				pool(l["pool"]).InFlight = p
-			case "rds_csi_rds_volume_read_ops_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.ReadOps = p })
-			case "rds_csi_rds_volume_write_ops_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.WriteOps = p })
-			case "rds_csi_rds_volume_read_bytes_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.ReadBytes = p })
-			case "rds_csi_rds_volume_write_bytes_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.WriteBytes = p })
-			case "rds_csi_rds_volume_in_flight_ops":
-				volume(l["pv"], func(x *VolumeLoad) { x.InFlight = p })
-			case "rds_csi_rds_volume_active_seconds_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.ActiveSeconds = p })
-			case "rds_csi_rds_volume_wait_seconds_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.WaitSeconds = p })
-			case "rds_csi_rds_volume_io_errors_total":
-				volume(l["pv"], func(x *VolumeLoad) { x.IOErrors = p })
+			default:
+				if f, ok := poolRates[name]; ok {
+					*f(pool(l["pool"])) = p
+				}
+				if f, ok := volumeValues[name]; ok {
+					volume(l["pv"], func(x *VolumeLoad) { *f(x) = p })
+				}
 			}
 		}
 	}
@@ -197,6 +178,27 @@ func ParseRDSHealth(r io.Reader) (*RDSHealth, error) {
 	sort.Slice(h.Drives, func(i, j int) bool { return h.Drives[i].Name < h.Drives[j].Name })
 	return h, nil
 }
+
+// poolRates and volumeValues are the optional values by family.
+var (
+	poolRates = map[string]func(*PoolHealth) **float64{
+		"rds_csi_rds_pool_read_ops_per_second":    func(p *PoolHealth) **float64 { return &p.ReadOpsPerSecond },
+		"rds_csi_rds_pool_write_ops_per_second":   func(p *PoolHealth) **float64 { return &p.WriteOpsPerSecond },
+		"rds_csi_rds_pool_read_bytes_per_second":  func(p *PoolHealth) **float64 { return &p.ReadBytesPerSecond },
+		"rds_csi_rds_pool_write_bytes_per_second": func(p *PoolHealth) **float64 { return &p.WriteBytesPerSecond },
+		"rds_csi_rds_pool_in_flight_ops":          func(p *PoolHealth) **float64 { return &p.InFlight },
+	}
+	volumeValues = map[string]func(*VolumeLoad) **float64{
+		"rds_csi_rds_volume_read_ops_total":       func(v *VolumeLoad) **float64 { return &v.ReadOps },
+		"rds_csi_rds_volume_write_ops_total":      func(v *VolumeLoad) **float64 { return &v.WriteOps },
+		"rds_csi_rds_volume_read_bytes_total":     func(v *VolumeLoad) **float64 { return &v.ReadBytes },
+		"rds_csi_rds_volume_write_bytes_total":    func(v *VolumeLoad) **float64 { return &v.WriteBytes },
+		"rds_csi_rds_volume_in_flight_ops":        func(v *VolumeLoad) **float64 { return &v.InFlight },
+		"rds_csi_rds_volume_active_seconds_total": func(v *VolumeLoad) **float64 { return &v.ActiveSeconds },
+		"rds_csi_rds_volume_wait_seconds_total":   func(v *VolumeLoad) **float64 { return &v.WaitSeconds },
+		"rds_csi_rds_volume_io_errors_total":      func(v *VolumeLoad) **float64 { return &v.IOErrors },
+	}
+)
 
 func value(m *dto.Metric) float64 {
 	switch {

@@ -63,33 +63,47 @@ type IOStats struct {
 	ReadRate, WriteRate       float64 // bytes per second
 }
 
-// ioKeys maps RouterOS' property names to the values they fill.
+// ioKeys maps RouterOS' property names to the values they fill: a count,
+// a duration or a rate, each read by its parser into its field of IOStats.
 var ioKeys = []struct {
 	key   string
 	field IOField
-	kind  valueKind
+	read  func(s *IOStats, text string) error
 }{
-	{"read-ops", IOReadOps, countValue},
-	{"write-ops", IOWriteOps, countValue},
-	{"read-bytes", IOReadBytes, countValue},
-	{"write-bytes", IOWriteBytes, countValue},
-	{"in-flight-ops", IOInFlight, countValue},
-	{"active-time", IOActiveTime, durationValue},
-	{"wait-time", IOWaitTime, durationValue},
-	{"io-errors", IOErrors, countValue},
-	{"read-ops-per-second", IOReadOpsRate, countValue},
-	{"write-ops-per-second", IOWriteOpsRate, countValue},
-	{"read-rate", IOReadRate, rateValue},
-	{"write-rate", IOWriteRate, rateValue},
+	{"read-ops", IOReadOps, countInto(func(s *IOStats) *int64 { return &s.ReadOps })},
+	{"write-ops", IOWriteOps, countInto(func(s *IOStats) *int64 { return &s.WriteOps })},
+	{"read-bytes", IOReadBytes, countInto(func(s *IOStats) *int64 { return &s.ReadBytes })},
+	{"write-bytes", IOWriteBytes, countInto(func(s *IOStats) *int64 { return &s.WriteBytes })},
+	{"in-flight-ops", IOInFlight, countInto(func(s *IOStats) *int64 { return &s.InFlight })},
+	{"active-time", IOActiveTime, durationInto(func(s *IOStats) *time.Duration { return &s.ActiveTime })},
+	{"wait-time", IOWaitTime, durationInto(func(s *IOStats) *time.Duration { return &s.WaitTime })},
+	{"io-errors", IOErrors, countInto(func(s *IOStats) *int64 { return &s.Errors })},
+	{"read-ops-per-second", IOReadOpsRate, perSecondInto(func(s *IOStats) *float64 { return &s.ReadOpsRate })},
+	{"write-ops-per-second", IOWriteOpsRate, perSecondInto(func(s *IOStats) *float64 { return &s.WriteOpsRate })},
+	{"read-rate", IOReadRate, rateInto(func(s *IOStats) *float64 { return &s.ReadRate })},
+	{"write-rate", IOWriteRate, rateInto(func(s *IOStats) *float64 { return &s.WriteRate })},
 }
 
-type valueKind int
+func countInto(field func(*IOStats) *int64) func(*IOStats, string) error {
+	return func(s *IOStats, text string) (err error) { *field(s), err = parseCount(text); return err }
+}
 
-const (
-	countValue valueKind = iota
-	durationValue
-	rateValue
-)
+func durationInto(field func(*IOStats) *time.Duration) func(*IOStats, string) error {
+	return func(s *IOStats, text string) (err error) { *field(s), err = ParseDuration(text); return err }
+}
+
+func rateInto(field func(*IOStats) *float64) func(*IOStats, string) error {
+	return func(s *IOStats, text string) (err error) { *field(s), err = ParseRate(text); return err }
+}
+
+// perSecondInto reads a count per second (`76`).
+func perSecondInto(field func(*IOStats) *float64) func(*IOStats, string) error {
+	return func(s *IOStats, text string) error {
+		n, err := parseCount(text)
+		*field(s) = float64(n)
+		return err
+	}
+}
 
 // ioFromValues reads the I/O values among a disk's properties; a value it
 // cannot read is ErrBadOutput naming it.
@@ -100,50 +114,10 @@ func ioFromValues(v map[string]string) (IOStats, error) {
 		if !ok {
 			continue
 		}
-		var (
-			n   int64
-			d   time.Duration
-			r   float64
-			err error
-		)
-		switch k.kind {
-		case countValue:
-			n, err = parseCount(text)
-		case durationValue:
-			d, err = ParseDuration(text)
-		case rateValue:
-			r, err = ParseRate(text)
-		}
-		if err != nil {
+		if err := k.read(&s, text); err != nil {
 			return IOStats{}, fmt.Errorf("%s: %w", k.key, err)
 		}
 		s.Has |= k.field
-		switch k.field {
-		case IOReadOps:
-			s.ReadOps = n
-		case IOWriteOps:
-			s.WriteOps = n
-		case IOReadBytes:
-			s.ReadBytes = n
-		case IOWriteBytes:
-			s.WriteBytes = n
-		case IOInFlight:
-			s.InFlight = n
-		case IOActiveTime:
-			s.ActiveTime = d
-		case IOWaitTime:
-			s.WaitTime = d
-		case IOErrors:
-			s.Errors = n
-		case IOReadOpsRate:
-			s.ReadOpsRate = float64(n)
-		case IOWriteOpsRate:
-			s.WriteOpsRate = float64(n)
-		case IOReadRate:
-			s.ReadRate = r
-		case IOWriteRate:
-			s.WriteRate = r
-		}
 	}
 	return s, nil
 }

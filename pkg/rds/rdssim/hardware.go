@@ -70,27 +70,25 @@ func checkDrive(slot string) error {
 // FailDrive marks a drive failed in the array (raid-member-failed=yes,
 // flag f): the array is degraded.
 func (s *Server) FailDrive(slot string) error {
-	if err := checkDrive(slot); err != nil {
-		return err
-	}
-	s.stateMu.Lock()
-	defer s.stateMu.Unlock()
-	s.hw.init()
-	s.hw.failed[slot] = true
-	return nil
+	return s.changeDrive(slot, func(h *hardwareState) { h.failed[slot] = true })
 }
 
 // RemoveDrive takes a drive out of the listing, as a dead or pulled drive
 // drops out of /disk: the array shows one member fewer than it is built
 // for.
 func (s *Server) RemoveDrive(slot string) error {
+	return s.changeDrive(slot, func(h *hardwareState) { h.removed[slot] = true })
+}
+
+// changeDrive applies change to the hardware state of a drive in slot.
+func (s *Server) changeDrive(slot string, change func(*hardwareState)) error {
 	if err := checkDrive(slot); err != nil {
 		return err
 	}
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	s.hw.init()
-	s.hw.removed[slot] = true
+	change(&s.hw)
 	return nil
 }
 
@@ -104,14 +102,7 @@ func (s *Server) RestoreArray() {
 
 // SetDriveSmart sets a drive's S.M.A.R.T. values.
 func (s *Server) SetDriveSmart(slot string, v DriveSmart) error {
-	if err := checkDrive(slot); err != nil {
-		return err
-	}
-	s.stateMu.Lock()
-	defer s.stateMu.Unlock()
-	s.hw.init()
-	s.hw.smart[slot] = v
-	return nil
+	return s.changeDrive(slot, func(h *hardwareState) { h.smart[slot] = v })
 }
 
 // DriveSmartOf returns a drive's S.M.A.R.T. values.
@@ -159,7 +150,7 @@ func (s *Server) arrayItem() item {
 		}
 	}
 	size := int64(len(Drives)-2) * driveSize
-	return item{flags: "B", props: []prop{
+	return item{flags: "B", props: append([]prop{
 		bareProp("type", "raid"),
 		strProp("slot", ArraySlot),
 		strProp("slot-default", ""),
@@ -171,6 +162,14 @@ func (s *Server) arrayItem() item {
 		bareProp("raid-type", "raid-6"),
 		bareProp("raid-device-count", strconv.Itoa(len(Drives))),
 		strProp("raid-state", state),
+	}, unsharedProps()...)}
+}
+
+// unsharedProps are the export and sharing properties of a disk that is
+// exported and shared nowhere, as the RDS2216 printed its arrays and
+// drives.
+func unsharedProps() []prop {
+	return []prop{
 		bareProp("nvme-tcp-export", "no"),
 		bareProp("iscsi-export", "no"),
 		bareProp("nfs-sharing", "no"),
@@ -178,7 +177,7 @@ func (s *Server) arrayItem() item {
 		bareProp("media-sharing", "no"),
 		bareProp("media-interface", "none"),
 		bareProp("swap", "no"),
-	}}
+	}
 }
 
 // driveSize is each simulated drive's size (the RDS2216's 7.68 TB NVMe).
@@ -189,7 +188,7 @@ func driveItem(slot string, _ DriveSmart, failed bool) item {
 	if failed {
 		flags = "Bfr"
 	}
-	return item{flags: flags, props: []prop{
+	return item{flags: flags, props: append([]prop{
 		bareProp("type", "hardware"),
 		strProp("slot", slot),
 		strProp("slot-default", slot),
@@ -200,14 +199,7 @@ func driveItem(slot string, _ DriveSmart, failed bool) item {
 		{key: "size", raw: fmt.Sprint(driveSize), text: spacedNumber(driveSize)},
 		strProp("raid-master", ArraySlot),
 		bareProp("raid-member-failed", yesNo(failed)),
-		bareProp("nvme-tcp-export", "no"),
-		bareProp("iscsi-export", "no"),
-		bareProp("nfs-sharing", "no"),
-		bareProp("smb-sharing", "no"),
-		bareProp("media-sharing", "no"),
-		bareProp("media-interface", "none"),
-		bareProp("swap", "no"),
-	}}
+	}, unsharedProps()...)}
 }
 
 // smartProps are a drive's values as `print stats detail` prints them.
