@@ -47,9 +47,11 @@ type controllerOptions struct {
 	RetryPeriod             time.Duration
 
 	// GracePeriod is accepted for compatibility and ignored (deprecated).
-	GracePeriod       time.Duration
-	NotReadyThreshold time.Duration
-	MigrationTimeout  time.Duration
+	GracePeriod        time.Duration
+	NotReadyThreshold  time.Duration
+	HeartbeatThreshold time.Duration
+	FenceGuardShare    float64
+	MigrationTimeout   time.Duration
 
 	OrphanedClaimThreshold time.Duration
 	WatchStallThreshold    time.Duration
@@ -66,6 +68,9 @@ type controllerOptions struct {
 	// has cut it off (storage fencing only).
 	OutOfServiceTaint bool
 	storageFencing    bool
+	// guardShareSet: --fence-guard-share was given (0 is then an error,
+	// not the default).
+	guardShareSet bool
 }
 
 func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
@@ -79,10 +84,12 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored: a volume moves to another node once its detach has completed (docs/attachments.md)")
 	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing). Default with --storage-fencing=allow-host: 20s, since the fence then cuts the node off the RDS first")
+	fs.DurationVar(&o.HeartbeatThreshold, "heartbeat-threshold", 0, "with --storage-fencing=allow-host: fence a node's attachments once this controller has not seen its kubelet's Lease (kube-node-lease) renewed for this long, on its own clock (0: never). Default with storage fencing: "+StorageFencedHeartbeatThreshold.String()+"; refused without it")
+	fs.Float64Var(&o.FenceGuardShare, "fence-guard-share", informers.DefaultGuardShare, "mass-outage guard: while at least two nodes and more than this share of all are unhealthy together (an API server outage, a partition), no node is fenced for NotReady or a lost heartbeat (0 < share <= 1)")
 	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
 	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
 	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
-	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
+	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold, or whose heartbeat was lost past --heartbeat-threshold, is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
 	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with --storage-fencing=allow-host: how often the leader compares every export on the RDS with its volume's live claims and fixes a mismatch (also at start and after each takeover); one /disk print plus, per mismatch only, a PV read")
 	fs.DurationVar(&o.RDSHealthInterval, "rds-health-interval", 30*time.Second, "how often the leader polls the RDS's own health and load for /metrics (RAID arrays, drives' S.M.A.R.T., pool use and rates, each volume's I/O): three commands a poll whatever the number of volumes, over an SSH connection of its own (0: off; "+rdshealth.MinInterval.String()+" to "+rdshealth.MaxInterval.String()+"; docs/operations.md)")
 	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
@@ -110,17 +117,28 @@ const (
 // a short blip and still moves volumes about a minute after a node dies.
 const StorageFencedNotReadyThreshold = 20 * time.Second
 
+// StorageFencedHeartbeatThreshold is --heartbeat-threshold's default with
+// --storage-fencing=allow-host: two of a kubelet's renewals (every 10 s
+// by default). One late renewal is not a lost heartbeat, and by the time
+// the first node of a partition lapses every other has been silent for
+// over half of it, which the mass-outage guard counts.
+const StorageFencedHeartbeatThreshold = 20 * time.Second
+
 // storageFencingDefaults applies the defaults that depend on
 // --storage-fencing, after parsing: an explicit flag always wins.
 func (o *controllerOptions) storageFencingDefaults(d csi.Options, fs *flag.FlagSet) {
 	o.storageFencing = d.AllowHostFencing()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.guardShareSet = set["fence-guard-share"]
 	if !d.AllowHostFencing() {
 		return
 	}
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "not-ready-threshold" })
-	if !set {
+	if !set["not-ready-threshold"] {
 		o.NotReadyThreshold = StorageFencedNotReadyThreshold
+	}
+	if !set["heartbeat-threshold"] {
+		o.HeartbeatThreshold = StorageFencedHeartbeatThreshold
 	}
 }
 
@@ -144,8 +162,19 @@ func (o *controllerOptions) validate() error {
 	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
 		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
 	}
-	if o.OutOfServiceTaint && (!o.storageFencing || o.NotReadyThreshold <= 0) {
-		problems = append(problems, "--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold: without storage fencing a NotReady node may still be writing")
+	if o.OutOfServiceTaint && (!o.storageFencing || (o.NotReadyThreshold <= 0 && o.HeartbeatThreshold <= 0)) {
+		problems = append(problems, "--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold or --heartbeat-threshold: without storage fencing a NotReady node may still be writing")
+	}
+	switch {
+	case o.HeartbeatThreshold < 0:
+		problems = append(problems, fmt.Sprintf("--heartbeat-threshold must not be negative (have %s)", o.HeartbeatThreshold))
+	case o.HeartbeatThreshold > 0 && !o.storageFencing:
+		problems = append(problems, "--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
+	case o.HeartbeatThreshold > 0 && o.HeartbeatThreshold < minHeartbeatThreshold:
+		problems = append(problems, fmt.Sprintf("--heartbeat-threshold=%s is shorter than %s: a kubelet renews its Lease every 10 s by default, and one late renewal must not fence a node", o.HeartbeatThreshold, minHeartbeatThreshold))
+	}
+	if o.FenceGuardShare < 0 || o.FenceGuardShare > 1 || (o.guardShareSet && o.FenceGuardShare == 0) {
+		problems = append(problems, fmt.Sprintf("--fence-guard-share must be in (0, 1] (have %g)", o.FenceGuardShare))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
@@ -153,8 +182,12 @@ func (o *controllerOptions) validate() error {
 	return nil
 }
 
+// minHeartbeatThreshold: below it one late kubelet renewal (every 10 s by
+// default) would fence a healthy node.
+const minHeartbeatThreshold = 15 * time.Second
+
 func (o *controllerOptions) policy() fencing.Config {
-	return fencing.Config{NotReadyThreshold: o.NotReadyThreshold, MigrationTimeout: o.MigrationTimeout}
+	return fencing.Config{NotReadyThreshold: o.NotReadyThreshold, HeartbeatThreshold: o.HeartbeatThreshold, MigrationTimeout: o.MigrationTimeout}
 }
 
 func (o *controllerOptions) restConfig() (*rest.Config, error) {
@@ -234,11 +267,19 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	ctrl, err := informers.NewController(client, p.index, informers.Config{
 		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer, NodeRecovered: recovered,
 		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
-		OrphanedClaims: reporter.OrphanedClaimsNow,
+		OrphanedClaims: reporter.OrphanedClaimsNow, GuardShare: opts.FenceGuardShare,
+		GuardChanged: func(e informers.GuardEvent) {
+			klog.Background().Info("storage fencing: mass-outage guard", "holding", e.Holding, "suspect", e.Suspect, "nodes", e.Total, "some", e.Nodes)
+			reporter.GuardChanged(e.Holding, e.Suspect, e.Total, e.Nodes)
+		},
+		NodeFlapped: reporter.NodeFlapped,
 	})
 	if err != nil {
 		return nil, err
 	}
+	// Live reads that back a fence are timed as the index is, on this
+	// controller's clock.
+	claims.TimeWith(ctrl.Liveness())
 	p.ctrl = ctrl
 	cs.ServePublish(&csi.Publisher{Index: p.index, Claims: claims, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter})
 	informersSynced := func(context.Context) error {

@@ -214,3 +214,46 @@ func TestNotReadyThresholdDefaultWithStorageFencing(t *testing.T) {
 		}
 	}
 }
+
+// --heartbeat-threshold defaults on with storage fencing and is refused
+// without it (nothing would cut the node off); too short a threshold, or
+// a guard share outside (0, 1], is refused.
+func TestHeartbeatFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    time.Duration
+		problem string
+	}{
+		{nil, 0, ""},
+		{[]string{"--storage-fencing=allow-host"}, StorageFencedHeartbeatThreshold, ""},
+		{[]string{"--storage-fencing=allow-host", "--heartbeat-threshold=0"}, 0, ""},
+		{[]string{"--storage-fencing=allow-host", "--heartbeat-threshold=30s"}, 30 * time.Second, ""},
+		{[]string{"--heartbeat-threshold=30s"}, 30 * time.Second, "--heartbeat-threshold needs --storage-fencing=allow-host"},
+		{[]string{"--storage-fencing=allow-host", "--heartbeat-threshold=5s"}, 5 * time.Second, "shorter than 15s"},
+		{[]string{"--storage-fencing=allow-host", "--heartbeat-threshold=-1s"}, -time.Second, "must not be negative"},
+		{[]string{"--fence-guard-share=0"}, 0, "--fence-guard-share must be in (0, 1]"},
+		{[]string{"--fence-guard-share=1.5"}, 0, "--fence-guard-share must be in (0, 1]"},
+		{[]string{"--fence-guard-share=1"}, 0, ""},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var d csi.Options
+		d.AddFlags(fs)
+		o := controllerOptions{MigrationTimeout: time.Minute, ExportReconcilePeriod: time.Minute, RDSCommandTimeout: DefaultRDSCommandTimeout,
+			WatchStallThreshold: time.Second, ReactionTimeout: time.Second}
+		o.addFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		o.storageFencingDefaults(d, fs)
+		if o.HeartbeatThreshold != tc.want {
+			t.Errorf("%v: --heartbeat-threshold %s, want %s", tc.args, o.HeartbeatThreshold, tc.want)
+		}
+		err := o.validate()
+		switch {
+		case tc.problem == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.problem != "" && (err == nil || !strings.Contains(err.Error(), tc.problem)):
+			t.Errorf("%v: error %v; want one saying %q", tc.args, err, tc.problem)
+		}
+	}
+}

@@ -41,7 +41,7 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"missing key file", []string{"--mode=controller", "--publish=false", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, []string{"RDS client", "nope"}},
 		{"bad storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=on"}, []string{"--storage-fencing must be off or allow-host"}},
 		{"taint without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--not-ready-threshold=30s", "--out-of-service-taint"}, []string{"--out-of-service-taint needs --storage-fencing=allow-host"}},
-		{"taint with fencing but threshold 0", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--not-ready-threshold=0", "--out-of-service-taint"}, []string{"a positive --not-ready-threshold"}},
+		{"taint with fencing but threshold 0", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--not-ready-threshold=0", "--heartbeat-threshold=0", "--out-of-service-taint"}, []string{"a positive --not-ready-threshold"}},
 		{"stray argument", []string{"--mode=controller", "extra"}, []string{"unexpected arguments"}},
 		{"RDS command timeout too short", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=500ms"}, []string{"--rds-command-timeout=500ms is outside 1s..10m0s"}},
 		{"RDS command timeout of hours", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=1h"}, []string{"--rds-command-timeout=1h0m0s is outside"}},

@@ -88,6 +88,16 @@ func fallbackObjects() []runtime.Object {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects:   subject,
 		},
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-heartbeats", Namespace: "kube-node-lease"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+				Verbs: []string{"get", "list", "watch"}}},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-heartbeats", Namespace: "kube-node-lease"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name + "-heartbeats"},
+			Subjects:   subject,
+		},
 		&storagev1.CSIDriver{
 			ObjectMeta: metav1.ObjectMeta{Name: DriverName},
 			Spec: storagev1.CSIDriverSpec{

@@ -133,6 +133,7 @@ func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, p
 	if err != nil {
 		t.Fatal(err)
 	}
+	claims.TimeWith(ctrl.Liveness())
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &publishEnv{t: t, client: client, rds: rdsFake, index: index, ctrl: ctrl, events: events, stop: cancel, done: make(chan struct{})}
 	go func() { ctrl.Run(ctx); close(e.done) }()

@@ -219,6 +219,7 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 		idx := i
 		fencer := fencing.NewFencer(claims, nil, func() bool { return m.leader == idx }, policy, clk.Now)
 		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Clock: clk})
+		claims.TimeWith(r.ctrl.Liveness())
 		r.cs = NewControllerServer(NewDriver(opts, rdsFake))
 		if fenced {
 			claims.CutStorageOnFence(&modelFence{m: m, cs: r.cs})

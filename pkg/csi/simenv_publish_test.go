@@ -82,6 +82,7 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 	if err != nil {
 		t.Fatal(err)
 	}
+	claims.TimeWith(ctrl.Liveness())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { ctrl.Run(ctx); close(done) }()

@@ -58,9 +58,22 @@ type NodeState struct {
 	// name is another incarnation.
 	UID string
 	// Ready is the node's Ready condition; NotReadySince is when it last
-	// stopped being Ready (zero when Ready or unknown).
+	// stopped being Ready (zero when Ready or unknown), as the condition's
+	// LastTransitionTime says: written by another machine (the kubelet or
+	// kube-controller-manager, which stamps every node at once after an
+	// API server outage), so it is shown to operators and never timed.
 	Ready         bool
 	NotReadySince time.Time
+	// NotReadySeen is when this controller first saw this incarnation
+	// not Ready since it last saw it Ready, on its own clock (zero when
+	// Ready); RenewedSeen is when it last saw the node's heartbeat (its
+	// kubelet's Lease) renewed, on its own clock (zero: no heartbeat
+	// known). Both are never earlier than the moment this controller's
+	// view of the API was last restored (a restart, a reconnect) or its
+	// mass-outage guard last let go (pkg/informers.Liveness). Only these
+	// are timed.
+	NotReadySeen time.Time
+	RenewedSeen  time.Time
 	// OutOfService: the node carries the node.kubernetes.io/out-of-service
 	// taint, the operator's statement that it is down.
 	OutOfService bool
@@ -72,6 +85,11 @@ type Config struct {
 	// fenced. Zero disables the rule (the default): NotReady alone may be a
 	// partition with the node still writing.
 	NotReadyThreshold time.Duration
+	// HeartbeatThreshold: a holder whose node's heartbeat has not been seen
+	// renewed for longer is fenced. Zero disables the rule (the default);
+	// only storage fencing turns it on, since the fence then cuts the node
+	// off the RDS first.
+	HeartbeatThreshold time.Duration
 	// MigrationTimeout: how long two nodes may hold a multi-writer volume.
 	MigrationTimeout time.Duration
 }
@@ -113,6 +131,9 @@ const (
 	FenceNodeDeleted  FenceReason = "NodeDeleted"
 	FenceOutOfService FenceReason = "OutOfService"
 	FenceNotReady     FenceReason = "NotReady"
+	// FenceHeartbeatLost: the node's heartbeat (its kubelet's Lease) has
+	// not been seen renewed for longer than the threshold.
+	FenceHeartbeatLost FenceReason = "HeartbeatLost"
 	// FenceNodeRecreated: the Node object of that name has another UID
 	// than the one the claim recorded: the incarnation that held the
 	// volume is gone.
@@ -277,8 +298,10 @@ func Stale(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
 		return FenceNodeDeleted, true
 	case n.OutOfService:
 		return FenceOutOfService, true
-	case cfg.NotReadyThreshold > 0 && !n.Ready && !n.NotReadySince.IsZero() && now.Sub(n.NotReadySince) > cfg.NotReadyThreshold:
+	case cfg.NotReadyThreshold > 0 && !n.Ready && !n.NotReadySeen.IsZero() && now.Sub(n.NotReadySeen) > cfg.NotReadyThreshold:
 		return FenceNotReady, true
+	case cfg.HeartbeatThreshold > 0 && !n.RenewedSeen.IsZero() && now.Sub(n.RenewedSeen) > cfg.HeartbeatThreshold:
+		return FenceHeartbeatLost, true
 	}
 	return "", false
 }

@@ -53,10 +53,26 @@ func TestDecide(t *testing.T) {
 			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: t0}, "b": healthy()},
 			verdict: Refuse, blocking: "a", reason: "NotReady for 1h0m0s, but is not fenced"},
 		{name: "holder NotReady past threshold: fenced", cfg: withNotReady, req: Request{VolumeID: "v", Node: "b"},
-			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-2 * time.Minute)}, "b": healthy()},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-2 * time.Minute), NotReadySeen: now.Add(-2 * time.Minute)}, "b": healthy()},
 			verdict: Allow, fence: []Fence{{Node: "a", Reason: FenceNotReady}}},
 		{name: "holder NotReady under threshold: refused", cfg: withNotReady, req: Request{VolumeID: "v", Node: "b"},
-			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-30 * time.Second)}, "b": healthy()},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-30 * time.Second), NotReadySeen: now.Add(-30 * time.Second)}, "b": healthy()},
+			verdict: Refuse, blocking: "a"},
+		// After an API server outage kube-controller-manager stamps every
+		// node NotReady at once, with a LastTransitionTime from before
+		// (or during) the outage: only how long this controller has seen
+		// it counts.
+		{name: "holder NotReady long by its condition, seen a moment ago: refused", cfg: withNotReady, req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, NotReadySince: now.Add(-time.Hour), NotReadySeen: now.Add(-time.Second)}, "b": healthy()},
+			verdict: Refuse, blocking: "a"},
+		{name: "holder heartbeat lost past threshold: fenced", cfg: Config{HeartbeatThreshold: 15 * time.Second, MigrationTimeout: time.Minute}, req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, Ready: true, RenewedSeen: now.Add(-16 * time.Second)}, "b": healthy()},
+			verdict: Allow, fence: []Fence{{Node: "a", Reason: FenceHeartbeatLost}}},
+		{name: "holder heartbeat within threshold: refused", cfg: Config{HeartbeatThreshold: 15 * time.Second, MigrationTimeout: time.Minute}, req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, Ready: true, RenewedSeen: now.Add(-14 * time.Second)}, "b": healthy()},
+			verdict: Refuse, blocking: "a"},
+		{name: "heartbeat rule off: refused", req: Request{VolumeID: "v", Node: "b"},
+			holders: []Holder{{Node: "a", Since: t0}}, nodes: nodeMap{"a": {Exists: true, Ready: true, RenewedSeen: now.Add(-time.Hour)}, "b": healthy()},
 			verdict: Refuse, blocking: "a"},
 		// The e2e failover that found two attached nodes: the holder's
 		// claim released, its VolumeAttachment still attached and deleting.

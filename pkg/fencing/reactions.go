@@ -97,7 +97,7 @@ func (f *Fencer) NodeStale(ctx context.Context, s StaleHolder) error {
 		f.reporter.Fenced(v, s.Node, reason)
 		logger.Info("fenced stale attachment", "volume", v.Handle, "pv", v.PV, "node", s.Node, "reason", reason)
 	}
-	if len(errs) > 0 || f.tainter == nil || s.Reason != FenceNotReady {
+	if len(errs) > 0 || f.tainter == nil || (s.Reason != FenceNotReady && s.Reason != FenceHeartbeatLost) {
 		return errors.Join(errs...)
 	}
 	err := f.tainter.TaintOutOfService(ctx, s.Node)

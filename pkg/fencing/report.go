@@ -4,6 +4,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -20,6 +21,10 @@ const (
 	ReasonMigrationFinished = "LiveMigrationFinished"
 	ReasonMigrationTimedOut = "LiveMigrationTimedOut"
 	ReasonExportMismatch    = "ExportClaimMismatch"
+	// On Node objects.
+	ReasonFencingHeld    = "FencingHeld"
+	ReasonFencingResumed = "FencingResumed"
+	ReasonNodeFlapping   = "NodeFlapping"
 )
 
 // VolumeRef names a volume in events: its PersistentVolume, the bound
@@ -47,6 +52,8 @@ type Metrics interface {
 	MigrationFinished()
 	MigrationTimedOut()
 	ExportMismatch(fixed bool)
+	GuardHolding(holding bool)
+	NodeFlapped()
 }
 
 // Reporter turns decisions into Kubernetes events and metrics. Every method
@@ -73,6 +80,39 @@ func (r *Reporter) event(v VolumeRef, eventType, reason, format string, args ...
 		ref.APIVersion, ref.Kind = "v1", "PersistentVolumeClaim"
 		r.events.Eventf(&ref, eventType, reason, format, args...)
 	}
+}
+
+func (r *Reporter) nodeEvent(node, eventType, reason, format string, args ...any) {
+	if r == nil || r.events == nil {
+		return
+	}
+	// As the kubelet names its node in events: kubectl describe node
+	// shows them.
+	r.events.Eventf(&corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node, UID: types.UID(node)}, eventType, reason, format, args...)
+}
+
+// GuardChanged reports the mass-outage guard (pkg/informers.Liveness)
+// taking hold or letting go, with the suspect nodes (at most a few
+// named), suspect of total counted.
+func (r *Reporter) GuardChanged(holding bool, suspect, total int, nodes []string) {
+	r.count(func(m Metrics) { m.GuardHolding(holding) })
+	for _, n := range nodes {
+		if holding {
+			r.nodeEvent(n, corev1.EventTypeWarning, ReasonFencingHeld,
+				"%d of %d nodes turned unhealthy together (an API server outage or a partition looks like this): no node is fenced for being NotReady or for a lost heartbeat until fewer are", suspect, total)
+		} else {
+			r.nodeEvent(n, corev1.EventTypeNormal, ReasonFencingResumed,
+				"%d of %d nodes unhealthy: timed fencing resumes; a node still unhealthy is timed from now", suspect, total)
+		}
+	}
+}
+
+// NodeFlapped reports a node that turned unhealthy again within the
+// recovery period after it was seen healthy.
+func (r *Reporter) NodeFlapped(node string) {
+	r.count(func(m Metrics) { m.NodeFlapped() })
+	r.nodeEvent(node, corev1.EventTypeWarning, ReasonNodeFlapping,
+		"node %s turned unhealthy again soon after it recovered; a driver out-of-service taint stays until it has been healthy for the whole recovery period", node)
 }
 
 func (r *Reporter) count(f func(Metrics)) {
@@ -167,6 +207,8 @@ func describe(reason FenceReason) string {
 		return "the node is tainted node.kubernetes.io/out-of-service"
 	case FenceNotReady:
 		return "the node has been NotReady longer than the configured threshold"
+	case FenceHeartbeatLost:
+		return "the node's heartbeat (its kubelet's Lease) has not been renewed for longer than the configured threshold"
 	case FenceNodeRecreated:
 		return "the node object was deleted and re-created (another UID) since the volume was published to it"
 	}

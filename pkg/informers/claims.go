@@ -185,7 +185,16 @@ type Claims struct {
 	// is retried) and settles the storage after the release; and every
 	// release records the attachment in RetiringAnnotation.
 	fence StorageFence
+	// live, when set, times live reads of nodes (TimeWith).
+	live *Liveness
 }
+
+// TimeWith makes every live read of a node timed by l, the controller's
+// view of node health on its own clock (Liveness.Decorate); a node whose
+// heartbeat looks lost there is confirmed by a live read of its Lease
+// (a renewal this controller has not seen yet clears it). Without it a
+// live read is never timed out (no NotReady or heartbeat fence).
+func (c *Claims) TimeWith(l *Liveness) { c.live = l }
 
 // StorageFence is storage fencing as a fence release needs it.
 type StorageFence interface {
@@ -356,7 +365,21 @@ func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, 
 	if err != nil {
 		return fencing.NodeState{}, fmt.Errorf("reading node %s: %w", name, err)
 	}
-	return nodeState(n), nil
+	s := c.live.Decorate(name, nodeState(n))
+	if c.live == nil || !c.live.heartbeatLapsed(s) {
+		return s, nil
+	}
+	l, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.live.forgetLease(name)
+	case err != nil:
+		// Unconfirmed: not timed out.
+		return fencing.NodeState{}, fmt.Errorf("reading node %s's heartbeat Lease: %w", name, err)
+	default:
+		c.live.observeLease(name, l.ResourceVersion)
+	}
+	return c.live.Decorate(name, nodeState(n)), nil
 }
 
 // releaseIf drops node's claim on pvName when drop, called after every

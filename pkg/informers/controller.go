@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +62,9 @@ const (
 	// kindRecovered: a node carrying the driver's out-of-service taint is
 	// Ready again (Config.NodeRecovered).
 	kindRecovered
+
+	// kindLease: a kubelet's heartbeat Lease (Feed only; never queued).
+	kindLease
 )
 
 // key is a workqueue item: handlers enqueue keys, the worker reads the
@@ -107,6 +111,15 @@ type Config struct {
 	// OrphanedClaims, when set, is told the number of claims orphaned past
 	// the threshold whenever it may have changed.
 	OrphanedClaims func(n int)
+	// GuardShare is the mass-outage guard's share (Liveness; 0: the
+	// default).
+	GuardShare float64
+	// GuardChanged, when set, is told every change of the mass-outage
+	// guard; NodeFlapped every node that turned unhealthy again within
+	// the recovery period. Both are called with the Liveness locked: they
+	// must not call it.
+	GuardChanged func(GuardEvent)
+	NodeFlapped  func(node string)
 }
 
 // Controller keeps an AttachmentIndex in step with the API server.
@@ -126,6 +139,7 @@ type Controller struct {
 	synced    []cache.InformerSynced
 	informers []cache.SharedIndexInformer
 	streams   *StreamHealth
+	live      *Liveness
 	clock     clock.WithTicker
 	// reacted: the stale state each node was last reported in. Only the
 	// worker touches it.
@@ -156,9 +170,14 @@ func newController(index *AttachmentIndex, cfg Config) *Controller {
 			&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(100), 1000)},
 		)
 	}
+	live := NewLiveness(cfg.Clock, cfg.Policy, cfg.GuardShare)
+	live.OnGuard(cfg.GuardChanged)
+	live.OnFlap(cfg.NodeFlapped)
+	index.setLiveness(live)
 	return &Controller{
 		cfg:         cfg,
 		index:       index,
+		live:        live,
 		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
 		reactions:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-reactions", Clock: cfg.Clock}),
 		clock:       cfg.Clock,
@@ -175,6 +194,10 @@ func newController(index *AttachmentIndex, cfg Config) *Controller {
 func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Config) (*Controller, error) {
 	c := newController(index, cfg)
 	c.streams = NewStreamHealth(c.clock)
+	c.streams.restored = func(stream string) {
+		klog.Background().V(2).Info("watch restored after a gap: node health is timed from now", "stream", stream)
+		c.live.Restored()
+	}
 	newInformer := func(stream string, example runtime.Object, lw cache.ListerWatcher) cache.SharedIndexInformer {
 		inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
 		_ = inf.SetTransform(trim) // only fails once started
@@ -201,6 +224,11 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return client.CoreV1().Nodes().Watch(ctx, o)
 		}))
+	if cfg.Policy.HeartbeatThreshold > 0 {
+		if err := c.watchLeases(client, newInformer); err != nil {
+			return nil, err
+		}
+	}
 	c.vas = storagelisters.NewVolumeAttachmentLister(vaInf.GetIndexer())
 	c.pvs = corelisters.NewPersistentVolumeLister(pvInf.GetIndexer())
 	c.nodes = corelisters.NewNodeLister(nodeInf.GetIndexer())
@@ -226,6 +254,42 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		c.informers = append(c.informers, inf)
 	}
 	return c, nil
+}
+
+// watchLeases times the nodes' heartbeats: every change of a kubelet's
+// Lease in kube-node-lease is a renewal, seen now on this controller's
+// clock. The cache keeps each Lease's name and resourceVersion only.
+func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(string, runtime.Object, cache.ListerWatcher) cache.SharedIndexInformer) error {
+	leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
+	inf := newInformer("leases", &coordinationv1.Lease{}, c.streams.listWatch("leases", client,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, o) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, o) }))
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.leaseSeen(obj) },
+		UpdateFunc: func(_, obj any) { c.leaseSeen(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				c.live.forgetLease(l.Name)
+			}
+		},
+	})
+	c.informers = append(c.informers, inf)
+	return err
+}
+
+// leaseSeen records a kubelet Lease as seen; a renewal brings the node
+// back to the worker when its heartbeat would pass the threshold.
+func (c *Controller) leaseSeen(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	if c.live.observeLease(l.Name, l.ResourceVersion) {
+		c.queue.AddAfter(key{kind: kindNode, name: l.Name}, c.cfg.Policy.HeartbeatThreshold+time.Millisecond)
+	}
 }
 
 // Run starts the informers, the index's worker and the reactions, and
@@ -475,21 +539,32 @@ func (c *Controller) syncNode(name string) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		c.index.deleteNode(name)
+		c.live.observeNode(name, cur)
 	case err != nil:
 		return err
 	default:
 		cur = nodeState(node)
 		c.index.setNode(name, cur)
+		c.live.observeNode(name, cur)
 		if cur.Ready && hasDriverTaint(node) {
-			c.reactions.Add(key{kind: kindRecovered, name: name})
+			// The driver's taint is lifted once the node has stayed
+			// healthy for the recovery period (hysteresis: a flapping
+			// node is not fenced and unfenced in a loop).
+			if ok, wait := c.live.Recovered(name, cur); ok {
+				c.reactions.Add(key{kind: kindRecovered, name: name})
+			} else if wait > 0 {
+				c.queue.AddAfter(key{kind: kindNode, name: name}, wait+time.Millisecond)
+			}
 		}
 	}
 	now := c.clock.Now()
+	cur = c.live.Decorate(name, cur)
 	reason, stale := fencing.Stale(cur, now, c.cfg.Policy)
-	// A NotReady node becomes stale when the threshold passes: come back
-	// then, so the reaction does not wait for another event.
-	if !stale && cur.Exists && !cur.Ready && !cur.NotReadySince.IsZero() && c.cfg.Policy.NotReadyThreshold > 0 {
-		c.queue.AddAfter(key{kind: kindNode, name: name}, cur.NotReadySince.Add(c.cfg.Policy.NotReadyThreshold).Sub(now)+time.Millisecond)
+	// A NotReady node, or one whose heartbeat stopped, becomes stale when
+	// the threshold passes: come back then, so the reaction does not wait
+	// for another event.
+	if !stale && cur.Exists {
+		c.wakeAtThreshold(name, cur, now)
 	}
 	// React once per stale state: a resync or an unrelated update of an
 	// already-fenced node is not a new failure. A new incarnation of the
@@ -507,6 +582,29 @@ func (c *Controller) syncNode(name string) error {
 	}
 	return nil
 }
+
+// wakeAtThreshold queues node name for when its timed state (cur, at now)
+// passes a threshold.
+func (c *Controller) wakeAtThreshold(name string, cur NodeState, now time.Time) {
+	p := c.cfg.Policy
+	var at time.Time
+	if !cur.Ready && !cur.NotReadySeen.IsZero() && p.NotReadyThreshold > 0 {
+		at = cur.NotReadySeen.Add(p.NotReadyThreshold)
+	}
+	if !cur.RenewedSeen.IsZero() && p.HeartbeatThreshold > 0 {
+		if hb := cur.RenewedSeen.Add(p.HeartbeatThreshold); at.IsZero() || hb.Before(at) {
+			at = hb
+		}
+	}
+	if !at.IsZero() {
+		c.queue.AddAfter(key{kind: kindNode, name: name}, at.Sub(now)+time.Millisecond)
+	}
+}
+
+// Liveness is the controller's view of its nodes' health, timed on its
+// own clock; live reads that back a fence are timed by it too
+// (Claims.TimeWith).
+func (c *Controller) Liveness() *Liveness { return c.live }
 
 // syncFence tells the Reactor about the volumes a stale node holds. The
 // node is looked up in the index again: if it recovered meanwhile, nothing
@@ -694,6 +792,9 @@ func trim(obj any) (any, error) {
 			o.Spec.ClaimRef = &corev1.ObjectReference{Kind: o.Spec.ClaimRef.Kind, Namespace: o.Spec.ClaimRef.Namespace, Name: o.Spec.ClaimRef.Name, UID: o.Spec.ClaimRef.UID}
 		}
 		o.Status = corev1.PersistentVolumeStatus{Phase: o.Status.Phase}
+	case *coordinationv1.Lease:
+		// Only that it changed matters (Liveness).
+		*o = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, ResourceVersion: o.ResourceVersion}}
 	case *corev1.Node:
 		o.ManagedFields = nil
 		o.Annotations = nil

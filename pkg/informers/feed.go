@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,6 +51,8 @@ func (f *Feed) store(obj runtime.Object) (kind, cache.Indexer, error) {
 		return kindPV, f.pvs, nil
 	case *corev1.Node:
 		return kindNode, f.nodes, nil
+	case *coordinationv1.Lease:
+		return kindLease, nil, nil
 	}
 	return 0, nil, fmt.Errorf("feed: unsupported object %T", obj)
 }
@@ -60,6 +63,10 @@ func (f *Feed) Apply(obj runtime.Object) error {
 	k, store, err := f.store(obj)
 	if err != nil {
 		return err
+	}
+	if k == kindLease {
+		f.c.leaseSeen(obj)
+		return nil
 	}
 	cp, _ := trim(obj.DeepCopyObject())
 	if err := store.Update(cp); err != nil {
@@ -78,6 +85,10 @@ func (f *Feed) Remove(obj runtime.Object) error {
 	k, store, err := f.store(obj)
 	if err != nil {
 		return err
+	}
+	if k == kindLease {
+		f.c.live.forgetLease(obj.(*coordinationv1.Lease).Name)
+		return nil
 	}
 	if err := store.Delete(obj); err != nil {
 		return err

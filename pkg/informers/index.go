@@ -151,6 +151,9 @@ type AttachmentIndex struct {
 	byHandle map[string][]string // handle -> PV names, sorted
 	vaToPV   map[string]string   // VA name -> PV name
 	nodes    map[string]NodeState
+	// live, when set, times the nodes' health on this controller's clock
+	// (Node returns its view).
+	live *Liveness
 	// changed is closed (and replaced) on every change of a volume entry,
 	// so a reader can wait for the index to catch up with the API.
 	changed chan struct{}
@@ -277,12 +280,20 @@ func (x *AttachmentIndex) volumeByPV(name string) *Volume {
 	return x.volumeLocked(e.Handle)
 }
 
-// Node returns a node's state; a node the index has not seen does not
-// exist.
+// Node returns a node's state, timed by the controller's Liveness; a
+// node the index has not seen does not exist.
 func (x *AttachmentIndex) Node(name string) NodeState {
 	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.nodes[name]
+	s, live := x.nodes[name], x.live
+	x.mu.RUnlock()
+	return live.Decorate(name, s)
+}
+
+// setLiveness makes Node timed by l.
+func (x *AttachmentIndex) setLiveness(l *Liveness) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.live = l
 }
 
 // VolumesOnNode returns the volumes a node holds by claim or

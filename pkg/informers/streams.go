@@ -25,7 +25,15 @@ type StreamHealth struct {
 	mu        sync.Mutex
 	open      map[string]int       // stream -> watches open
 	downSince map[string]time.Time // stream -> when it last had none open
+	// restored, when set, is called when a stream's watch opens after it
+	// had none for longer than restoreGap (the first open included): what
+	// the API showed meanwhile was not seen.
+	restored func(stream string)
 }
+
+// restoreGap: a watch that reopens within this (the reflector's routine
+// re-watch) is no gap in what the controller saw.
+const restoreGap = time.Second
 
 // NewStreamHealth returns a tracker; every stream added counts as
 // disconnected from now until its first watch opens.
@@ -65,8 +73,13 @@ func (s *StreamHealth) add(stream string) {
 
 func (s *StreamHealth) opened(stream string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.open[stream]++
+	gap := s.open[stream] == 1 && s.clock.Now().Sub(s.downSince[stream]) > restoreGap
+	restored := s.restored
+	s.mu.Unlock()
+	if gap && restored != nil {
+		restored(stream)
+	}
 }
 
 func (s *StreamHealth) closed(stream string) {

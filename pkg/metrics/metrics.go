@@ -115,6 +115,8 @@ type Metrics struct {
 	indexNodes        prometheus.Gauge
 	leader            prometheus.Gauge
 	exportMismatches  *prometheus.CounterVec
+	guardHolding      prometheus.Gauge
+	nodeFlaps         prometheus.Counter
 }
 
 // CountUnreadableEntries exports count, the RDS client's listing entries
@@ -148,7 +150,7 @@ func New() *Metrics {
 		conflicts: counter("attach_conflicts_total",
 			"Publishes refused because another healthy node holds the single-node volume."),
 		fences: counterVec("fences_total",
-			"Stale attachments fenced, by reason (NodeDeleted, NodeRecreated, OutOfService, NotReady).", "reason"),
+			"Stale attachments fenced, by reason (NodeDeleted, NodeRecreated, OutOfService, NotReady, HeartbeatLost).", "reason"),
 		orphanedClaims: gauge("orphaned_claims",
 			"Claims that no VolumeAttachment has stood on for longer than --orphaned-claim-threshold (a force-deleted VolumeAttachment); reported, never released by the driver."),
 		migrationsStarted: counter("migrations_started_total",
@@ -165,6 +167,10 @@ func New() *Metrics {
 		indexAttachments: gauge("index_attachments", "Attachments (volume on node) in the attachment index."),
 		indexNodes:       gauge("index_nodes", "Nodes known to the attachment index."),
 		leader:           gauge("leader", "1 while this controller replica holds the leader lease, 0 otherwise."),
+		guardHolding: gauge("fence_guard_holding",
+			"1 while the mass-outage guard holds every timed fence (NotReady, heartbeat lost): too many nodes turned unhealthy together, as after an API server outage or a partition; 0 otherwise."),
+		nodeFlaps: counter("node_flaps_total",
+			"Nodes that turned unhealthy again (NotReady, heartbeat lapsed) within the recovery period after they were seen healthy."),
 	}
 	for _, v := range exportMismatchLabels {
 		m.exportMismatches.WithLabelValues(v)
@@ -175,6 +181,7 @@ func New() *Metrics {
 		m.publish, m.unpublish, m.publishDecision, m.conflicts, m.fences, m.orphanedClaims,
 		m.migrationsStarted, m.migrationsEnded, m.rdsCommand, m.rdsConnected,
 		m.indexVolumes, m.indexAttachments, m.indexNodes, m.leader, m.exportMismatches,
+		m.guardHolding, m.nodeFlaps,
 	)
 	// Series that exist from the start, so that alerts and dashboards see
 	// zeros instead of nothing.
@@ -182,7 +189,7 @@ func New() *Metrics {
 		m.publish.WithLabelValues(r)
 	}
 	m.unpublish.WithLabelValues(ResultDetached)
-	for _, r := range []fencing.FenceReason{fencing.FenceNodeDeleted, fencing.FenceNodeRecreated, fencing.FenceOutOfService, fencing.FenceNotReady} {
+	for _, r := range []fencing.FenceReason{fencing.FenceNodeDeleted, fencing.FenceNodeRecreated, fencing.FenceOutOfService, fencing.FenceNotReady, fencing.FenceHeartbeatLost} {
 		m.fences.WithLabelValues(string(r))
 	}
 	for _, r := range []string{MigrationCompleted, MigrationTimedOut} {
@@ -281,6 +288,12 @@ var exportMismatchLabels = []string{"true", "false"}
 func (m *Metrics) ExportMismatch(fixed bool) {
 	m.exportMismatches.WithLabelValues(strconv.FormatBool(fixed)).Inc()
 }
+
+// GuardHolding records whether the mass-outage guard holds.
+func (m *Metrics) GuardHolding(holding bool) { m.guardHolding.Set(boolValue(holding)) }
+
+// NodeFlapped counts a node that turned unhealthy again too soon.
+func (m *Metrics) NodeFlapped() { m.nodeFlaps.Inc() }
 
 // SetLeader records whether this replica holds the leader lease.
 func (m *Metrics) SetLeader(leader bool) { m.leader.Set(boolValue(leader)) }

@@ -207,8 +207,8 @@ func TestEveryFamilyHasThePrefixAndPassesPromlint(t *testing.T) {
 			t.Errorf("family %s has no help", name)
 		}
 	}
-	if own != 15 {
-		t.Errorf("found %d rds_csi_ families, want 15 (update this test when adding one)", own)
+	if own != 17 {
+		t.Errorf("found %d rds_csi_ families, want 17 (update this test when adding one)", own)
 	}
 	problems, err := promlint.NewWithMetricFamilies(families).Lint()
 	if err != nil {
@@ -268,8 +268,8 @@ func TestLabelValuesStayBounded(t *testing.T) {
 	if got, err := value(byName, "rds_csi_fences_total", map[string]string{"reason": Other}); err != nil || got != 1 {
 		t.Errorf("fences{reason=other} = %v (%v), want 1", got, err)
 	}
-	if n := len(byName["rds_csi_fences_total"].GetMetric()); n != 5 {
-		t.Errorf("fences_total has %d series, want 5 (four reasons and other)", n)
+	if n := len(byName["rds_csi_fences_total"].GetMetric()); n != 6 {
+		t.Errorf("fences_total has %d series, want 6 (five reasons and other)", n)
 	}
 }
 

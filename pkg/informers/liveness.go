@@ -1,0 +1,349 @@
+package informers
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// NodeLeaseNamespace holds the kubelets' heartbeat Leases, one per node,
+// named after it.
+const NodeLeaseNamespace = "kube-node-lease"
+
+// DefaultGuardShare is the default share of nodes that, suspect at once,
+// hold every timed fence (Liveness): kube-controller-manager's
+// --unhealthy-zone-threshold, above which it slows evictions down.
+const DefaultGuardShare = 0.55
+
+// GuardEvent reports a change of the mass-outage guard: Holding, and how
+// many of the nodes known were suspect when it changed.
+type GuardEvent struct {
+	Holding        bool
+	Suspect, Total int
+	// Nodes: the suspect nodes, sorted, at most guardEventNodes of them.
+	Nodes []string
+}
+
+const guardEventNodes = 20
+
+// Liveness is what this controller has seen of its nodes' health, timed
+// on its own clock, never on a timestamp another machine wrote (issue 23:
+// after a 60 s API server outage kube-controller-manager stamped every
+// node NotReady at once, with LastTransitionTime from the outage, and a
+// threshold counted from it fenced three healthy nodes 16 s later).
+//
+//   - NotReadySeen: when this controller first saw the incarnation not
+//     Ready, since it last saw it Ready.
+//   - RenewedSeen: when it last saw the node's kubelet Lease change.
+//
+// Both are floored at the moment this controller's view of the API was
+// last restored (its start, a watch reconnected after a gap) and at the
+// moment the mass-outage guard last let go: nothing is timed across a
+// stretch this controller could not see.
+//
+// The mass-outage guard: while at least two nodes, and more than Share of
+// all known, are suspect at once (not Ready, or their heartbeat older than
+// half the threshold), no node is timed out at all (both stamps read as
+// now): a partition between the nodes and the API server, or the API
+// server's own outage, looks like every node failing together, and
+// fencing them all would cut every live workload off its disks. Fences of
+// deleted, re-created or out-of-service nodes do not depend on timing and
+// are never held.
+type Liveness struct {
+	clock clock.PassiveClock
+	cfg   fencing.Config
+	share float64
+	// onGuard, when set, is told every change of the guard; onFlap every
+	// flap (a node that went unhealthy again within the recovery period
+	// after it was seen healthy).
+	onGuard func(GuardEvent)
+	onFlap  func(node string)
+
+	mu       sync.Mutex
+	nodes    map[string]*nodeSeen
+	restored time.Time
+	released time.Time
+	holding  bool
+	// evaluated: when the guard was last evaluated; dirty: a node's
+	// health changed since.
+	evaluated time.Time
+	dirty     bool
+}
+
+type nodeSeen struct {
+	uid      string
+	known    bool      // the Node object was seen
+	ready    bool      // as last seen
+	down     bool      // tainted out of service: declared down, not counted
+	notReady time.Time // first seen not Ready since last seen Ready
+	readyAt  time.Time // last seen turning Ready
+	renewed  time.Time // last seen renewed (zero: no Lease seen)
+	leaseRV  string
+}
+
+// guardEvaluatePeriod bounds how often the guard counts suspects when no
+// node's health changed (an O(nodes) pass).
+const guardEvaluatePeriod = time.Second
+
+// NewLiveness returns a tracker timing cfg's thresholds on c. share is
+// the guard's share (0: DefaultGuardShare). Its view counts as restored
+// now.
+func NewLiveness(c clock.PassiveClock, cfg fencing.Config, share float64) *Liveness {
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	if share <= 0 {
+		share = DefaultGuardShare
+	}
+	return &Liveness{clock: c, cfg: cfg, share: share, nodes: map[string]*nodeSeen{}, restored: c.Now()}
+}
+
+// OnGuard sets the callback told about every change of the guard.
+func (l *Liveness) OnGuard(f func(GuardEvent)) { l.onGuard = f }
+
+// OnFlap sets the callback told about every flap.
+func (l *Liveness) OnFlap(f func(node string)) { l.onFlap = f }
+
+// Restored records that this controller's view of the API was restored
+// (a watch reconnected after a gap): nothing before now is timed.
+func (l *Liveness) Restored() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.restored = l.clock.Now()
+	l.dirty = true
+}
+
+func (l *Liveness) entry(name string) *nodeSeen {
+	e := l.nodes[name]
+	if e == nil {
+		e = &nodeSeen{}
+		l.nodes[name] = e
+	}
+	return e
+}
+
+// observeNode records a node's state as the API shows it.
+func (l *Liveness) observeNode(name string, s NodeState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	if !s.Exists {
+		delete(l.nodes, name)
+		l.dirty = true
+		return
+	}
+	e := l.entry(name)
+	if e.uid != s.UID {
+		// Another incarnation: nothing seen of the old one applies.
+		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV}
+	}
+	switch {
+	case s.Ready && (!e.known || !e.ready):
+		e.readyAt = now
+		e.notReady = time.Time{}
+		l.dirty = true
+	case !s.Ready && e.notReady.IsZero():
+		if e.known && e.ready && l.recovering(e, now) && l.onFlap != nil {
+			l.onFlap(name)
+		}
+		e.notReady = now
+		l.dirty = true
+	}
+	e.known, e.ready, e.down = true, s.Ready, s.OutOfService
+}
+
+// recovering: e turned Ready less than the recovery period ago.
+func (l *Liveness) recovering(e *nodeSeen, now time.Time) bool {
+	return !e.readyAt.IsZero() && now.Sub(e.readyAt) < l.recoveryPeriod()
+}
+
+// recoveryPeriod is how long a node must stay healthy before a fence's
+// out-of-service taint is lifted (Recovered): the longer threshold.
+func (l *Liveness) recoveryPeriod() time.Duration {
+	return max(l.cfg.NotReadyThreshold, l.cfg.HeartbeatThreshold)
+}
+
+// observeLease records a node's heartbeat Lease at resourceVersion rv: a
+// new version is a renewal seen now. Reports whether it was one.
+func (l *Liveness) observeLease(name, rv string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entry(name)
+	if e.leaseRV == rv {
+		return false
+	}
+	if e.leaseRV != "" && l.lapsed(e, l.clock.Now()) && l.onFlap != nil {
+		l.onFlap(name)
+	}
+	e.leaseRV, e.renewed = rv, l.clock.Now()
+	l.dirty = true
+	return true
+}
+
+// forgetLease: the node's Lease is gone; no heartbeat is known.
+func (l *Liveness) forgetLease(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.nodes[name]; e != nil {
+		e.renewed, e.leaseRV = time.Time{}, ""
+		if !e.known {
+			delete(l.nodes, name)
+		}
+		l.dirty = true
+	}
+}
+
+// LeaseVersion is the resourceVersion of the node's Lease as last seen
+// ("" when none).
+func (l *Liveness) LeaseVersion(name string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.nodes[name]; e != nil {
+		return e.leaseRV
+	}
+	return ""
+}
+
+// floor is the earliest moment anything is timed from.
+func (l *Liveness) floor() time.Time {
+	if l.released.After(l.restored) {
+		return l.released
+	}
+	return l.restored
+}
+
+func later(t, floor time.Time) time.Time {
+	if t.IsZero() || t.After(floor) {
+		return t
+	}
+	return floor
+}
+
+// lapsed: e is past a threshold, ignoring the guard.
+func (l *Liveness) lapsed(e *nodeSeen, now time.Time) bool {
+	f := l.floor()
+	return (l.cfg.NotReadyThreshold > 0 && !e.notReady.IsZero() && now.Sub(later(e.notReady, f)) > l.cfg.NotReadyThreshold) ||
+		(l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, f)) > l.cfg.HeartbeatThreshold)
+}
+
+// suspect: e is not Ready, or its heartbeat is older than half the
+// threshold (a kubelet renews every 10 s by default: a heartbeat threshold
+// of 20 s makes every node of a partition suspect by the time the first
+// one lapses).
+func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
+	if e.known && !e.ready {
+		return true
+	}
+	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.cfg.HeartbeatThreshold/2
+}
+
+// evaluate updates the guard; l.mu held.
+func (l *Liveness) evaluate(now time.Time) {
+	if !l.dirty && now.Sub(l.evaluated) < guardEvaluatePeriod && !now.Before(l.evaluated) {
+		return
+	}
+	l.evaluated, l.dirty = now, false
+	suspects := 0
+	var names []string
+	total := 0
+	for name, e := range l.nodes {
+		if e.down {
+			// An operator's (or a fence's) statement that the node is
+			// down: no sign of a partition.
+			continue
+		}
+		total++
+		if l.suspect(e, now) {
+			suspects++
+			names = append(names, name)
+		}
+	}
+	hold := suspects >= 2 && float64(suspects) > l.share*float64(total)
+	if hold == l.holding {
+		return
+	}
+	l.holding = hold
+	if !hold {
+		// Nothing is timed across the hold: a node that recovers a
+		// moment after the others is not fenced for it.
+		l.released = now
+	}
+	if l.onGuard != nil {
+		sort.Strings(names)
+		if len(names) > guardEventNodes {
+			names = names[:guardEventNodes]
+		}
+		l.onGuard(GuardEvent{Holding: hold, Suspect: suspects, Total: total, Nodes: names})
+	}
+}
+
+// Holding reports whether the mass-outage guard holds now.
+func (l *Liveness) Holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.evaluate(l.clock.Now())
+	return l.holding
+}
+
+// Decorate sets s's NotReadySeen and RenewedSeen (fencing.NodeState) from
+// what this controller has seen of node name. s is the node as read from
+// the API (a cache or a live read): a node this controller has not seen
+// not Ready (or not as this incarnation) starts being timed now.
+func (l *Liveness) Decorate(name string, s NodeState) NodeState {
+	s.NotReadySeen, s.RenewedSeen = time.Time{}, time.Time{}
+	if l == nil || !s.Exists {
+		return s
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	l.evaluate(now)
+	f := l.floor()
+	if l.holding {
+		f = now
+	}
+	e := l.nodes[name]
+	if !s.Ready {
+		seen := now
+		if e != nil && e.uid == s.UID && !e.notReady.IsZero() {
+			seen = e.notReady
+		}
+		s.NotReadySeen = later(seen, f)
+	}
+	if e != nil && !e.renewed.IsZero() {
+		s.RenewedSeen = later(e.renewed, f)
+	}
+	return s
+}
+
+// heartbeatLapsed: s (decorated) is past the heartbeat threshold now.
+func (l *Liveness) heartbeatLapsed(s NodeState) bool {
+	return l.cfg.HeartbeatThreshold > 0 && !s.RenewedSeen.IsZero() && l.clock.Now().Sub(s.RenewedSeen) > l.cfg.HeartbeatThreshold
+}
+
+// Recovered reports whether node name, as s shows it, has been seen
+// healthy (Ready, its heartbeat within the threshold) for the recovery
+// period, and if not, how long until it may be.
+func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
+	if !s.Exists || !s.Ready {
+		return false, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	e := l.nodes[name]
+	if e == nil || e.readyAt.IsZero() {
+		return false, 0
+	}
+	if l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(e.renewed) > l.cfg.HeartbeatThreshold {
+		return false, 0
+	}
+	if wait := l.recoveryPeriod() - now.Sub(later(e.readyAt, l.floor())); wait > 0 {
+		return false, wait
+	}
+	return true, 0
+}
