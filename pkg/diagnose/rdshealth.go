@@ -305,7 +305,7 @@ func (h *RDSHealth) volumeSummary(pv string) string {
 		}
 		parts = append(parts, s)
 	} else {
-		parts = append(parts, "no I/O series for this volume (its PV is not known to the controller, or the RDS printed no counters)")
+		parts = append(parts, "no I/O series for this volume in that poll (the volume is newer than the poll, its PV is not known to the controller, or the RDS printed no counters)")
 	}
 	return "RDS (" + fmt.Sprintf("%.0fs ago", h.StalenessSeconds) + "): " + strings.Join(parts, "; ")
 }
