@@ -379,10 +379,7 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	report := func(m csi.Mismatch) {
-		logger.Info("storage fencing: export did not match the live claims", "volume", m.Volume, "pv", m.PV, "found", m.Found.String(), "now", m.Now.String(), "err", m.Err)
-		p.reporter.ExportMismatch(fencing.VolumeRef{PV: m.PV, Handle: m.Volume}, m.Found.String(), m.Now.String(), m.Err)
-	}
+	report := p.reportMismatch(ctx)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.opts.ExportReconcilePeriod+5*time.Minute)
 		n, err := p.cs.ReconcileExports(rctx, report)
@@ -397,6 +394,16 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 			return
 		case <-time.After(p.opts.ExportReconcilePeriod):
 		}
+	}
+}
+
+// reportMismatch logs, counts and events an export that did not match its
+// volume's live claims.
+func (p *controllerProcess) reportMismatch(ctx context.Context) func(csi.Mismatch) {
+	logger := klog.FromContext(ctx)
+	return func(m csi.Mismatch) {
+		logger.Info("storage fencing: export did not match the live claims", "volume", m.Volume, "pv", m.PV, "found", m.Found.String(), "now", m.Now.String(), "err", m.Err)
+		p.reporter.ExportMismatch(fencing.VolumeRef{PV: m.PV, Handle: m.Volume}, m.Found.String(), m.Now.String(), m.Err)
 	}
 }
 
@@ -417,7 +424,7 @@ func (p *controllerProcess) retireMarked(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if left, err := p.cs.RetireMarked(ctx); err != nil {
+		if left, err := p.cs.RetireMarked(ctx, p.reportMismatch(ctx)); err != nil {
 			klog.FromContext(ctx).Error(err, "storage fencing: export changes after a release still pending", "volumes", left)
 		}
 	}

@@ -66,7 +66,13 @@ type ClaimStore interface {
 	// keeps the claim. Reports whether it released a claim, and whether
 	// an attachment of node is retiring (storage fencing: released now or
 	// before, its export change after the release not known to be made).
-	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (released bool, retiring []informers.Retiring, err error)
+	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, informers.Claim) error) (released bool, retiring []informers.Retiring, err error)
+	// ReleaseRetired drops a claim that is the retired attachment r (its
+	// release reached another PV of the handle, not this one).
+	ReleaseRetired(ctx context.Context, pvName string, r informers.Retiring) (bool, error)
+	// LiveState reads a PV's claims and retiring attachments from the
+	// API server.
+	LiveState(ctx context.Context, pvName string) (map[string]informers.Claim, []informers.Retiring, error)
 	// ClearRetiring removes entries of a PV's retiring attachments once
 	// the export change after their release is made.
 	ClearRetiring(ctx context.Context, pvName string, done []informers.Retiring) error
@@ -421,17 +427,25 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	// attachment (another incarnation of the node, a claim only a stale
 	// PV showed); that attachment may still be connected.
 	replacesOwn := claimed && !sameNode
+	// gone: the attachments this publish retires, as it decided on them:
+	// one replaced or released since (another replica's publish of the
+	// same node) is not cut again.
+	var gone []informers.Retiring
+	for _, f := range fenced {
+		if c, ok := v.Claims[f]; ok {
+			gone = append(gone, informers.RetiringOf(f, c))
+		}
+	}
+	if replacesOwn {
+		gone = append(gone, informers.RetiringOf(node, v.Claims[node]))
+	}
 	if fencingOn && (len(fenced) > 0 || replacesOwn) {
 		// Fenced nodes, and the node's own earlier attachment, are cut off
 		// the RDS before their claims go with the commit (as the
 		// informers' fencer does): a cut that fails keeps the claims and
 		// the publish is retried, never a released claim whose host is
 		// still connected with nothing left to cut it.
-		gone := slices.Clone(fenced)
-		if replacesOwn {
-			gone = append(gone, node)
-		}
-		if _, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, fenced: gone, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
+		if _, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, gone: gone, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, fmt.Errorf("cutting %v off before releasing their claims: %w", gone, err))
 		}
@@ -458,7 +472,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// After a publish that fenced others or replaced the node's own
 		// earlier attachment (both cut off above), the state changes once
 		// more, so that no open of a retired attachment in flight lands.
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, retire: replacesOwn || len(fenced) > 0})
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, gone: gone, retire: replacesOwn || len(fenced) > 0})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)
@@ -620,15 +634,25 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		seen := map[string]bool{}
 		nodes = nodes[:0]
 		for _, pv := range v.PVs {
-			claims, err := s.pub.Claims.LiveClaims(ctx, pv.Name)
+			claims, retiring, err := s.pub.Claims.LiveState(ctx, pv.Name)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, statusf(codes.Unavailable, "volume %s: reading the claims on PV %s to unpublish it from every node: %v; retry", id, pv.Name, err)
 			}
-			for n := range claims {
+			add := func(n string) {
 				if !seen[n] {
 					seen[n] = true
 					nodes = append(nodes, n)
+				}
+			}
+			for n := range claims {
+				add(n)
+			}
+			if s.d.opts.AllowHostFencing() {
+				// A node whose release a replica recorded and did not
+				// finish (its export change after it) is finished too.
+				for _, r := range retiring {
+					add(r.Node)
 				}
 			}
 		}
@@ -636,27 +660,42 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	}
 	holders := v.Holders()
 	for _, n := range nodes {
-		// The release reads the PV live, so a claim committed a moment ago
-		// that this index has not seen yet is released too.
+		// The release reads each PV live, so a claim committed a moment
+		// ago that this index has not seen yet is released too, and so
+		// is the claim on a PV of the handle this index has not seen yet
+		// (the claim names its PVs).
 		released := false
 		retiring := map[string][]informers.Retiring{} // by PV
+		pvs := make([]string, 0, len(v.PVs))
 		for _, pv := range v.PVs {
-			var before func(context.Context) error
+			pvs = append(pvs, pv.Name)
+		}
+		seen := map[string]bool{}
+		for i := 0; i < len(pvs) && len(seen) < maxHandlePVs; i++ {
+			pvName := pvs[i]
+			if seen[pvName] {
+				continue
+			}
+			seen[pvName] = true
+			var before func(context.Context, informers.Claim) error
 			if s.d.opts.AllowHostFencing() && !released {
-				// The node's host is shut out before its claim goes: a
-				// failure keeps the claim (and the detach is retried),
+				// The attachment's host is shut out before its claim goes:
+				// a failure keeps the claim (and the detach is retried),
 				// never a released claim with the host still let in. The
 				// claims are mirrored on every PV: once is enough.
-				before = func(ctx context.Context) error { return s.shutOut(ctx, id, pv.Name, n) }
+				before = func(ctx context.Context, cl informers.Claim) error { return s.shutOut(ctx, id, pvName, n, cl) }
 			}
-			ok, marked, err := s.pub.Claims.ReleaseUnpublished(ctx, pv.Name, id, n, before)
+			ok, marked, err := s.pub.Claims.ReleaseUnpublished(ctx, pvName, id, n, before)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
-				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pv.Name, err)
+				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pvName, err)
 			}
 			released = released || ok
 			if len(marked) > 0 {
-				retiring[pv.Name] = marked
+				retiring[pvName] = marked
+			}
+			for _, r := range marked {
+				pvs = append(pvs, r.PVs...)
 			}
 		}
 		if s.d.opts.AllowHostFencing() {
@@ -671,20 +710,12 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 			// while the detach is still pending: model finding 3); the
 			// record stays and the leader makes the change within
 			// seconds (RetireMarked).
-			if err := s.retireExport(ctx, id, v.PVName, len(retiring) > 0); err != nil {
+			if err := s.retireExport(ctx, id, v.PVName, retiring); err != nil {
 				if len(retiring) == 0 {
 					s.pub.Reporter.UnpublishFailed("storage")
 					return nil, err
 				}
 				klog.FromContext(ctx).Error(err, "storage fencing: the export change after the release failed; the leader makes it", "volume", id, "node", n)
-				continue
-			}
-			// Made: the records go (failing that, the leader's pass makes
-			// the change once more and removes them).
-			for pv, done := range retiring {
-				if err := s.pub.Claims.ClearRetiring(ctx, pv, done); err != nil {
-					klog.FromContext(ctx).Error(err, "storage fencing: removing the record of a retired attachment; the leader removes it", "volume", id, "pv", pv, "node", n)
-				}
 			}
 		}
 		// One line per answered unpublish (the e2e checker reads them):
@@ -708,13 +739,13 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 // any other node (a force-detach after 6 minutes or on the out-of-service
 // taint, a node that is gone) its host may still be connected, so a
 // remaining holder's export is dropped and reopened, and it reconnects.
-func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string) error {
+func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string, cl informers.Claim) error {
 	n, err := s.pub.Claims.LiveNode(ctx, node)
 	if err != nil {
 		return err
 	}
 	cut := !(n.Exists && n.Ready && !n.OutOfService)
-	_, err = s.syncExport(ctx, id, exportGoal{pv: pvName, exclude: node, retire: true, cut: cut})
+	_, err = s.syncExport(ctx, id, exportGoal{pv: pvName, gone: []informers.Retiring{informers.RetiringOf(node, cl)}, retire: true, cut: cut})
 	if err != nil && !errors.Is(err, rds.ErrNotFound) {
 		return fmt.Errorf("storage fencing could not shut node %s's host out on the RDS: %w", node, err)
 	}
@@ -722,12 +753,18 @@ func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string)
 }
 
 // retireExport brings the export in line with the live claims after an
-// unpublish, never cutting, and with an attachment retiring changes its
-// state once more when it stays closed (a fresh tombstone), so that no
-// open of the retired attachment in flight can land.
-func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, retiring bool) error {
-	_, err := s.syncExport(ctx, id, exportGoal{pv: pvName, retire: retiring})
-	if err != nil && !errors.Is(err, rds.ErrNotFound) {
+// unpublish, never cutting, and with attachments retiring (their records,
+// by PV) changes its state once more when it stays closed (a fresh
+// tombstone), so that no open of a retired attachment in flight can land,
+// and removes the records it may.
+func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, retiring map[string][]informers.Retiring) error {
+	var err error
+	if len(retiring) > 0 {
+		_, err = s.retire(ctx, id, pvName, retiring)
+	} else if _, err = s.syncExport(ctx, id, exportGoal{pv: pvName}); errors.Is(err, rds.ErrNotFound) {
+		err = nil
+	}
+	if err != nil {
 		return statusf(codes.Unavailable, "volume %s: storage fencing could not bring its export in line with its claims on the RDS: %v; the detach is retried", id, err)
 	}
 	return nil

@@ -611,9 +611,9 @@ type modelFence struct {
 	cs *ControllerServer
 }
 
-func (f *modelFence) CutOff(ctx context.Context, pvName, handle, node string) error {
+func (f *modelFence) CutOff(ctx context.Context, pvName, handle string, attachment informers.Retiring) error {
 	f.m.startOp("fence")
-	err := f.cs.CutOff(ctx, pvName, handle, node)
+	err := f.cs.CutOff(ctx, pvName, handle, attachment)
 	if err != nil {
 		f.m.endOp(false)
 	}

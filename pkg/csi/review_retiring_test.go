@@ -1,12 +1,15 @@
-//go:build review21
-
 package csi
 
 // Outside review of 853d101 (storage fencing: a release records the
 // retired attachment on the PV, rds.csi.srvlab.io/retiring, and the leader
-// makes the export change after it). Tests marked HOLE fail on the code
-// under review; tests marked HELD were tried and passed. Build tag
-// review21: `go test -tags review21 -run TestReviewRetiring ./pkg/csi`.
+// makes the export change after it). Tests marked HOLE failed on the code
+// under review and pass since the fix (records exclude their attachment
+// on every PV and stay while a PV still claims it; the leader completes a
+// release that did not reach every PV; a claim names its PVs; every cut
+// names the attachment it is for; records' nodes are unpublished with an
+// empty node_id; the answered detach is reported; a late open the leader
+// undoes is reported; without storage fencing records are not read);
+// tests marked HELD were tried and passed.
 //
 // Three roots behind the holes:
 //   - a record is removed (or never looked at) while another PV of the
@@ -115,8 +118,10 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 		t.Fatalf("the fence of %s: released=%t, %v", pvs[0], released, err)
 	}
 	wantClosed(t, a, id)
-	if recs := retiringOf(t, client, pvs[0]); len(recs) != 0 {
-		t.Fatalf("scripting: the fence of %s should have removed its record: %+v", pvs[0], recs)
+	// Since the fix the record stays while another PV claims the
+	// attachment.
+	if recs := retiringOf(t, client, pvs[0]); len(recs) != 1 {
+		t.Fatalf("the fence of %s removed its record while %s still claims the attachment: %+v", pvs[0], pvs[1], recs)
 	}
 	waitFor(t, "the leader's index to see the release on the first PV", func() bool {
 		v := b.index.Volume(id)
@@ -133,6 +138,16 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
 		t.Errorf("the leader's reconcile reopened the export to node-a's fenced attachment (%s) between the fences of the handle's two PVs", hostA)
+	}
+	// The leader's pass completed the release on the second PV and
+	// removed the records.
+	if has(claimsOf(t, client, pvs[1]), "node-a") {
+		t.Errorf("the fenced attachment is still claimed on %s after the leader's pass", pvs[1])
+	}
+	for _, pv := range pvs {
+		if recs := retiringOf(t, client, pv); len(recs) != 0 {
+			t.Errorf("records left on %s after the leader's pass: %+v", pv, recs)
+		}
 	}
 }
 
@@ -215,7 +230,7 @@ func TestReviewRetiringEmptyNodeIDUnpublishIgnoresTheRecord(t *testing.T) {
 	}
 	a.dropAutoVA(id, nodeA)
 	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context) error { return a.cs.shutOut(ctx, id, id, "node-a") }
+	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
 	released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut)
 	if err != nil || !released {
 		t.Fatalf("replica a's release: %t, %v", released, err)
@@ -288,7 +303,7 @@ func TestReviewRetiringMarkedStopsOnLostLeadership(t *testing.T) {
 	b.rds.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	left, err := b.cs.RetireMarked(ctx)
+	left, err := b.cs.RetireMarked(ctx, nil)
 	if err == nil || left != 1 {
 		t.Errorf("RetireMarked with its leading context done: %d left, %v; want 1 left and an error", left, err)
 	}
@@ -318,7 +333,7 @@ func TestReviewRetiringLateUnpublishKeepsTheNewAttachment(t *testing.T) {
 	}
 	a.dropAutoVA(id, nodeA)
 	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context) error { return a.cs.shutOut(ctx, id, id, "node-a") }
+	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
 	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
 		t.Fatalf("replica a's release: %t, %v", released, err)
 	}
@@ -682,7 +697,7 @@ func TestReviewRetiringLateOpenFixedWithoutReport(t *testing.T) {
 	hostA := a.hostOf(id, "node-a")
 	a.dropAutoVA(id, nodeA)
 	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context) error { return a.cs.shutOut(ctx, id, id, "node-a") }
+	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
 	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
 		t.Fatalf("replica a's release: %t, %v", released, err)
 	}
@@ -723,7 +738,7 @@ func TestReviewRetiringRetriedUnpublishDefeatsTheLateOpen(t *testing.T) {
 	hostA := a.hostOf(id, "node-a")
 	a.dropAutoVA(id, nodeA)
 	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context) error { return a.cs.shutOut(ctx, id, id, "node-a") }
+	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
 	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
 		t.Fatalf("replica a's release: %t, %v", released, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,16 +65,13 @@ type exportGoal struct {
 	// pv is the PersistentVolume whose live claims are read (every PV of
 	// a handle carries the same claims).
 	pv string
-	// exclude: a node whose claim is treated as gone (a fence cutting it
-	// off before its claim is released).
-	exclude string
-	// retired: released attachments, treated as gone on every PV (another
-	// PV of the handle shows one until its own release); a newer
-	// attachment of the same node stands.
-	retired []informers.Retiring
-	// fenced: nodes a publish fences, whose claims are treated as gone
-	// (cut off before the commit releases them).
-	fenced []string
+	// gone: the attachments a retirement is for, treated as gone on every
+	// PV: cut off before their release (an unpublish's shutOut, a fence's
+	// CutOff, a publish's fenced nodes), or changed after it. Named by
+	// attachment, never by node: a newer attachment of the same node (the
+	// node published again, or re-created) stands, and is neither cut nor
+	// excluded by a step that was decided on an older one.
+	gone []informers.Retiring
 	// prefer: a publish's requester. The export is opened to it when it
 	// allows no live holder; with two holders (a migration) it goes to
 	// the newer (the target). A repeated publish of the older (the
@@ -88,7 +86,9 @@ type exportGoal struct {
 	retire bool
 	// cut: connections are dropped even where the allowed host would not
 	// change (the departing host may still be connected: a migration
-	// source, or a node that did not unstage).
+	// source, or a node that did not unstage), while an attachment of gone
+	// is still claimed (one no longer claimed was retired, and cut as its
+	// retirement called for, by whoever released it).
 	cut bool
 }
 
@@ -96,6 +96,11 @@ type exportGoal struct {
 type exportResult struct {
 	state  rds.ExportState
 	claims map[string]informers.Claim
+	// first: the export as syncExport first read it.
+	first rds.ExportState
+	// shown: retiring attachments (informers.RetiringAnnotation) that a
+	// PV of the handle still claims: their records must stay.
+	shown []informers.Retiring
 }
 
 // readersOnly: every claim is a MULTI_NODE_READER_ONLY publish and the
@@ -203,12 +208,16 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		logger.Info("storage fencing: export changed", "from", from.String(), "to", exportLabel(to), "holder", holder)
 		return nil
 	}
+	var first rds.ExportState
 	for round := 0; round < syncRounds; round++ {
 		d, err := s.d.rds.GetDisk(ctx, handle)
 		if err != nil {
 			return exportResult{}, err
 		}
 		cur := rds.StateOf(d)
+		if round == 0 {
+			first = cur
+		}
 		if d.AllowHostUnknown {
 			// Closed, its allowed host not printed and not one this
 			// replica wrote: no swap can be conditioned on it. A fresh
@@ -222,22 +231,17 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			}
 			continue
 		}
-		claims, err := s.liveClaims(ctx, handle, g.pv)
+		live, err := s.liveClaims(ctx, handle, g.pv)
 		if err != nil {
 			return exportResult{}, err
 		}
-		departing := ""
-		if c, ok := claims[g.exclude]; ok && g.exclude != "" {
-			departing = s.d.claimHost(handle, g.exclude, c)
-			claims = without(claims, g.exclude)
-		}
-		for _, r := range g.retired {
+		claims := live.claims
+		departing, cut := "", false
+		for _, r := range g.gone {
 			if c, ok := claims[r.Node]; ok && r.Is(r.Node, c) {
+				departing, cut = s.d.claimHost(handle, r.Node, c), g.cut
 				claims = without(claims, r.Node)
 			}
-		}
-		for _, f := range g.fenced {
-			claims = without(claims, f)
 		}
 		want, holder := s.d.wanted(handle, s.pub.Index.Volume(handle), claims)
 		atHolder := cur.Open && s.d.holderHost(handle, claims, cur.Host)
@@ -262,15 +266,15 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		}
 		var next rds.ExportState
 		switch {
-		case matches(cur, want) && (changed || !g.retire || (want.Open && !g.cut)):
-			return exportResult{state: cur, claims: claims}, nil
+		case matches(cur, want) && (changed || !g.retire || (want.Open && !cut)):
+			return exportResult{state: cur, claims: claims, first: first, shown: live.shown}, nil
 		case cur.Open && cur == dropPark:
 			// The park of a drop: a fresh tombstone (every connection
 			// goes with the export).
 			if next, err = closedState(); err != nil {
 				return exportResult{}, err
 			}
-		case cur.Open && g.cut && !changed && s.d.holderHost(handle, claims, cur.Host):
+		case cur.Open && cut && !changed && s.d.holderHost(handle, claims, cur.Host):
 			// A drop of an export open to a live holder, to be reopened
 			// to it: that open state comes back, so a drop conditioned on
 			// it that landed late would close the export under the
@@ -279,7 +283,7 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 				return exportResult{}, err
 			}
 			dropPark = next
-		case !want.Open, cur.Open && g.cut && !changed:
+		case !want.Open, cur.Open && cut && !changed:
 			// Close, or drop before opening: a fresh tombstone (every
 			// connection goes with the export).
 			if next, err = closedState(); err != nil {
@@ -290,7 +294,7 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// stays, or from a host that left gracefully: let the wanted
 			// host in.
 			next = want
-		case cur.Open && want.Open && !g.cut && departing != "" && cur.Host == departing:
+		case cur.Open && want.Open && !cut && departing != "" && cur.Host == departing:
 			// A graceful retirement (its node Ready: it unstaged before
 			// the detach, so it is not connected) of the host the export
 			// allows, another holder remaining (a migration aborted): park
@@ -327,39 +331,82 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 	return exportResult{}, fmt.Errorf("%w: the export of volume %s kept changing for %d rounds (other controller replicas or an operator)", rds.ErrExportChanged, handle, syncRounds)
 }
 
-// liveClaims reads the claims of every PersistentVolume of handle this
-// replica knows, and pv, from the API server, and joins them: a PV made
-// again for the same handle (a Retained volume's PV re-created) starts
-// with none, and a claim on any PV stands. Where two PVs disagree on a
+// liveState is what liveClaims read.
+type liveState struct {
+	// claims: the live claims, joined over the PVs, without retiring
+	// attachments.
+	claims map[string]informers.Claim
+	// retiring: the records of every PV read; shown: those a PV still
+	// claims.
+	retiring, shown []informers.Retiring
+}
+
+// maxHandlePVs bounds the PVs liveClaims reads for one handle.
+const maxHandlePVs = 16
+
+// liveClaims reads the claims and retiring attachments of every
+// PersistentVolume of handle this replica knows, pv, and every PV a claim
+// or record names (one this replica's index has not seen yet), from the
+// API server, and joins them: a PV made again for the same handle (a
+// Retained volume's PV re-created) starts with none, and a claim on any PV
+// stands, unless a record on any PV retires that very attachment (its
+// release has not reached every PV yet). Where two PVs disagree on a
 // node's claim, the newer (time, then publish count) is taken.
-func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (map[string]informers.Claim, error) {
+func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (liveState, error) {
 	names := []string{pv}
 	if v := s.pub.Index.Volume(handle); v.Indexed() {
 		for _, p := range v.PVs {
-			if p.Name != pv {
-				names = append(names, p.Name)
-			}
+			names = append(names, p.Name)
 		}
 	}
-	var out map[string]informers.Claim
-	for _, name := range names {
-		if name == "" {
+	var st liveState
+	type pvClaim struct {
+		node string
+		c    informers.Claim
+	}
+	var all []pvClaim
+	seen := map[string]bool{}
+	for i := 0; i < len(names) && len(seen) < maxHandlePVs; i++ {
+		name := names[i]
+		if name == "" || seen[name] {
 			continue
 		}
-		claims, err := s.pub.Claims.LiveClaims(ctx, name)
+		seen[name] = true
+		claims, recs, err := s.pub.Claims.LiveState(ctx, name)
 		if err != nil {
-			return nil, err
+			return liveState{}, err
 		}
 		for n, c := range claims {
-			if out == nil {
-				out = map[string]informers.Claim{}
+			all = append(all, pvClaim{n, c})
+			names = append(names, c.PVs...)
+		}
+		for _, r := range recs {
+			if !informers.Retired(st.retiring, r.Node, informers.Claim{NodeUID: r.NodeUID, Nonce: r.Nonce, At: r.At}) {
+				st.retiring = append(st.retiring, r)
 			}
-			if cur, ok := out[n]; !ok || c.At.After(cur.At) || (c.At.Equal(cur.At) && c.Gen > cur.Gen) {
-				out[n] = c
+			names = append(names, r.PVs...)
+		}
+	}
+	for _, pc := range all {
+		if informers.Retired(st.retiring, pc.node, pc.c) {
+			continue
+		}
+		if st.claims == nil {
+			st.claims = map[string]informers.Claim{}
+		}
+		if cur, ok := st.claims[pc.node]; !ok || pc.c.At.After(cur.At) || (pc.c.At.Equal(cur.At) && pc.c.Gen > cur.Gen) {
+			st.claims[pc.node] = pc.c
+		}
+	}
+	for _, r := range st.retiring {
+		for _, pc := range all {
+			if r.Is(pc.node, pc.c) {
+				st.shown = append(st.shown, r)
+				break
 			}
 		}
 	}
-	return out, nil
+	return st, nil
 }
 
 // holderHost: host is the allowed host of one of claims' attachments
@@ -398,15 +445,16 @@ func without(claims map[string]informers.Claim, node string) map[string]informer
 	return out
 }
 
-// CutOff cuts a fenced node's attachment off a volume on the RDS before
-// its claim is released (informers.StorageFence): the export is re-derived
-// from the live claims without the fenced node's, dropping every
-// connection. Two others cannot hold it besides the fenced node.
-func (s *ControllerServer) CutOff(ctx context.Context, pvName, handle, node string) error {
+// CutOff cuts a fenced attachment off a volume on the RDS before its
+// claim is released (informers.StorageFence): the export is re-derived
+// from the live claims without it, dropping every connection. A newer
+// attachment of the node (published again since the fence read its claim)
+// is not touched. Two others cannot hold it besides the fenced node.
+func (s *ControllerServer) CutOff(ctx context.Context, pvName, handle string, attachment informers.Retiring) error {
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, exclude: node, retire: true, cut: true})
+	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, gone: []informers.Retiring{attachment}, retire: true, cut: true})
 	if errors.Is(err, rds.ErrNotFound) {
 		return nil // no disk, no export
 	}
@@ -425,51 +473,126 @@ func (s *ControllerServer) Settle(ctx context.Context, pvName, handle string, re
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
-	return s.retire(ctx, handle, pvName, []informers.Retiring{released})
+	_, err := s.retire(ctx, handle, pvName, map[string][]informers.Retiring{pvName: {released}})
+	return err
 }
 
-// retire changes the export's state once more after a release of the
-// retired attachments (a fresh tombstone when it stays closed), with
-// them treated as gone, so that no open of one that was in flight can
-// land afterwards.
-func (s *ControllerServer) retire(ctx context.Context, handle, pvName string, retired []informers.Retiring) error {
-	_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, retired: retired, retire: true})
-	if errors.Is(err, rds.ErrNotFound) {
-		return nil // no disk, no export
+// retire changes the export's state once more after the release of the
+// retired attachments (done: the records of those releases, by PV; a
+// fresh tombstone when the export stays closed), with them treated as
+// gone, so that no open of one that was in flight can land afterwards.
+// Then it removes each record whose attachment no PV of the handle claims
+// any more: one another PV still claims stays, keeping that claim from
+// being let in until its own release. A record it fails to remove is
+// removed by the leader (RetireMarked).
+func (s *ControllerServer) retire(ctx context.Context, handle, pvName string, done map[string][]informers.Retiring) (exportResult, error) {
+	var gone []informers.Retiring
+	for _, rs := range done {
+		gone = append(gone, rs...)
 	}
-	return err
+	res, err := s.syncExport(ctx, handle, exportGoal{pv: pvName, gone: gone, retire: true})
+	if errors.Is(err, rds.ErrNotFound) {
+		res, err = exportResult{}, nil // no disk, no export
+	}
+	if err != nil {
+		return res, err
+	}
+	for pv, rs := range done {
+		var clear []informers.Retiring
+		for _, r := range rs {
+			if !r.In(res.shown) {
+				clear = append(clear, r)
+			}
+		}
+		if len(clear) == 0 {
+			continue
+		}
+		if err := s.pub.Claims.ClearRetiring(ctx, pv, clear); err != nil {
+			klog.FromContext(ctx).Error(err, "storage fencing: removing the record of a retired attachment; the leader removes it", "volume", handle, "pv", pv)
+		}
+	}
+	return res, nil
 }
 
 // RetireMarked makes, for every released attachment the index lists as
 // retiring (informers.RetiringAnnotation: a replica released its claim
 // and then failed, or stopped, before the export change after the
-// release), that change, and then removes the entry. The leader runs it
-// every few seconds and at the start of each reconcile. It acts on the
-// live claims, stops before its next RDS write once ctx is done, and
-// returns how many volumes are still retiring.
-func (s *ControllerServer) RetireMarked(ctx context.Context) (int, error) {
+// release, or its release did not reach every PV of the handle), that
+// change, and then removes the record. A release that did not reach every
+// PV is completed first: the same attachment's claim on another PV goes
+// too. An export found open to a retired attachment (an open of it that
+// landed late) is reported. The leader runs it every few seconds and at
+// the start of each reconcile. It acts on the live claims, stops before
+// its next RDS write once ctx is done, and returns how many volumes are
+// still retiring.
+func (s *ControllerServer) RetireMarked(ctx context.Context, report func(Mismatch)) (int, error) {
 	if !s.d.opts.AllowHostFencing() || s.pub == nil {
 		return 0, nil
 	}
 	left := 0
 	var errs []error
 	for _, v := range s.pub.Index.Retiring() {
+		done := map[string][]informers.Retiring{}
 		for _, pv := range v.PVs {
-			if len(pv.Retiring) == 0 {
-				continue
+			if len(pv.Retiring) > 0 {
+				done[pv.Name] = append(done[pv.Name], pv.Retiring...)
 			}
-			err := s.retire(ctx, v.Handle, pv.Name, pv.Retiring)
-			if err == nil {
-				err = s.pub.Claims.ClearRetiring(ctx, pv.Name, pv.Retiring)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("volume %s (PV %s): %w", v.Handle, pv.Name, err))
-				left++
-				break
-			}
+		}
+		if err := s.completeReleases(ctx, v, done); err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", v.Handle, err))
+			left++
+			continue
+		}
+		res, err := s.retire(ctx, v.Handle, v.PVName, done)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("volume %s: %w", v.Handle, err))
+			left++
+			continue
+		}
+		if report != nil && res.first.Open && res.first != res.state && s.d.retiredHost(v.Handle, done, res.first.Host) {
+			report(Mismatch{Volume: v.Handle, PV: v.PVName, Found: res.first, Now: res.state})
 		}
 	}
 	return left, errors.Join(errs...)
+}
+
+// completeReleases releases, on every other PV of v's handle (those the
+// index knows and those a record names), the claims of the attachments
+// done records as released, adding each PV where it released one to done.
+func (s *ControllerServer) completeReleases(ctx context.Context, v *informers.Volume, done map[string][]informers.Retiring) error {
+	for pvName, rs := range done {
+		for _, r := range rs {
+			others := slices.Clone(r.PVs)
+			for _, pv := range v.PVs {
+				others = append(others, pv.Name)
+			}
+			for _, q := range others {
+				if q == pvName || r.In(done[q]) {
+					continue
+				}
+				ok, err := s.pub.Claims.ReleaseRetired(ctx, q, r)
+				if err != nil {
+					return fmt.Errorf("releasing node %s's retired attachment on PV %s: %w", r.Node, q, err)
+				}
+				if ok {
+					done[q] = append(done[q], r)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// retiredHost: host is the host NQN of one of the retired attachments.
+func (d *Driver) retiredHost(handle string, done map[string][]informers.Retiring, host string) bool {
+	for _, rs := range done {
+		for _, r := range rs {
+			if h := d.claimHost(handle, r.Node, informers.Claim{At: r.At, NodeUID: r.NodeUID, Nonce: r.Nonce}); h != "" && h == host {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // storageError is how a failed export change fails a publish: nothing lets
@@ -510,7 +633,7 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 		return 0, nil
 	}
 	var errs []error
-	if _, err := s.RetireMarked(ctx); err != nil {
+	if _, err := s.RetireMarked(ctx, report); err != nil {
 		errs = append(errs, err)
 	}
 	disks, err := s.d.rds.ListDisks(ctx)

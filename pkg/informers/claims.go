@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
@@ -54,11 +53,24 @@ type Retiring struct {
 	// At is the released claim's time: with NodeUID it names a claim
 	// made before per-attachment nonces.
 	At time.Time `json:"at"`
+	// PVs: the claim's PVs (Claim.PVs), where it may still be shown.
+	PVs []string `json:"pvs,omitempty"`
 }
 
 // RetiringOf names node's claim c once it is released.
 func RetiringOf(node string, c Claim) Retiring {
-	return Retiring{Node: node, NodeUID: c.NodeUID, Nonce: c.Nonce, At: c.At}
+	return Retiring{Node: node, NodeUID: c.NodeUID, Nonce: c.Nonce, At: c.At, PVs: c.PVs}
+}
+
+// Retired reports whether node's claim c is one of the retired
+// attachments rs.
+func Retired(rs []Retiring, node string, c Claim) bool {
+	for _, r := range rs {
+		if r.Is(node, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // Is reports whether node's claim c is the released attachment r (a claim
@@ -76,6 +88,11 @@ func (r Retiring) Is(node string, c Claim) bool {
 
 func (r Retiring) same(o Retiring) bool {
 	return r.Node == o.Node && r.NodeUID == o.NodeUID && r.Nonce == o.Nonce && r.At.Equal(o.At)
+}
+
+// In reports whether rs names the same attachment as r.
+func (r Retiring) In(rs []Retiring) bool {
+	return slices.ContainsFunc(rs, r.same)
 }
 
 // ParseRetiring reads the value of RetiringAnnotation (empty: none).
@@ -121,6 +138,11 @@ type Claim struct {
 	// (pkg/csi), so the annotation does not reveal it. Empty for claims
 	// made before per-attachment host NQNs: those allow HostNQN.
 	Nonce string `json:"n,omitempty"`
+	// PVs: every PersistentVolume of the handle the claim was committed
+	// to, when there are several (a Retained volume's PV re-created): a
+	// release on a replica whose index has not seen one of them yet
+	// releases it there too. Empty with one PV.
+	PVs []string `json:"pvs,omitempty"`
 }
 
 // UnmarshalJSON accepts a claim object or, as earlier versions wrote, a
@@ -198,9 +220,10 @@ func (c *Claims) TimeWith(l *Liveness) { c.live = l }
 
 // StorageFence is storage fencing as a fence release needs it.
 type StorageFence interface {
-	// CutOff cuts node's attachment of handle off the storage, as if its
-	// claim on pvName were already gone; run before the release.
-	CutOff(ctx context.Context, pvName, handle, node string) error
+	// CutOff cuts the attachment off the storage, as if its claim on
+	// pvName were already gone; run before the release. A newer
+	// attachment of the same node is left alone.
+	CutOff(ctx context.Context, pvName, handle string, attachment Retiring) error
 	// Settle brings the storage in line with the live claims after the
 	// release, with the released attachment treated as gone on every PV:
 	// another PV of the handle may still show it until its own release.
@@ -249,6 +272,9 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 			}
 			delete(next, n)
 		}
+		if len(v.PVs) > 1 || len(claim.PVs) > 0 {
+			claim.PVs = pvNames(v, claim.PVs)
+		}
 		next[node] = claim
 		if len(retiring) == len(pv.Retiring) {
 			retiring = nil // unchanged: not written
@@ -260,6 +286,23 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 	return nil
 }
 
+// pvNames is the sorted union of v's PV names and more.
+func pvNames(v *Volume, more []string) []string {
+	set := map[string]bool{}
+	for _, pv := range v.PVs {
+		set[pv.Name] = true
+	}
+	for _, n := range more {
+		set[n] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ReleaseUnpublished drops node's claim on pvName for an unpublish, unless
 // a live VolumeAttachment of handle on node that is not being deleted
 // still stands on it: then the unpublish is a late one from an earlier
@@ -267,12 +310,12 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 // the VolumeAttachment, then writes conditional on the PV read, so a
 // publish that lands in between makes the write conflict and the check
 // run again. before, when not nil, runs once the claim is to go and before
-// it goes (storage fencing: shut the node's host out); its error keeps the
-// claim. Reports whether a claim was dropped, and (storage fencing) the
+// it goes, with the claim (storage fencing: shut that attachment's host
+// out); its error keeps the claim. Reports whether a claim was dropped, and (storage fencing) the
 // attachments of node retiring on the PV: released now, or before by a
 // replica that may have stopped before the export change after the
 // release (RetiringAnnotation).
-func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context) error) (released bool, retiring []Retiring, err error) {
+func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, Claim) error) (released bool, retiring []Retiring, err error) {
 	released, err = c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 		switch {
@@ -283,7 +326,7 @@ func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node st
 			return false, nil
 		}
 		if before != nil {
-			if err := before(ctx); err != nil {
+			if err := before(ctx, cl); err != nil {
 				return false, err
 			}
 		}
@@ -322,7 +365,7 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 			return false, fmt.Errorf("PV %s has no CSI volume handle", pv.Name)
 		}
 		handle, fenced = pv.Spec.CSI.VolumeHandle, RetiringOf(node, cl)
-		if err := c.fence.CutOff(ctx, pvName, handle, node); err != nil {
+		if err := c.fence.CutOff(ctx, pvName, handle, fenced); err != nil {
 			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, handle, err)
 		}
 		return true, nil
@@ -332,11 +375,6 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 		// that was in flight cannot land after this.
 		if err := c.fence.Settle(ctx, pvName, handle, fenced); err != nil {
 			return released, reason, fmt.Errorf("settling volume %s on the storage after releasing node %s's claim: %w", handle, node, err)
-		}
-		// Settled: the record goes (failing that, the leader's pass
-		// settles once more and removes it).
-		if err := c.ClearRetiring(ctx, pvName, []Retiring{fenced}); err != nil {
-			klog.FromContext(ctx).Error(err, "storage fencing: removing the record of a settled fence; the leader removes it", "pv", pvName, "node", node)
 		}
 	}
 	return released, reason, err
@@ -353,6 +391,37 @@ func (c *Claims) LiveClaims(ctx context.Context, pvName string) (map[string]Clai
 		return nil, fmt.Errorf("reading PV %s: %w", pvName, err)
 	}
 	return DecodeClaims(pv)
+}
+
+// LiveState reads a PV's claims and retiring attachments from the API
+// server (not a cache); a PV that does not exist has none.
+func (c *Claims) LiveState(ctx context.Context, pvName string) (map[string]Claim, []Retiring, error) {
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading PV %s: %w", pvName, err)
+	}
+	claims, err := DecodeClaims(pv)
+	if err != nil {
+		return nil, nil, err
+	}
+	retiring, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
+	if err != nil {
+		return nil, nil, fmt.Errorf("PV %s: %w", pvName, err)
+	}
+	return claims, retiring, nil
+}
+
+// ReleaseRetired drops the claim of r's node on pvName if it is the
+// attachment r, retired on another PV of the handle (a release that did
+// not reach every PV: a replica stopped between them, or did not know
+// this one), recording it like any release.
+func (c *Claims) ReleaseRetired(ctx context.Context, pvName string, r Retiring) (bool, error) {
+	return c.releaseIf(ctx, pvName, r.Node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
+		return r.Is(r.Node, cl), nil
+	}, nil)
 }
 
 // LiveNode reads a node's state from the API server (not a cache); a node
@@ -402,9 +471,13 @@ func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(c
 		if err != nil {
 			return fmt.Errorf("PV %s: %w", pvName, err)
 		}
-		retiring, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
-		if err != nil {
-			return fmt.Errorf("PV %s: %w", pvName, err)
+		var retiring []Retiring
+		if c.fence != nil {
+			// Without storage fencing records are neither written nor
+			// read: an unreadable one must not block a detach.
+			if retiring, err = ParseRetiring(pv.Annotations[RetiringAnnotation]); err != nil {
+				return fmt.Errorf("PV %s: %w", pvName, err)
+			}
 		}
 		if seen != nil {
 			seen(retiring)

@@ -497,7 +497,11 @@ func (c *Controller) syncPV(name string) error {
 	}
 	retiring, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
 	if err != nil {
-		return fmt.Errorf("PV %s: %w", name, err)
+		// Not a reason to stop following the PV (its claims are what
+		// decisions stand on): the leader does not act on it; a release
+		// with storage fencing refuses it until it is fixed.
+		klog.Background().Error(err, "unreadable record of retiring attachments; ignored by the index", "pv", name)
+		retiring = nil
 	}
 	c.index.setPV(name, func(v *Volume) {
 		v.Handle = pv.Spec.CSI.VolumeHandle

@@ -12,7 +12,7 @@ import (
 
 type nopFence struct{}
 
-func (nopFence) CutOff(context.Context, string, string, string) error { return nil }
+func (nopFence) CutOff(context.Context, string, string, Retiring) error { return nil }
 func (nopFence) Settle(context.Context, string, string, Retiring) error {
 	return nil
 }
