@@ -125,6 +125,20 @@ func (s *Server) controlIO(kv map[string]string) error {
 // (created by the command that just ran, or there when the simulator
 // started): what its file holds now is its baseline. Under stateMu.
 func (s *Server) trackNewDisks() {
+	if len(s.io) > len(s.disks) {
+		// A removed disk's counters go with it: a new disk in its slot
+		// starts from 0, as a new RouterOS disk would.
+		live := make(map[string]bool, len(s.disks))
+		for _, d := range s.disks {
+			live[d.Slot] = true
+		}
+		for slot := range s.io {
+			if !live[slot] {
+				delete(s.io, slot)
+				delete(s.monitors, slot)
+			}
+		}
+	}
 	for _, d := range s.disks {
 		if st := s.diskIO(d.Slot); !st.sampled {
 			s.sample(d, st, false)

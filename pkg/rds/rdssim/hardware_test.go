@@ -165,3 +165,28 @@ func TestControlHardware(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskStatsOfARecreatedSlot: a disk removed and made again in the
+// same slot starts its counters from 0.
+func TestDiskStatsOfARecreatedSlot(t *testing.T) {
+	ts := startSim(t, func(c *Config) { c.TerminalWidth = -1 })
+	ts.mustRun(addCmd("pvc-1", "1G"))
+	if err := ts.srv.WriteDisk("pvc-1", 0, bytes.Repeat([]byte{7}, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if out := ts.run(`/disk print stats detail where slot="pvc-1"`); !strings.Contains(out, "write-ops=16 ") {
+		t.Fatalf("written:\n%s", out)
+	}
+	ts.mustRun(`/disk remove [find slot="pvc-1"]`)
+	ts.mustRun(`/file remove [find name="storage-pool/k8s/pvc-1.img"]`)
+	ts.mustRun(addCmd("pvc-1", "1G"))
+	if out := ts.run(`/disk print stats detail where slot="pvc-1"`); !strings.Contains(out, "read-ops=0 read-bytes=0 write-ops=0 write-bytes=0 ") {
+		t.Errorf("made again:\n%s", out)
+	}
+	if err := ts.srv.WriteDisk("pvc-1", 0, bytes.Repeat([]byte{7}, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	if out := ts.run(`/disk print stats detail where slot="pvc-1"`); !strings.Contains(out, "write-ops=2 write-bytes=8 192 ") {
+		t.Errorf("written again:\n%s", out)
+	}
+}
