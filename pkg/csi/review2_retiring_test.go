@@ -1,0 +1,162 @@
+//go:build review21b
+
+package csi
+
+// Outside review of 08609a9 (storage fencing: records keep their
+// attachment out on every PV until no PV claims it; Claim.PVs names the
+// PVs a claim was committed to and an unpublish follows them; the leader
+// completes releases; every cut names the attachment). Tests marked HOLE
+// fail on 08609a9; tests marked HELD were tried and pass.
+//
+// Roots behind the holes:
+//   - a PV name in Claim.PVs / Retiring.PVs is followed without checking
+//     that the PV read is still one of the handle's (a PV deleted and its
+//     name reused for another volume): an unpublish of one volume
+//     releases another volume's live claim (PVNameReused...);
+//   - a record lives on one PV only: deleting that PV (the duplicate of
+//     a re-created Retained PV, cleaned up) loses it while another PV
+//     still shows the released attachment (RecordLostWithItsPV).
+
+import (
+	"context"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/srvlab/rds-csi/pkg/informers"
+)
+
+// HOLE (a live attachment of ANOTHER volume loses its claim: the leader
+// then closes that volume's export under its healthy, writing node (a
+// false fence), and the volume counts as free, so another node's publish
+// of it is let in while the first still holds it): Claim.PVs (and the
+// record's PVs) name PersistentVolumes by name only. An unpublish follows
+// every PV a record names (ControllerUnpublishVolume appends r.PVs) and
+// calls ReleaseUnpublished there with this volume's handle and the node.
+// ReleaseUnpublished drops the node's claim on that PV whatever
+// attachment, whatever volume, it is: it checks only that the
+// VolumeAttachment of (THIS handle, node) is gone, never that the PV still
+// belongs to this handle, nor that the claim is the attachment the record
+// names. A PV name is not an identity: the duplicate PV of a re-created
+// Retained volume is deleted (the admin cleans up), and a statically
+// provisioned PV for another volume is created under that name.
+//
+// Interleaving (node-a holds both volumes):
+//  1. Volume X has PVs p1 and p2 (a Retained PV re-created); a publishes
+//     X to node-a: the claim on p1 and p2 names [p1 p2].
+//  2. p2 is deleted; a PV named p2 is created for volume Y; Y is
+//     published to node-a (its claim on p2).
+//  3. X is detached from node-a: the unpublish releases p1, its record
+//     names p2, so it follows p2 and drops node-a's claim there: Y's.
+//  4. The leader (b) runs its pass.
+func TestReview2PVNameReusedForAnotherVolumeUnpublishReleasesItsClaim(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const nameX = "pvc-2f000000-0000-4000-8000-0000000002b1"
+	idX, pvs := twoPVVolume(t, a, b, client, nameX)
+	p2 := nameX + "-recreated"
+	ctx := context.Background()
+	if err := client.CoreV1().PersistentVolumes().Delete(ctx, p2, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both replicas to see the duplicate PV deleted", func() bool {
+		return indexedPVs(a.index.Volume(idX)) == 1 && indexedPVs(b.index.Volume(idX)) == 1
+	})
+	resp, err := a.cs.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-2f000000-0000-4000-8000-0000000002b2", VolumeCapabilities: []*csi.VolumeCapability{rwo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idY := resp.Volume.VolumeId
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, testPV(p2, idY, corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both replicas to index volume Y on the reused PV name", func() bool {
+		return a.index.Volume(idY).Indexed() && b.index.Volume(idY).Indexed()
+	})
+	if _, err := a.publish(idY, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	hostY := hostOn(t, a, client, idY, p2, "node-a")
+	wantExport(t, a, idY, true, hostY)
+	if c := claimsOf(t, client, pvs[0])["node-a"]; len(c.PVs) != 2 {
+		t.Fatalf("scripting: X's claim should name both PVs: %+v", c)
+	}
+
+	if err := a.unpublish(idX, nodeA); err != nil {
+		t.Fatalf("X's unpublish from node-a: %v", err)
+	}
+	if !has(claimsOf(t, client, p2), "node-a") {
+		t.Errorf("the unpublish of volume %s released node-a's live claim on volume %s (PV %s, a name X's claim named); records there: %+v", idX, idY, p2, retiringOf(t, client, p2))
+	}
+	live := has(claimsOf(t, client, p2), "node-a")
+	waitFor(t, "the leader's index to follow PV "+p2, func() bool {
+		v := b.index.Volume(idY)
+		return v.Indexed() && has(v.Claims, "node-a") == live
+	})
+	if _, err := b.cs.ReconcileExports(ctx, nil); err != nil {
+		t.Logf("the leader's pass: %v", err)
+	}
+	if d := a.disk(idY); !d.Exported || d.AllowHost != hostY {
+		t.Errorf("volume %s's export is exported=%t %q under node-a's live attachment %s: cut off", idY, d.Exported, d.AllowHost, hostY)
+	}
+	// node-a's VolumeAttachment of Y stands; a second writer must be
+	// refused.
+	if _, err := b.publish(idY, nodeB, rwo); err == nil {
+		t.Errorf("node-b's publish of ReadWriteOnce volume %s succeeded while node-a's attachment stands: two writers", idY)
+	}
+}
+
+// HOLE (a force-detached, cut-off attachment is let in again in the
+// middle of its detach; its kernel reconnects within ctrl_loss_tmo and
+// its queued writes land): the record of a release lives on the PV where
+// the release happened. When the release reached one PV of the handle
+// and not the other (the attacher retries the detach with backoff), and
+// that PV is deleted meanwhile (the old duplicate of a re-created
+// Retained PV, cleaned up), the record goes with it: nothing treats the
+// attachment the other PV still shows as retired. The leader's reconcile
+// re-derives the export from the remaining PV and opens it to the
+// released attachment.
+//
+// Interleaving (node-a out of service: a forced detach, which cuts):
+//  1. a publishes X (PVs p1 p2) to node-a: export open to H(a).
+//  2. The unpublish cuts H(a) off, releases p1 (+record on p1), and its
+//     PATCH of p2 fails: the detach is retried later.
+//  3. p1 is deleted.
+//  4. The leader (b) runs ReconcileExports before the retry.
+func TestReview2RecordLostWithItsPVLeaderReopens(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b3")
+	hostA := hostOn(t, a, client, id, pvs[1], "node-a")
+	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	failed := false
+	client.PrependReactor("patch", "persistentvolumes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.PatchAction).GetName() != pvs[1] || failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
+	})
+	if err := a.unpublish(id, nodeA); err == nil {
+		t.Fatal("scripting: the unpublish should fail on the second PV")
+	}
+	if len(retiringOf(t, client, pvs[0])) != 1 || !has(claimsOf(t, client, pvs[1]), "node-a") {
+		t.Fatalf("scripting: want the release recorded on %s and the claim left on %s", pvs[0], pvs[1])
+	}
+	wantClosed(t, a, id)
+	if err := client.CoreV1().PersistentVolumes().Delete(context.Background(), pvs[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader's index to see the PV deleted", func() bool { return indexedPVs(b.index.Volume(id)) == 1 })
+
+	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+		t.Logf("the leader's pass: %v", err)
+	}
+	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
+		t.Errorf("the leader's reconcile reopened the export to node-a's released, cut-off attachment (%s) once the PV holding its record was deleted", hostA)
+	}
+}
