@@ -254,8 +254,9 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	}
 	fencer := fencing.NewFencer(claims, reporter, p.isLeader, opts.policy(), nil)
 	var recovered func(context.Context, string) error
+	var tainter *informers.Tainter
 	if opts.OutOfServiceTaint {
-		tainter := informers.NewTainter(client, driverOpts.DriverName)
+		tainter = informers.NewTainter(client, driverOpts.DriverName)
 		fencer.TaintAfterFence(tainter)
 		recovered = func(ctx context.Context, node string) error {
 			if !p.isLeader() {
@@ -278,8 +279,11 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		return nil, err
 	}
 	// Live reads that back a fence are timed as the index is, on this
-	// controller's clock.
+	// controller's clock; so is the taint after a fence.
 	claims.TimeWith(ctrl.Liveness())
+	if tainter != nil {
+		tainter.TimeWith(ctrl.Liveness())
+	}
 	p.ctrl = ctrl
 	cs.ServePublish(&csi.Publisher{Index: p.index, Claims: claims, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter})
 	informersSynced := func(context.Context) error {

@@ -434,21 +434,7 @@ func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, 
 	if err != nil {
 		return fencing.NodeState{}, fmt.Errorf("reading node %s: %w", name, err)
 	}
-	s := c.live.Decorate(name, nodeState(n))
-	if c.live == nil || !c.live.heartbeatLapsed(s) {
-		return s, nil
-	}
-	l, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		c.live.forgetLease(name)
-	case err != nil:
-		// Unconfirmed: not timed out.
-		return fencing.NodeState{}, fmt.Errorf("reading node %s's heartbeat Lease: %w", name, err)
-	default:
-		c.live.observeLease(name, l.ResourceVersion)
-	}
-	return c.live.Decorate(name, nodeState(n)), nil
+	return c.live.confirmLive(ctx, c.client, name, nodeState(n))
 }
 
 // releaseIf drops node's claim on pvName when drop, called after every

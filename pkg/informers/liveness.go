@@ -1,10 +1,15 @@
 package informers
 
 import (
+	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -324,6 +329,31 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 func (l *Liveness) heartbeatLapsed(s NodeState) bool {
 	return l.cfg.HeartbeatThreshold > 0 && !s.RenewedSeen.IsZero() && l.clock.Now().Sub(s.RenewedSeen) > l.cfg.HeartbeatThreshold
 }
+
+// confirmLive times s, a live read of node name, and when its heartbeat
+// looks lost, confirms that with a live read of its Lease: a renewal this
+// controller has not seen yet (a paused process, a slow watch) clears it.
+// A Lease that cannot be read leaves the node unconfirmed: an error.
+func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface, name string, s NodeState) (NodeState, error) {
+	timed := l.Decorate(name, s)
+	if l == nil || !l.heartbeatLapsed(timed) {
+		return timed, nil
+	}
+	lease, err := client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		l.forgetLease(name)
+	case err != nil:
+		return NodeState{}, fmt.Errorf("reading node %s's heartbeat Lease: %w", name, err)
+	default:
+		l.observeLease(name, lease.ResourceVersion)
+	}
+	return l.Decorate(name, s), nil
+}
+
+// HeartbeatLost reports whether s (timed by Decorate) is past the
+// heartbeat threshold.
+func (l *Liveness) HeartbeatLost(s NodeState) bool { return l != nil && l.heartbeatLapsed(s) }
 
 // Recovered reports whether node name, as s shows it, has been seen
 // healthy (Ready, its heartbeat within the threshold) for the recovery

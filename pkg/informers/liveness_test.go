@@ -2,12 +2,14 @@ package informers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -186,5 +188,51 @@ func TestRecoveryNeedsASteadyPeriod(t *testing.T) {
 	}
 	if len(recovered) != 1 || recovered[0] != "node-a" {
 		t.Fatalf("recovered %v; want node-a once", recovered)
+	}
+}
+
+// The taint after a heartbeat fence: the node's Ready condition is
+// kube-controller-manager's and lags by its grace period, so a node whose
+// Lease this controller has not seen renewed past the threshold (confirmed
+// by a live read) is tainted although it still reads Ready; a Ready node
+// with a live heartbeat is not.
+func TestTaintAfterAHeartbeatFence(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 0)
+	client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"))
+	l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+	l.observeLease("node-a", "7")
+	tt := NewTainter(client, driver)
+	tt.TimeWith(l)
+	if err := tt.TaintOutOfService(context.Background(), "node-a"); !errors.Is(err, fencing.ErrNotTainted) {
+		t.Fatalf("a Ready node with a live heartbeat: %v; want ErrNotTainted", err)
+	}
+	clock.Step(21 * time.Second)
+	if err := tt.TaintOutOfService(context.Background(), "node-a"); err != nil {
+		t.Fatalf("a node whose heartbeat was lost: %v", err)
+	}
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil || !hasDriverTaint(n) {
+		t.Fatalf("node-a not tainted: %v %v", n.Spec.Taints, err)
+	}
+}
+
+// A renewal the watch has not delivered yet (a paused controller) clears
+// a lost heartbeat in the live read that backs the fence.
+func TestLiveLeaseReadClearsALostHeartbeat(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 0)
+	client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "8"))
+	l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+	l.observeLease("node-a", "7")
+	clock.Step(21 * time.Second)
+	c := NewClaims(client, driver)
+	c.TimeWith(l)
+	s, err := c.LiveNode(context.Background(), "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason, stale := fencing.Stale(s, clock.Now(), fencing.Config{HeartbeatThreshold: 20 * time.Second}); stale {
+		t.Fatalf("stale (%s) although the live Lease shows a renewal the watch had not delivered", reason)
 	}
 }

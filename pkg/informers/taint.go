@@ -25,7 +25,14 @@ const DriverOutOfServiceValue = "rds-csi-fenced"
 type Tainter struct {
 	client kubernetes.Interface
 	driver string
+	live   *Liveness
 }
+
+// TimeWith makes the Tainter judge a node by the controller's view of its
+// heartbeat (Liveness): a node whose kubelet stopped renewing its Lease is
+// tainted although its Ready condition (kube-controller-manager's, which
+// lags by its grace period) still says True.
+func (t *Tainter) TimeWith(l *Liveness) { t.live = l }
 
 // NewTainter returns a Tainter for the CSI driver named driver.
 func NewTainter(client kubernetes.Interface, driver string) *Tainter {
@@ -47,7 +54,11 @@ func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
 		}
 	}
 	return t.updateNode(ctx, node, func(n *corev1.Node) (bool, error) {
-		if nodeState(n).Ready {
+		s, err := t.live.confirmLive(ctx, t.client, node, nodeState(n))
+		if err != nil {
+			return false, err
+		}
+		if s.Ready && !t.live.HeartbeatLost(s) {
 			return false, fmt.Errorf("%w: node %s is Ready again", fencing.ErrNotTainted, node)
 		}
 		for _, taint := range n.Spec.Taints {
