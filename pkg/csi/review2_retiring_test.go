@@ -210,3 +210,71 @@ func TestReview2RepublishAfterASecondPVReplacesTheLiveAttachment(t *testing.T) {
 		t.Errorf("the repeated publish dropped node-a's live connection %d time(s) (export now exported=%t %s)", n, a.disk(id).Exported, a.disk(id).AllowHost)
 	}
 }
+
+// HELD: node-a's former attachment n1 is half released (its record on
+// p1, its claim still on p2: the detach failed on p2 and the replica
+// stopped); node-a is attached again. The publish takes n1 for a claim
+// only a stale PV shows (not on every PV): a new attachment n2 with its
+// own NQN, n1 replaced on p2 with a record there. The export opens to
+// n2, and the leader's pass (completeReleases, then the reconcile)
+// leaves it open, removes both records and cuts nothing.
+func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b5")
+	h1 := hostOn(t, a, client, id, pvs[1], "node-a")
+	failed := false
+	client.PrependReactor("patch", "persistentvolumes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.PatchAction).GetName() != pvs[1] || failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
+	})
+	if err := a.unpublish(id, nodeA); err == nil {
+		t.Fatal("scripting: the unpublish should fail on the second PV")
+	}
+	waitFor(t, "replica b's index to see the half release", func() bool {
+		v := b.index.Volume(id)
+		for _, pv := range v.PVs {
+			if pv.Name == pvs[0] && has(pv.Claims, "node-a") {
+				return false
+			}
+		}
+		return len(b.index.Retiring()) == 1
+	})
+	resp, err := b.publish(id, nodeA, rwo)
+	if err != nil {
+		t.Fatalf("node-a's new attachment: %v", err)
+	}
+	h2 := resp.PublishContext[PublishContextHostNQN]
+	if h2 == h1 || h2 == "" {
+		t.Fatalf("the new attachment answered %q (the former was %s)", h2, h1)
+	}
+	wantExport(t, b, id, true, h2)
+	drops := b.drops(id)
+	b.waitClaims(id, "node-a")
+	waitFor(t, "replica b's index to see the commit on both PVs", func() bool {
+		for _, pv := range b.index.Volume(id).PVs {
+			if c, ok := pv.Claims["node-a"]; !ok || b.cs.d.claimHost(id, "node-a", c) != h2 {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, b, id, true, h2)
+	if n := b.drops(id) - drops; n != 0 {
+		t.Errorf("the leader's pass dropped node-a's new attachment %d time(s)", n)
+	}
+	for _, pv := range pvs {
+		if c := claimsOf(t, client, pv)["node-a"]; b.cs.d.claimHost(id, "node-a", c) != h2 {
+			t.Errorf("%s: node-a's claim %+v is not the new attachment", pv, c)
+		}
+		if recs := retiringOf(t, client, pv); len(recs) != 0 {
+			t.Errorf("records left on %s: %+v", pv, recs)
+		}
+	}
+}
