@@ -46,6 +46,8 @@ type attachOptions struct {
 	grace      time.Duration
 	fenced     bool
 	driverArgs []string
+	// cadence of the fake kubelets (zero: framework.FastCadence).
+	cadence framework.KubeletCadence
 }
 
 // provisionData creates the StorageClass "rds" and a 1Gi RWO PVC e2e/data,
@@ -81,8 +83,12 @@ func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attac
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	w := &attachWorld{e: e, nodes: map[string]*framework.FakeKubelet{}}
 	w.sim = e.StartSim(framework.SimOptions{})
+	cadence := o.cadence
+	if cadence.Renew == 0 {
+		cadence = framework.FastCadence
+	}
 	for _, n := range nodes {
-		w.nodes[n] = e.NewNode(n)
+		w.nodes[n] = e.NewNodeWith(n, cadence)
 	}
 	var err error
 	if w.mon, err = framework.WatchAttachments(ctx, c); err != nil {

@@ -100,7 +100,13 @@ func (e *Env) StartController(sim *Sim, opts ControllerOptions) *Controller {
 // fails or the test ends.
 func (e *Env) NewNode(name string) *FakeKubelet {
 	e.T.Helper()
-	k, err := NewNode(e.Ctx, e.TL, e.Client, name)
+	return e.NewNodeWith(name, FastCadence)
+}
+
+// NewNodeWith is NewNode with the kubelet's cadence.
+func (e *Env) NewNodeWith(name string, cadence KubeletCadence) *FakeKubelet {
+	e.T.Helper()
+	k, err := NewNodeWith(e.Ctx, e.TL, e.Client, name, cadence)
 	if err != nil {
 		e.T.Fatal(err)
 	}

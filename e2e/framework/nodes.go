@@ -17,13 +17,28 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Node lease timing of the fake kubelets: renewals much more often than
-// kube-controller-manager's --node-monitor-grace-period (20s by default in
-// hack/controlplane.sh), so a healthy node never looks late.
-const (
-	NodeLeaseDuration = 40 * time.Second
-	NodeRenewInterval = 2 * time.Second
-)
+// KubeletCadence is how a fake kubelet keeps its node alive.
+type KubeletCadence struct {
+	// Renew: how often the Lease in kube-node-lease is renewed; Duration
+	// its leaseDurationSeconds.
+	Renew, Duration time.Duration
+	// Status: how often the kubelet looks at its Node's Ready condition
+	// and posts it True again when the API says otherwise (after
+	// kube-controller-manager marked it Unknown during an API server
+	// outage), as a real kubelet's status sync does; 0: never.
+	Status time.Duration
+}
+
+// FastCadence: renewals much more often than kube-controller-manager's
+// --node-monitor-grace-period (20s by default in hack/controlplane.sh), so
+// a healthy node never looks late. The harness's default.
+var FastCadence = KubeletCadence{Renew: 2 * time.Second, Duration: 40 * time.Second}
+
+// KubeletDefaultCadence is a real kubelet's with its defaults: the Lease
+// renewed every 10 s (a quarter of its 40 s duration), the status synced
+// every 10 s (--node-status-update-frequency). Detection measured against
+// it does not flatter itself.
+var KubeletDefaultCadence = KubeletCadence{Renew: 10 * time.Second, Duration: 40 * time.Second, Status: 10 * time.Second}
 
 // ControllerManagedAttachAnnotation makes the attach/detach controller of
 // kube-controller-manager (not a kubelet) attach volumes to the node.
@@ -42,9 +57,10 @@ const fakeKubeletVersion = "v1.36.3"
 // name), and its Lease in kube-node-lease, which a goroutine renews until
 // Fail is called.
 type FakeKubelet struct {
-	Name   string
-	client kubernetes.Interface
-	tl     *Timeline
+	Name    string
+	client  kubernetes.Interface
+	tl      *Timeline
+	cadence KubeletCadence
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -55,6 +71,11 @@ type FakeKubelet struct {
 // stop with Fail or when ctx ends.
 // Its CSINode's node ID is the node name, as the node plugin registers it.
 func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, name string) (*FakeKubelet, error) {
+	return NewNodeWith(ctx, tl, client, name, FastCadence)
+}
+
+// NewNodeWith is NewNode with the kubelet's cadence.
+func NewNodeWith(ctx context.Context, tl *Timeline, client kubernetes.Interface, name string, cadence KubeletCadence) (*FakeKubelet, error) {
 	nodeID := name
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -114,12 +135,12 @@ func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, nam
 	if err != nil {
 		return nil, fmt.Errorf("create csinode %s: %w", name, err)
 	}
-	k := &FakeKubelet{Name: name, client: client, tl: tl}
+	k := &FakeKubelet{Name: name, client: client, tl: tl, cadence: cadence}
 	if err := k.renew(ctx); err != nil {
 		return nil, err
 	}
 	k.start(ctx)
-	tl.Logf("fake kubelet %s registered (Node, CSINode, Lease renewed every %s)", name, NodeRenewInterval)
+	tl.Logf("fake kubelet %s registered (Node, CSINode, Lease renewed every %s, Ready re-posted every %s)", name, cadence.Renew, cadence.Status)
 	return k, nil
 }
 
@@ -131,8 +152,14 @@ func (k *FakeKubelet) start(ctx context.Context) {
 	k.mu.Unlock()
 	go func() {
 		defer close(done)
-		t := time.NewTicker(NodeRenewInterval)
+		t := time.NewTicker(k.cadence.Renew)
 		defer t.Stop()
+		var status <-chan time.Time
+		if k.cadence.Status > 0 {
+			st := time.NewTicker(k.cadence.Status)
+			defer st.Stop()
+			status = st.C
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -140,6 +167,10 @@ func (k *FakeKubelet) start(ctx context.Context) {
 			case <-t.C:
 				if err := k.renew(ctx); err != nil && ctx.Err() == nil {
 					k.tl.Logf("fake kubelet %s: lease renewal failed: %v", k.Name, err)
+				}
+			case <-status:
+				if err := k.postReady(ctx, false); err != nil && ctx.Err() == nil {
+					k.tl.Logf("fake kubelet %s: status sync failed: %v", k.Name, err)
 				}
 			}
 		}
@@ -156,7 +187,7 @@ func (k *FakeKubelet) renew(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Name: k.Name},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(k.Name),
-				LeaseDurationSeconds: ptr.To(int32(NodeLeaseDuration.Seconds())),
+				LeaseDurationSeconds: ptr.To(int32(k.cadence.Duration.Seconds())),
 				RenewTime:            &now,
 			},
 		}, metav1.CreateOptions{})
@@ -195,24 +226,7 @@ func (k *FakeKubelet) Recover(ctx context.Context) error {
 	if running {
 		return nil
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := k.client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		for i := range n.Status.Conditions {
-			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
-				if c.Status != corev1.ConditionTrue {
-					c.LastTransitionTime = now
-				}
-				c.Status, c.Reason, c.LastHeartbeatTime = corev1.ConditionTrue, "KubeletReady", now
-			}
-		}
-		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
+	if err := k.postReady(ctx, true); err != nil {
 		return err
 	}
 	if err := k.renew(ctx); err != nil {
@@ -221,6 +235,34 @@ func (k *FakeKubelet) Recover(ctx context.Context) error {
 	k.start(ctx)
 	k.tl.Logf("fake kubelet %s: recovered", k.Name)
 	return nil
+}
+
+// postReady posts the Node's Ready condition True, when it is not (or
+// always, as a heartbeat, when force).
+func (k *FakeKubelet) postReady(ctx context.Context, force bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := k.client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		changed := force
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				if c.Status != corev1.ConditionTrue {
+					c.LastTransitionTime = now
+					changed = true
+					k.tl.Logf("fake kubelet %s: the API says Ready=%s; posting Ready again", k.Name, c.Status)
+				}
+				c.Status, c.Reason, c.LastHeartbeatTime = corev1.ConditionTrue, "KubeletReady", now
+			}
+		}
+		if !changed {
+			return nil
+		}
+		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // Delete stops the kubelet and deletes the Node object (its CSINode goes

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,5 +39,41 @@ func TestNewNodeRetriesItsFirstStatusOnConflict(t *testing.T) {
 	}
 	if conflicts != 1 || len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Status != corev1.ConditionTrue {
 		t.Errorf("conflicts %d, status %+v", conflicts, n.Status)
+	}
+}
+
+// A running fake kubelet with a status cadence posts Ready again when the
+// API says otherwise (kube-controller-manager marked it Unknown while the
+// API server was away), as a real kubelet's status sync does.
+func TestFakeKubeletRepostsReady(t *testing.T) {
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k, err := NewNodeWith(ctx, NewTimeline(t, t.TempDir()), client, "node-a", KubeletCadence{Renew: time.Hour, Duration: 40 * time.Second, Status: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Fail()
+	n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions[0].Status = corev1.ConditionUnknown
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := client.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status.Conditions[0].Status == corev1.ConditionTrue {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fake kubelet never posted Ready again")
+		}
+		<-time.After(time.Millisecond) // poll
 	}
 }

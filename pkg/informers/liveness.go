@@ -70,6 +70,8 @@ type Liveness struct {
 
 	mu       sync.Mutex
 	nodes    map[string]*nodeSeen
+	// lastRenewal: when any Lease was last seen renewed.
+	lastRenewal time.Time
 	restored time.Time
 	released time.Time
 	holding  bool
@@ -87,8 +89,13 @@ type nodeSeen struct {
 	notReady time.Time // first seen not Ready since last seen Ready
 	readyAt  time.Time // last seen turning Ready
 	renewed  time.Time // last seen renewed (zero: no Lease seen)
+	resumed  time.Time // last seen renewed after a lapse
 	leaseRV  string
 }
+
+// flapWindows: two returns from a lapse within this many recovery
+// periods are a flap.
+const flapWindows = 3
 
 // guardEvaluatePeriod bounds how often the guard counts suspects when no
 // node's health changed (an O(nodes) pass).
@@ -181,10 +188,23 @@ func (l *Liveness) observeLease(name, rv string) bool {
 	if e.leaseRV == rv {
 		return false
 	}
-	if e.leaseRV != "" && l.lapsed(e, l.clock.Now()) && l.onFlap != nil {
-		l.onFlap(name)
+	now := l.clock.Now()
+	if !l.lastRenewal.IsZero() && l.cfg.HeartbeatThreshold > 0 && now.Sub(l.lastRenewal) > l.cfg.HeartbeatThreshold/2 {
+		// Every heartbeat fell silent at once and now one is back: a
+		// watch that stalled without closing, an API server that froze.
+		// What happened meanwhile was not seen.
+		l.restored = now
 	}
-	e.leaseRV, e.renewed = rv, l.clock.Now()
+	if e.leaseRV != "" && l.lapsed(e, now) {
+		// Back after a lapse; back again after another lapse within
+		// flapWindows recovery periods (a lapse itself lasts one) is a
+		// flap.
+		if !e.resumed.IsZero() && now.Sub(e.resumed) < flapWindows*l.recoveryPeriod() && l.onFlap != nil {
+			l.onFlap(name)
+		}
+		e.resumed = now
+	}
+	e.leaseRV, e.renewed, l.lastRenewal = rv, now, now
 	l.dirty = true
 	return true
 }

@@ -236,3 +236,58 @@ func TestLiveLeaseReadClearsALostHeartbeat(t *testing.T) {
 		t.Fatalf("stale (%s) although the live Lease shows a renewal the watch had not delivered", reason)
 	}
 }
+
+// Every heartbeat falling silent at once (a watch that stalls without
+// closing, an API server that froze) is a gap in what the controller saw:
+// the first renewal after it floors everyone's heartbeat.
+func TestSilentHeartbeatsAreAGap(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, 1) // no guard: the floor alone
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	for _, n := range []string{"a", "b"} {
+		l.observeNode(n, up)
+		l.observeLease(n, "1")
+	}
+	clock.Step(time.Minute)
+	l.observeLease("b", "2") // the first renewal after the silence
+	if _, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+		t.Fatal("node a timed out across a silence of every heartbeat")
+	}
+	clock.Step(21 * time.Second)
+	if _, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); !stale {
+		t.Fatal("node a, silent for the threshold after the others came back, is not stale")
+	}
+}
+
+// A node that comes back after a lapse is not flapping; one that lapses
+// and comes back again within the recovery period is.
+func TestHeartbeatFlaps(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 1)
+	var flaps int
+	l.OnFlap(func(string) { flaps++ })
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	l.observeNode("a", up)
+	l.observeNode("b", up)
+	rv := 0
+	renew := func(n string) { rv++; l.observeLease(n, itoa(rv%10)+n) }
+	renew("a")
+	renew("b")
+	for i := 0; i < 3; i++ { // a lapses, b keeps renewing
+		clock.Step(9 * time.Second)
+		renew("b")
+	}
+	renew("a")
+	if flaps != 0 {
+		t.Fatalf("%d flaps after one recovery", flaps)
+	}
+	for i := 0; i < 3; i++ {
+		clock.Step(9 * time.Second)
+		renew("b")
+	}
+	renew("a")
+	if flaps != 1 {
+		t.Fatalf("%d flaps after a second lapse within the recovery period; want 1", flaps)
+	}
+}
