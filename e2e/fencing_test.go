@@ -44,12 +44,14 @@ func diskExportTo(w *attachWorld, node string) framework.Condition {
 	}
 }
 
-// Unattended failover (issue 12): storage fencing on, the driver's
-// defaults otherwise (--not-ready-threshold 20s with it) plus
-// --out-of-service-taint. node-a's kubelet stops, and with no operator
-// action at all: kube-controller-manager marks node-a Unknown; the driver
-// fences it after the threshold, cutting its host off the RDS (export
-// closed) before releasing its claim, then taints it out of service;
+// Unattended failover (issues 12 and 23): storage fencing on, the
+// driver's defaults otherwise (--heartbeat-threshold and
+// --not-ready-threshold 20s with it) plus --out-of-service-taint. node-a's
+// kubelet stops, and with no operator action at all: the driver sees its
+// Lease unrenewed for the threshold (kube-controller-manager marks node-a
+// Unknown about then, after its 20 s grace) and fences it, cutting its
+// host off the RDS (export closed) before releasing its claim, then taints
+// it out of service;
 // Kubernetes evicts and garbage-collects pod-a and detaches node-a's
 // volume; node-b's waiting pod gets the volume, exported to node-b's host
 // NQN alone. When node-a comes back the driver removes its taint.
@@ -94,7 +96,7 @@ func TestUnattendedFailover(t *testing.T) {
 	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExportTo(w, "node-b")); err != nil {
 		t.Error(err)
 	}
-	tl.Logf("UNATTENDED FAILOVER: node stop -> attached on node-b %s (node-a Unknown after %s, cut off the RDS %s after that, tainted %s after the cut, attached %s after the taint; kube-controller-manager --node-monitor-grace-period=%s, --not-ready-threshold 20s default)",
+	tl.Logf("UNATTENDED FAILOVER: node stop -> attached on node-b %s (node-a Unknown after %s, cut off the RDS %s after that, tainted %s after the cut, attached %s after the taint; kube-controller-manager --node-monitor-grace-period=%s, --heartbeat-threshold and --not-ready-threshold 20s defaults)",
 		at.Sub(t0).Round(time.Millisecond), unknown.Round(time.Millisecond), cut.Round(time.Millisecond), tainted.Round(time.Millisecond),
 		at.Sub(t0).Round(time.Millisecond)-unknown.Round(time.Millisecond)-cut.Round(time.Millisecond)-tainted.Round(time.Millisecond), fencedGrace)
 	done()
