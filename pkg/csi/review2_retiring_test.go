@@ -19,6 +19,7 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -29,6 +30,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // HOLE (a live attachment of ANOTHER volume loses its claim: the leader
@@ -276,5 +278,100 @@ func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
 		if recs := retiringOf(t, client, pv); len(recs) != 0 {
 			t.Errorf("records left on %s: %+v", pv, recs)
 		}
+	}
+}
+
+// failGetDiskAt makes the n-th GetDisk from now on fail (an RDS that
+// stopped answering).
+func failGetDiskAt(f *fakeRDS, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := 0
+	f.atCall = func(method string) {
+		if method != "GetDisk" {
+			return
+		}
+		if seen++; seen == n {
+			f.fail[method] = errors.New("ssh: the RDS stopped answering")
+		}
+	}
+}
+
+// HOLE (the replaced attachment of a deleted node incarnation, still
+// connected with queued writes, e.g. a VM the cloud deleted the Node of
+// but that still runs, is let in again after its claim was replaced, for
+// up to the reconcile period, --export-reconcile-period, 1 min, instead
+// of the few seconds the records promise): a publish that replaces its
+// node's own earlier attachment (another incarnation) cuts it off and
+// replaces its claim in the commit, but the commit writes NO retiring
+// record for it (Commit records only the fenced nodes' claims). When the
+// export change after the commit fails (or the replica stops there), an
+// open of the replaced attachment that another replica decided between
+// the cut and the commit (the leader's reconcile read the cut's state,
+// then the claims with the old attachment still in them) lands late:
+// the export is open to the replaced attachment, and the leader's
+// RetireMarked, which runs every few seconds to undo exactly this,
+// finds nothing to do. A fenced node's claim released by the same
+// commit leaves a record, and is handled within seconds.
+//
+// Interleaving:
+//  1. a publishes to node-a (uid-1; n0, export open to H0).
+//  2. node-a is deleted and re-created (uid-2).
+//  3. a's publish of node-a replaces n0: the cut closes the export
+//     (state T1); the leader reads T1, then the claims (n0), and sends
+//     "open T1 -> H0" (delayed); a commits n1; its change after the
+//     commit fails (the RDS stops answering).
+//  4. The delayed open lands: the export is open to H0.
+//  5. The leader (b) runs RetireMarked.
+func TestReview2ReplacedOwnAttachmentHasNoRecord(t *testing.T) {
+	a, b, client := newReviewReplicas(t, nodeWithUID("node-a", "uid-1"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000002b6", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	h0 := a.hostOf(id, "node-a")
+	ctx := context.Background()
+	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
+		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
+	})
+
+	failGetDiskAt(a.rds, 3) // 1, 2: the cut's rounds; 3: the change after the commit
+	_, err := a.cs.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+	a.rds.mu.Lock()
+	a.rds.atCall = nil
+	a.rds.mu.Unlock()
+	if err == nil {
+		t.Fatal("scripting: the replacing publish should fail after its commit")
+	}
+	if c := claimsOf(t, client, id)["node-a"]; c.NodeUID != "uid-2" {
+		t.Fatalf("scripting: the commit should have replaced n0: %+v (%v)", c, err)
+	}
+	d := a.disk(id)
+	t1 := rds.StateOf(&d)
+	if t1.Open {
+		t.Fatalf("scripting: the cut should have closed the export: %s", t1)
+	}
+	// The leader's open, decided on T1 and the claims before the commit,
+	// lands now.
+	if _, err := a.rds.SwapExport(ctx, id, t1, rds.ExportState{Open: true, Host: h0}); err != nil {
+		t.Fatalf("scripting: the late open: %v", err)
+	}
+	b.waitClaims(id, "node-a")
+	waitFor(t, "the leader's index to see the new incarnation's claim", func() bool {
+		return b.index.Volume(id).Claims["node-a"].NodeUID == "uid-2"
+	})
+	if _, err := b.cs.RetireMarked(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := a.disk(id); d.Exported && d.AllowHost == h0 {
+		t.Errorf("after the leader's RetireMarked the export is still open to node-a's replaced attachment %s (records: %+v): nothing recorded its release", h0, retiringOf(t, client, id))
 	}
 }
