@@ -375,3 +375,62 @@ func TestReview2ReplacedOwnAttachmentHasNoRecord(t *testing.T) {
 		t.Errorf("after the leader's RetireMarked the export is still open to node-a's replaced attachment %s (records: %+v): nothing recorded its release", h0, retiringOf(t, client, id))
 	}
 }
+
+// HOLE (a released attachment is let in again: a host whose detach was
+// answered, or that was fenced, reconnects within ctrl_loss_tmo with its
+// queued writes; and the resurrected claim, standing on no
+// VolumeAttachment, blocks every other node's publish of the volume for
+// good, reported as orphaned and never released): the usual way to
+// re-create a Retained PV under a new name is to dump the old one
+// (kubectl get pv -o yaml), strip its identity and claimRef, and apply
+// it, annotations included. A dump taken while node-a held the volume
+// carries node-a's claim; applied after node-a's detach (its claim
+// released and its record removed), it brings the released attachment
+// back, nonce and all. Nothing checks a claim against the PV it is found
+// on: the claim names no PVs (committed with one), or names PVs that do
+// not include this one, yet liveClaims takes it as live, and the
+// leader's reconcile opens the export to it.
+//
+// Interleaving:
+//  1. a publishes X (PV p1) to node-a: n1, export open to H1. The admin
+//     dumps p1.
+//  2. node-a is detached: n1 released, the export closed, the record
+//     removed.
+//  3. The admin applies the dump as p2 (same handle).
+//  4. The leader (b) runs ReconcileExports.
+func TestReview2PVRecreatedFromADumpResurrectsAReleasedClaim(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const name = "pvc-2f000000-0000-4000-8000-0000000002b7"
+	id := a.newVolume(client, name, corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	h1 := a.hostOf(id, "node-a")
+	ctx := context.Background()
+	dump, err := client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	wantClosed(t, a, id)
+	if len(claimsOf(t, client, name)) != 0 || len(retiringOf(t, client, name)) != 0 {
+		t.Fatalf("scripting: the detach should leave no claim and no record")
+	}
+	p2 := testPV(name+"-recreated", id, corev1.ReadWriteOnce, false)
+	p2.Annotations = dump.Annotations
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, p2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader's index to know the re-created PV", func() bool { return indexedPVs(b.index.Volume(id)) == 2 })
+
+	if _, err := b.cs.ReconcileExports(ctx, nil); err != nil {
+		t.Logf("the leader's pass: %v", err)
+	}
+	if d := a.disk(id); d.Exported && d.AllowHost == h1 {
+		t.Errorf("the leader's reconcile reopened the export to node-a's released attachment %s, brought back by a PV re-created from a dump", h1)
+	}
+}
