@@ -15,7 +15,14 @@ package csi
 //     releases another volume's live claim (PVNameReused...);
 //   - a record lives on one PV only: deleting that PV (the duplicate of
 //     a re-created Retained PV, cleaned up) loses it while another PV
-//     still shows the released attachment (RecordLostWithItsPV).
+//     still shows the released attachment (RecordLostWithItsPV);
+//   - a claim is taken as live on whatever PV it is found: a PV
+//     re-created from a dump brings back a released attachment
+//     (PVRecreatedFromADump), and a PV created while the volume is
+//     attached makes the live claim look stale, so a repeated publish
+//     replaces (cuts) it (RepublishAfterASecondPV);
+//   - a publish that replaces its node's own attachment records no
+//     release of it (ReplacedOwnAttachmentHasNoRecord).
 
 import (
 	"context"
@@ -27,11 +34,30 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
+
+// unpublishFailingOn unpublishes id from node-a on e with the first PATCH
+// of PV pv failing (an API error): the release reaches the handle's other
+// PV, not pv, and the unpublish fails (the attacher retries it later).
+func unpublishFailingOn(t *testing.T, e *publishEnv, client *fake.Clientset, id, pv string) {
+	t.Helper()
+	failed := false
+	client.PrependReactor("patch", "persistentvolumes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.PatchAction).GetName() != pv || failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
+	})
+	if err := e.unpublish(id, nodeA); err == nil || !failed {
+		t.Fatalf("scripting: the unpublish should fail on PV %s: %v", pv, err)
+	}
+}
 
 // HOLE (a live attachment of ANOTHER volume loses its claim: the leader
 // then closes that volume's export under its healthy, writing node (a
@@ -135,17 +161,7 @@ func TestReview2RecordLostWithItsPVLeaderReopens(t *testing.T) {
 	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b3")
 	hostA := hostOn(t, a, client, id, pvs[1], "node-a")
 	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
-	failed := false
-	client.PrependReactor("patch", "persistentvolumes", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.(k8stesting.PatchAction).GetName() != pvs[1] || failed {
-			return false, nil, nil
-		}
-		failed = true
-		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
-	})
-	if err := a.unpublish(id, nodeA); err == nil {
-		t.Fatal("scripting: the unpublish should fail on the second PV")
-	}
+	unpublishFailingOn(t, a, client, id, pvs[1])
 	if len(retiringOf(t, client, pvs[0])) != 1 || !has(claimsOf(t, client, pvs[1]), "node-a") {
 		t.Fatalf("scripting: want the release recorded on %s and the claim left on %s", pvs[0], pvs[1])
 	}
@@ -225,17 +241,7 @@ func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b5")
 	h1 := hostOn(t, a, client, id, pvs[1], "node-a")
-	failed := false
-	client.PrependReactor("patch", "persistentvolumes", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.(k8stesting.PatchAction).GetName() != pvs[1] || failed {
-			return false, nil, nil
-		}
-		failed = true
-		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
-	})
-	if err := a.unpublish(id, nodeA); err == nil {
-		t.Fatal("scripting: the unpublish should fail on the second PV")
-	}
+	unpublishFailingOn(t, a, client, id, pvs[1])
 	waitFor(t, "replica b's index to see the half release", func() bool {
 		v := b.index.Volume(id)
 		for _, pv := range v.PVs {
