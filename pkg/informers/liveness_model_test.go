@@ -1,0 +1,168 @@
+package informers
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"strconv"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+)
+
+// The heartbeat model check (issue 23). Kubelets renew their Leases in
+// the API (each renewal stamped with the moment it reached the API);
+// the controller's watch delivers them late, in bursts, reordered, or
+// not at all while the API is down (then every read fails); the
+// controller's clock runs on. At random moments a fence of a random node
+// is decided the way the fencer decides one: the node as the Liveness
+// times it, confirmed by a live read (which fails while the API is down,
+// and then nothing is fenced). Invariant: no node is fenced for a lost
+// heartbeat whose Lease the API shows renewed within the threshold.
+func TestHeartbeatModel(t *testing.T) {
+	const threshold = 20 * time.Second
+	total := 0
+	for seed := int64(1); seed <= 8; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		clock := clocktesting.NewFakeClock(t0)
+		cfg := fencing.Config{HeartbeatThreshold: threshold}
+		l := NewLiveness(clock, cfg, DefaultGuardShare)
+		nodes := []string{"n0", "n1", "n2", "n3", "n4"}
+		var objs []runtime.Object
+		renewedAt := map[string]time.Time{}
+		for _, n := range nodes {
+			objs = append(objs, node(n, true, t0))
+		}
+		client := fake.NewClientset(objs...)
+		apiDown := false
+		client.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if apiDown {
+				return true, nil, apierrors.NewServiceUnavailable("the API server is down")
+			}
+			return false, nil, nil
+		})
+		// The fake API keeps no resourceVersions: give every Lease
+		// write one, as the API server does.
+		rv := 0
+		stamp := func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if o, ok := a.(interface{ GetObject() runtime.Object }); ok {
+				if lease, ok := o.GetObject().(*coordinationv1.Lease); ok {
+					rv++
+					lease.ResourceVersion = strconv.Itoa(rv)
+				}
+			}
+			return false, nil, nil
+		}
+		client.PrependReactor("create", "leases", stamp)
+		client.PrependReactor("update", "leases", stamp)
+		leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
+		type event struct{ node, rv string }
+		var pending []event
+		renew := func(n string) {
+			ctx := context.Background()
+			cur, err := leases.Get(ctx, n, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				cur, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+			} else if err == nil {
+				cur.Spec.HolderIdentity = &n
+				cur.ResourceVersion = ""
+				cur, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				return // the API is down: the renewal never reached it
+			}
+			renewedAt[n] = clock.Now()
+			pending = append(pending, event{n, cur.ResourceVersion})
+		}
+		for _, n := range nodes {
+			l.observeNode(n, NodeState{Exists: true, UID: n, Ready: true})
+			renew(n)
+		}
+		c := NewClaims(client, driver)
+		c.TimeWith(l)
+		dead := map[string]bool{}
+		fences, checks := 0, 0
+		for step := 0; step < 2500; step++ {
+			switch r := rng.Intn(100); {
+			case r < 30:
+				clock.Step(time.Duration(rng.Intn(3000)) * time.Millisecond)
+			case r < 55:
+				n := nodes[rng.Intn(len(nodes))]
+				if !dead[n] {
+					renew(n)
+				}
+			case r < 75 && !apiDown && len(pending) > 0:
+				// Deliver a burst, maybe out of order; keep the rest late.
+				k := 1 + rng.Intn(len(pending))
+				rng.Shuffle(k, func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
+				for _, ev := range pending[:k] {
+					l.observeLease(ev.node, ev.rv)
+				}
+				pending = pending[k:]
+			case r < 78:
+				// Outages are rare and short or long.
+				if apiDown == (rng.Intn(6) == 0) {
+					continue
+				}
+				apiDown = !apiDown
+				if !apiDown && rng.Intn(2) == 0 {
+					// The watch reconnected after the outage.
+					l.Restored()
+				}
+			case r < 80:
+				// A node dies; a dead one comes back now and then.
+				n := nodes[rng.Intn(len(nodes))]
+				deadNow := 0
+				for _, d := range dead {
+					if d {
+						deadNow++
+					}
+				}
+				switch {
+				case dead[n] && rng.Intn(8) == 0:
+					dead[n] = false
+				case !dead[n] && deadNow < 2:
+					// At most two of five: more hold the guard.
+					dead[n] = true
+				}
+			default:
+				n := nodes[rng.Intn(len(nodes))]
+				if _, stale := fencing.Stale(l.Decorate(n, NodeState{Exists: true, UID: n, Ready: true}), clock.Now(), cfg); !stale {
+					continue
+				}
+				checks++
+				s, err := c.LiveNode(context.Background(), n)
+				if err != nil {
+					var status apierrors.APIStatus
+					if !errors.As(err, &status) {
+						t.Fatalf("seed %d step %d: %v", seed, step, err)
+					}
+					continue // unconfirmed: no fence
+				}
+				reason, stale := fencing.Stale(s, clock.Now(), cfg)
+				if !stale {
+					continue
+				}
+				fences++
+				if reason == fencing.FenceHeartbeatLost && clock.Now().Sub(renewedAt[n]) <= threshold {
+					t.Fatalf("seed %d step %d: node %s fenced (%s) although the API shows its Lease renewed %s ago (threshold %s)",
+						seed, step, n, reason, clock.Now().Sub(renewedAt[n]), threshold)
+				}
+			}
+		}
+		t.Logf("seed %d: %d fence decisions confirmed of %d candidates", seed, fences, checks)
+		total += fences
+	}
+	if total < 10 {
+		t.Errorf("%d fences decided in all: the model does not exercise lost heartbeats", total)
+	}
+}
