@@ -5,8 +5,10 @@
 // the guest tests of pkg/nvme, pkg/csi and csi-sanity against the shipped
 // binaries (sanity_vm_test.go) and the storage fencing proofs
 // (fence_vm_test.go; fence_return_vm_test.go: a fenced attachment's held
-// writes never land when the volume comes back to its node; all build
-// tag nvmevm) inside against
+// writes never land when the volume comes back to its node), and issue
+// 27's per-volume write counters (rdshealth_vm_test.go: a volume fio
+// writes shows writes on its PV's series, the other none; all build tag
+// nvmevm) inside against
 // the real kernel target (nvmet, driven by rds-sim's exporter) and
 // initiator (nvme-tcp). The guest binaries are built here with `go test
 // -c`; the guest runs them from the host's root, shared read-only.
@@ -45,7 +47,7 @@ var boots = []struct {
 	{"Y", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
-		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns|TestVMSelftestData)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns|TestVMSelftestData|TestVMVolumeWriteIOPS)$", "e2e-nvme.test"},
 	}},
 	{"N", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
