@@ -22,12 +22,18 @@ package csi
 //     attached makes the live claim look stale, so a repeated publish
 //     replaces (cuts) it (RepublishAfterASecondPV);
 //   - a publish that replaces its node's own attachment records no
-//     release of it (ReplacedOwnAttachmentHasNoRecord).
+//     release of it (ReplacedOwnAttachmentHasNoRecord);
+//   - an unpublish's release on the PVs after the first is checked
+//     against the node's VolumeAttachment by name, not against the
+//     attachment it is for, and runs no cut: a paused one releases the
+//     node's newer attachment uncut, and its record then makes that
+//     attachment's own cut skip it (PausedUnpublishReleasesTheNewer...).
 
 import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -438,5 +444,113 @@ func TestReview2PVRecreatedFromADumpResurrectsAReleasedClaim(t *testing.T) {
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == h1 {
 		t.Errorf("the leader's reconcile reopened the export to node-a's released attachment %s, brought back by a PV re-created from a dump", h1)
+	}
+}
+
+// HOLE (a force-detached migration source stays connected, writing, next
+// to the target, after its detach was answered: a fenced attachment left
+// connected; the cut for it is skipped as "no longer claimed"): an
+// unpublish follows the handle's PVs and releases, on each PV after the
+// first, whatever claim the node has there, without a cut (before is
+// nil once released), as long as the node's VolumeAttachment is gone or
+// being deleted. That VolumeAttachment is checked by name (volume and
+// node), not as the attachment the unpublish is for: a paused unpublish
+// of the node's FORMER attachment n1 resumes and releases, on the second
+// PV, the node's NEWER attachment n2, whose own detach (forced, the node
+// NotReady) is under way. Its record now retires n2 on every PV, so the
+// change after that release moves nothing (the export allows the
+// migration target, a live holder: left as is), and the cut of n2's own
+// unpublish (shutOut, named n2) finds n2 no longer claimed and skips
+// it. Nothing ever drops n2's connection: nvmet checks the allowed host
+// at connect only, and n2 connected while the export allowed it.
+//
+// Interleaving (ReadWriteMany block volume, PVs p1 and p2; replica a's
+// unpublish is scripted step by step as ControllerUnpublishVolume runs
+// it):
+//  1. a publishes to node-a (n1 on p1 and p2).
+//  2. node-a's VolumeAttachment is deleted; a's unpublish releases n1 on
+//     p1 (node-a Ready: graceful) and pauses before p2.
+//  3. node-a is attached again through b: n2 on p1 and p2, export open
+//     to H2, node-a connects. A live migration to node-b starts: the
+//     export moves to node-b's host without a drop (node-a keeps its
+//     connection, as a migration source does).
+//  4. node-a goes NotReady; its VolumeAttachment is deleted (forced).
+//  5. a's unpublish resumes: on p2 it releases n2 (no cut), and makes the
+//     change after its releases.
+//  6. The attacher's unpublish of n2 is served by b.
+func TestReview2PausedUnpublishReleasesTheNewerAttachmentWithoutACut(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	const name = "pvc-2f000000-0000-4000-8000-0000000002b8"
+	id := a.newVolume(client, name, corev1.ReadWriteMany, true)
+	ctx := context.Background()
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, testPV(name+"-recreated", id, corev1.ReadWriteMany, true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both replicas to know both PVs", func() bool {
+		return indexedPVs(a.index.Volume(id)) == 2 && indexedPVs(b.index.Volume(id)) == 2
+	})
+	var pvs []string
+	for _, pv := range a.index.Volume(id).PVs {
+		pvs = append(pvs, pv.Name)
+	}
+	if _, err := a.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. a's unpublish of n1, its first PV.
+	a.dropAutoVA(id, nodeA)
+	claims := a.cs.pub.Claims.(*informers.Claims)
+	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, pvs[0], "node-a", cl) }
+	released, marked1, err := claims.ReleaseUnpublished(ctx, pvs[0], id, "node-a", shut)
+	if err != nil || !released {
+		t.Fatalf("scripting: a's release on %s: %t, %v", pvs[0], released, err)
+	}
+
+	// 3. node-a's new attachment, then the migration to node-b.
+	waitFor(t, "replica b's index to see the release on "+pvs[0], func() bool {
+		for _, pv := range b.index.Volume(id).PVs {
+			if pv.Name == pvs[0] && has(pv.Claims, "node-a") {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := b.publish(id, nodeA, rwx); err != nil {
+		t.Fatalf("node-a's new attachment: %v", err)
+	}
+	h2 := b.hostOf(id, "node-a")
+	b.waitClaims(id, "node-a")
+	if _, err := b.publish(id, nodeB, rwx); err != nil {
+		t.Fatalf("the migration target: %v", err)
+	}
+	wantExport(t, b, id, true, b.hostOf(id, "node-b"))
+	b.waitClaims(id, "node-a", "node-b")
+	drops := b.drops(id)
+
+	// 4. node-a NotReady, its VolumeAttachment deleted (forced).
+	setReady(t, client, "node-a", corev1.ConditionUnknown, time.Now())
+	b.dropAutoVA(id, nodeA)
+
+	// 5. a's unpublish resumes on p2.
+	released, marked2, err := claims.ReleaseUnpublished(ctx, pvs[1], id, "node-a", nil)
+	if err != nil {
+		t.Fatalf("a's release on %s: %v", pvs[1], err)
+	}
+	t.Logf("a's resumed release on %s: released=%t (node-a's claim there: n2, host %s)", pvs[1], released, h2)
+	retiring := map[string][]informers.Retiring{pvs[0]: marked1}
+	if len(marked2) > 0 {
+		retiring[pvs[1]] = marked2
+	}
+	if err := a.cs.retireExport(ctx, id, a.index.Volume(id).PVName, retiring); err != nil {
+		t.Logf("a's change after its releases: %v", err)
+	}
+
+	// 6. n2's own unpublish.
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatalf("n2's unpublish: %v", err)
+	}
+	if n := b.drops(id) - drops; n == 0 {
+		t.Errorf("node-a's attachment n2 (%s), a migration source force-detached while NotReady, was never cut off: its connection stays; export now %s", h2, b.disk(id).AllowHost)
 	}
 }
