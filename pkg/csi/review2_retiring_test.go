@@ -501,7 +501,9 @@ func TestReview2PausedUnpublishReleasesTheNewerAttachmentWithoutACut(t *testing.
 	// 2. a's unpublish of n1, its first PV.
 	a.dropAutoVA(id, nodeA)
 	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, pvs[0], "node-a", cl) }
+	shut := func(ctx context.Context, cl informers.Claim) error {
+		return a.cs.shutOut(ctx, id, pvs[0], "node-a", cl)
+	}
 	released, marked1, err := claims.ReleaseUnpublished(ctx, pvs[0], id, "node-a", shut)
 	if err != nil || !released {
 		t.Fatalf("scripting: a's release on %s: %t, %v", pvs[0], released, err)
