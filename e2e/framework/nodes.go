@@ -237,6 +237,9 @@ func (k *FakeKubelet) Recover(ctx context.Context) error {
 	return nil
 }
 
+// Cadence is the kubelet's cadence.
+func (k *FakeKubelet) Cadence() KubeletCadence { return k.cadence }
+
 // postReady posts the Node's Ready condition True, when it is not (or
 // always, as a heartbeat, when force).
 func (k *FakeKubelet) postReady(ctx context.Context, force bool) error {
