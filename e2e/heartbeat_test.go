@@ -108,3 +108,56 @@ func TestAPIServerOutageFencesNobody(t *testing.T) {
 	}
 	done()
 }
+
+// Issue 23: one late kubelet renewal fences nobody. node-a (holding the
+// volume) renews every 10 s; right after one renewal its kubelet stalls
+// and renews next 16 s later instead of 10 (a late renewal, within the
+// 20 s threshold). Its export and claim stay, and the driver logs no
+// fence, through the threshold after the stall.
+func TestLateRenewalFencesNobody(t *testing.T) {
+	w := startAttachWorldWith(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletDefaultCadence,
+		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}}, "node-a", "node-b", "node-c")
+	e := w.e
+	ctx, c, tl := e.Ctx, e.Client, e.TL
+	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
+		t.Fatal(err)
+	}
+	host, err := framework.AttachmentHost(ctx, c, w.pv, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := tl.Step("node-a's kubelet renews 16 s after its last renewal instead of 10")
+	last, err := w.nodes["node-a"].NextRenewal(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.nodes["node-a"].Fail()
+	stall := time.NewTimer(time.Until(last.Add(16 * time.Second))) // the fault's length
+	<-stall.C
+	if err := w.nodes["node-a"].Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done()
+	done = tl.Step("nothing fenced through the threshold after the stall")
+	window := func(context.Context) (bool, string, error) {
+		if d, ok := w.sim.Disk(w.handle); !ok || !d.NVMeTCPExport || d.AllowHostName != host {
+			return false, "", fmt.Errorf("the export of %s is exported=%t allow-host=%q, not node-a's attachment %s", w.handle, d.NVMeTCPExport, d.AllowHostName, host)
+		}
+		left := 25*time.Second - time.Since(last)
+		return left <= 0, fmt.Sprintf("export still open to node-a; %s of the window left", left.Round(time.Second)), nil
+	}
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "the threshold after the stall with node-a's export untouched", window); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "claims name node-a only", framework.ClaimsAre(c, w.pv, "node-a")); err != nil {
+		t.Error(err)
+	}
+	log, err := os.ReadFile(filepath.Join(e.Dir, "rds-csi-driver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), "fenced stale attachment") {
+		t.Error("the driver fenced an attachment after one late renewal (rds-csi-driver.log)")
+	}
+	done()
+}

@@ -61,6 +61,7 @@ type FakeKubelet struct {
 	client  kubernetes.Interface
 	tl      *Timeline
 	cadence KubeletCadence
+	renewed chan time.Time // each renewal's time, when someone listens (RenewedAt)
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -135,7 +136,7 @@ func NewNodeWith(ctx context.Context, tl *Timeline, client kubernetes.Interface,
 	if err != nil {
 		return nil, fmt.Errorf("create csinode %s: %w", name, err)
 	}
-	k := &FakeKubelet{Name: name, client: client, tl: tl, cadence: cadence}
+	k := &FakeKubelet{Name: name, client: client, tl: tl, cadence: cadence, renewed: make(chan time.Time)}
 	if err := k.renew(ctx); err != nil {
 		return nil, err
 	}
@@ -197,8 +198,25 @@ func (k *FakeKubelet) renew(ctx context.Context) error {
 		return err
 	}
 	l.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	return err
+	if _, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	select {
+	case k.renewed <- now.Time:
+	default:
+	}
+	return nil
+}
+
+// NextRenewal waits for the kubelet's next Lease renewal and returns when
+// it was made.
+func (k *FakeKubelet) NextRenewal(ctx context.Context) (time.Time, error) {
+	select {
+	case at := <-k.renewed:
+		return at, nil
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
 }
 
 // Fail stops the Lease renewals, as when the node's kubelet or the whole
