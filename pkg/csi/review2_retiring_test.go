@@ -556,3 +556,38 @@ func TestReview2PausedUnpublishReleasesTheNewerAttachmentWithoutACut(t *testing.
 		t.Errorf("node-a's attachment n2 (%s), a migration source force-detached while NotReady, was never cut off: its connection stays; export now %s", h2, b.disk(id).AllowHost)
 	}
 }
+
+// HELD: a release that reached one PV of two (the unpublish failed on
+// the second, node-a out of service, so its cut closed the export to
+// state T1), and an open of node-a's attachment conditioned on T1 in
+// flight (decided before the release). The leader's pass completes the
+// release on the second PV, changes the state once more and removes both
+// records; the late open then matches nothing.
+func TestReview2LateOpenAfterTheLeaderCompletesAHalfRelease(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b9")
+	h1 := hostOn(t, a, client, id, pvs[1], "node-a")
+	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	unpublishFailingOn(t, a, client, id, pvs[1])
+	d := a.disk(id)
+	t1 := rds.StateOf(&d)
+	if t1.Open {
+		t.Fatalf("scripting: the cut should have closed the export: %s", t1)
+	}
+	waitFor(t, "the leader's index to list the record", func() bool { return len(b.index.Retiring()) == 1 })
+	if _, err := b.cs.RetireMarked(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if has(claimsOf(t, client, pvs[1]), "node-a") {
+		t.Errorf("the leader's pass left node-a's released attachment claimed on %s", pvs[1])
+	}
+	for _, pv := range pvs {
+		if recs := retiringOf(t, client, pv); len(recs) != 0 {
+			t.Errorf("records left on %s: %+v", pv, recs)
+		}
+	}
+	if _, err := a.rds.SwapExport(context.Background(), id, t1, rds.ExportState{Open: true, Host: h1}); err == nil {
+		t.Errorf("the late open of node-a's released attachment %s landed after the leader's pass", h1)
+	}
+	wantClosed(t, a, id)
+}
