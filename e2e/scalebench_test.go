@@ -3,11 +3,10 @@
 package e2e
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -223,15 +225,15 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 	}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := scrape(ctx, metrics)
+	fams, err := scrapeMetrics(ctx, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.heapLive, out.heapInuse = liveHeap(page), page["go_memstats_heap_inuse_bytes"]
+	out.heapLive, out.heapInuse = liveHeap(fams), familySum(fams["go_memstats_heap_inuse_bytes"], nil)
 	out.skipped = map[string]float64{}
-	for series, v := range page {
-		if strings.HasPrefix(series, "rds_csi_") && strings.Contains(series, "skip") {
-			out.skipped[series] = v
+	for name, f := range fams {
+		if strings.HasPrefix(name, "rds_csi_") && strings.Contains(name, "skip") {
+			out.skipped[name] = familySum(f, nil)
 		}
 	}
 	if err := d.Stop(15 * time.Second); err != nil {
@@ -270,57 +272,41 @@ func loadAverage() float64 {
 // set: goal = live + (live + stacks + globals) * GOGC/100 (Go 1.21+), so
 // live = (goal - stacks*GOGC/100) / (1 + GOGC/100); the globals (well
 // under 1 MiB here) are left in, so this errs high by half of them.
-func liveHeap(page map[string]float64) float64 {
+func liveHeap(fams map[string]*dto.MetricFamily) float64 {
 	g := 1.0
-	if p, ok := page["go_gc_gogc_percent"]; ok && p > 0 {
+	if p := familySum(fams["go_gc_gogc_percent"], nil); p > 0 {
 		g = p / 100
 	}
-	return (page["go_memstats_next_gc_bytes"] - page["go_memstats_stack_inuse_bytes"]*g) / (1 + g)
+	return (familySum(fams["go_memstats_next_gc_bytes"], nil) - familySum(fams["go_memstats_stack_inuse_bytes"], nil)*g) / (1 + g)
 }
 
-// scrape reads a Prometheus text page: series (name and labels) -> value.
-func scrape(ctx context.Context, url string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
+// familySum adds up the values of a metric family's series whose labels
+// match (nil: every series); 0 for a family that is not there.
+func familySum(f *dto.MetricFamily, match func(labels map[string]string) bool) float64 {
+	if f == nil {
+		return 0
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
+	var sum float64
+	for _, m := range f.GetMetric() {
+		if match != nil {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if !match(labels) {
+				continue
+			}
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		case m.GetUntyped() != nil:
+			sum += m.GetUntyped().GetValue()
+		}
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body)
-}
-
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	page := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The value follows the last space outside the labels.
-		cut := strings.LastIndexByte(line, '}')
-		sp := strings.IndexByte(line[cut+1:], ' ')
-		if sp < 0 {
-			continue
-		}
-		series, value := line[:cut+1+sp], strings.Fields(line[cut+1+sp:])
-		if len(value) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(value[0], 64)
-		if err != nil {
-			continue
-		}
-		page[series] = v
-	}
-	return page, sc.Err()
+	return sum
 }
 
 // apiserverInformerLists is how many LISTs of the resources the driver's
@@ -330,22 +316,14 @@ func apiserverInformerLists(ctx context.Context, c kubernetes.Interface) (float6
 	if err != nil {
 		return 0, fmt.Errorf("kube-apiserver /metrics: %w", err)
 	}
-	page, err := parseMetrics(strings.NewReader(string(raw)))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("kube-apiserver /metrics: %w", err)
 	}
-	var n float64
-	for series, v := range page {
-		if !strings.HasPrefix(series, "apiserver_request_total{") || !strings.Contains(series, `verb="LIST"`) {
-			continue
-		}
-		for _, r := range []string{"persistentvolumes", "volumeattachments", "nodes"} {
-			if strings.Contains(series, `resource="`+r+`"`) {
-				n += v
-			}
-		}
-	}
-	return n, nil
+	return familySum(fams["apiserver_request_total"], func(l map[string]string) bool {
+		return l["verb"] == "LIST" && slices.Contains([]string{"persistentvolumes", "volumeattachments", "nodes"}, l["resource"])
+	}), nil
 }
 
 func apiserverPid(t *testing.T, cp *framework.ControlPlane) int {
