@@ -147,9 +147,9 @@ bench:
 # kind, then the driver starts BENCH_RUNS times: ready time, its RSS at
 # ready and once indexed, live heap per volume, kube-apiserver's RSS, the
 # initial sync path (watch-list or LIST); a markdown table per size with
-# median [min-max] (docs/BENCHMARKS.md). Heavy: filling 100k takes 10-30
-# min on 2 cores, the apiserver then holds ~2 GiB; 10k alone takes ~5 min:
-# `make bench-scale BENCH_SCALES=10k`.
+# median [min-max] (docs/BENCHMARKS.md). Heavy: 100k takes ~30 min on
+# the shared 2 cores (filling the API ~19 of them), kube-apiserver then
+# holds ~2.8 GiB; 10k alone takes ~5 min: `make bench-scale BENCH_SCALES=10k`.
 BENCH_SCALES ?= 10k 100k
 BENCH_RUNS ?= 3
 bench-scale:
