@@ -69,10 +69,10 @@ type ClaimStore interface {
 	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, informers.Claim) error) (released bool, retiring []informers.Retiring, err error)
 	// ReleaseRetired drops a claim that is the retired attachment r (its
 	// release reached another PV of the handle, not this one).
-	ReleaseRetired(ctx context.Context, pvName string, r informers.Retiring) (bool, error)
+	ReleaseRetired(ctx context.Context, pvName, handle string, r informers.Retiring) (bool, error)
 	// LiveState reads a PV's claims and retiring attachments from the
-	// API server.
-	LiveState(ctx context.Context, pvName string) (map[string]informers.Claim, []informers.Retiring, error)
+	// API server (none for a PV of another handle).
+	LiveState(ctx context.Context, pvName, handle string) (map[string]informers.Claim, []informers.Retiring, error)
 	// ClearRetiring removes entries of a PV's retiring attachments once
 	// the export change after their release is made.
 	ClearRetiring(ctx context.Context, pvName string, done []informers.Retiring) error
@@ -493,11 +493,17 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
 }
 
-// onEveryPV: node's claim c (from the index's merged view) is on every
-// PV of the handle as this replica saw them. A claim only a stale PV still
-// shows was released by an answered unpublish: reusing it (its nonce, so
-// its host NQN) would let that retired attachment in again.
+// onEveryPV: node's claim c (from the index's merged view) stands: no
+// record of the handle retires it, and it is on every PV of the handle as
+// this replica saw them. A claim only a stale PV still shows was released
+// by an answered unpublish: reusing it (its nonce, so its host NQN) would
+// let that retired attachment in again. (A PV made again for the handle
+// has none yet, so a repeated publish of a live attachment then replaces
+// it: a known hole, issue 21's note.)
 func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
+	if informers.Retired(v.Retiring, node, c) {
+		return false
+	}
 	if len(v.PVs) < 2 {
 		return true
 	}
@@ -634,7 +640,7 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		seen := map[string]bool{}
 		nodes = nodes[:0]
 		for _, pv := range v.PVs {
-			claims, retiring, err := s.pub.Claims.LiveState(ctx, pv.Name)
+			claims, retiring, err := s.pub.Claims.LiveState(ctx, pv.Name, id)
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, statusf(codes.Unavailable, "volume %s: reading the claims on PV %s to unpublish it from every node: %v; retry", id, pv.Name, err)
@@ -671,21 +677,24 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 			pvs = append(pvs, pv.Name)
 		}
 		seen := map[string]bool{}
+		// first: the attachment released on the first PV that had one;
+		// the other PVs release that attachment only (another attachment
+		// of the node there is a newer one, published since: its own
+		// detach releases it, after its own cut).
+		var first *informers.Retiring
 		for i := 0; i < len(pvs) && len(seen) < maxHandlePVs; i++ {
 			pvName := pvs[i]
 			if seen[pvName] {
 				continue
 			}
 			seen[pvName] = true
-			var before func(context.Context, informers.Claim) error
-			if s.d.opts.AllowHostFencing() && !released {
-				// The attachment's host is shut out before its claim goes:
-				// a failure keeps the claim (and the detach is retried),
-				// never a released claim with the host still let in. The
-				// claims are mirrored on every PV: once is enough.
-				before = func(ctx context.Context, cl informers.Claim) error { return s.shutOut(ctx, id, pvName, n, cl) }
+			ok, marked, err := s.pub.Claims.ReleaseUnpublished(ctx, pvName, id, n, s.unpublishBefore(id, pvName, n, first))
+			if errors.Is(err, errOtherAttachment) {
+				continue
 			}
-			ok, marked, err := s.pub.Claims.ReleaseUnpublished(ctx, pvName, id, n, before)
+			if ok && first == nil {
+				first = releasedOf(n, marked)
+			}
 			if err != nil {
 				s.pub.Reporter.UnpublishFailed("error")
 				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pvName, err)
@@ -729,6 +738,43 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		s.pub.Reporter.Unpublished(v.Ref(), n, migrationEnded)
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// errOtherAttachment: an unpublish found, on another PV of the handle, a
+// newer attachment of the node than the one it released.
+var errOtherAttachment = errors.New("another attachment of the node")
+
+// unpublishBefore is what an unpublish does with node's claim on pvName
+// just before it releases it: once an attachment was released on another
+// PV of the handle (first), only that attachment is released (another one
+// is newer: errOtherAttachment); otherwise, with storage fencing, the
+// attachment's host is shut out first: a failure keeps the claim (and the
+// detach is retried), never a released claim with the host still let in.
+// The claims are mirrored on every PV: one cut is enough.
+func (s *ControllerServer) unpublishBefore(id, pvName, node string, first *informers.Retiring) func(context.Context, informers.Claim) error {
+	return func(ctx context.Context, cl informers.Claim) error {
+		if first != nil {
+			if !first.Is(node, cl) {
+				return errOtherAttachment
+			}
+			return nil
+		}
+		if !s.d.opts.AllowHostFencing() {
+			return nil
+		}
+		return s.shutOut(ctx, id, pvName, node, cl)
+	}
+}
+
+// releasedOf is the attachment of node a release just recorded (the last
+// of node's records), or nil.
+func releasedOf(node string, marked []informers.Retiring) *informers.Retiring {
+	for i := len(marked) - 1; i >= 0; i-- {
+		if marked[i].Node == node {
+			return &marked[i]
+		}
+	}
+	return nil
 }
 
 // shutOut cuts node's attachment off the export before its claim is

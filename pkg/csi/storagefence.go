@@ -372,7 +372,7 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (l
 			continue
 		}
 		seen[name] = true
-		claims, recs, err := s.pub.Claims.LiveState(ctx, name)
+		claims, recs, err := s.pub.Claims.LiveState(ctx, name, handle)
 		if err != nil {
 			return liveState{}, err
 		}
@@ -570,7 +570,7 @@ func (s *ControllerServer) completeReleases(ctx context.Context, v *informers.Vo
 				if q == pvName || r.In(done[q]) {
 					continue
 				}
-				ok, err := s.pub.Claims.ReleaseRetired(ctx, q, r)
+				ok, err := s.pub.Claims.ReleaseRetired(ctx, q, v.Handle, r)
 				if err != nil {
 					return fmt.Errorf("releasing node %s's retired attachment on PV %s: %w", r.Node, q, err)
 				}

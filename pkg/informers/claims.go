@@ -275,6 +275,11 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 		if len(v.PVs) > 1 || len(claim.PVs) > 0 {
 			claim.PVs = pvNames(v, claim.PVs)
 		}
+		if old, ok := next[node]; ok && c.fence != nil && !RetiringOf(node, old).Is(node, claim) {
+			// The node's own earlier attachment (another incarnation, or
+			// one a stale PV showed) is replaced: retired like a fenced one.
+			retiring = append(retiring[:len(retiring):len(retiring)], RetiringOf(node, old))
+		}
 		next[node] = claim
 		if len(retiring) == len(pv.Retiring) {
 			retiring = nil // unchanged: not written
@@ -316,7 +321,7 @@ func pvNames(v *Volume, more []string) []string {
 // replica that may have stopped before the export change after the
 // release (RetiringAnnotation).
 func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, Claim) error) (released bool, retiring []Retiring, err error) {
-	released, err = c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
+	released, err = c.releaseIf(ctx, pvName, handle, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -351,7 +356,7 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 	var reason fencing.FenceReason
 	var handle string
 	var fenced Retiring
-	released, err := c.releaseIf(ctx, pvName, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
+	released, err := c.releaseIf(ctx, pvName, "", node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		n, err := c.LiveNode(ctx, node)
 		if err != nil {
 			return false, err
@@ -394,14 +399,18 @@ func (c *Claims) LiveClaims(ctx context.Context, pvName string) (map[string]Clai
 }
 
 // LiveState reads a PV's claims and retiring attachments from the API
-// server (not a cache); a PV that does not exist has none.
-func (c *Claims) LiveState(ctx context.Context, pvName string) (map[string]Claim, []Retiring, error) {
+// server (not a cache); a PV that does not exist, or is of another volume
+// handle (its name reused), has none.
+func (c *Claims) LiveState(ctx context.Context, pvName, handle string) (map[string]Claim, []Retiring, error) {
 	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading PV %s: %w", pvName, err)
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.VolumeHandle != handle {
+		return nil, nil, nil
 	}
 	claims, err := DecodeClaims(pv)
 	if err != nil {
@@ -417,9 +426,10 @@ func (c *Claims) LiveState(ctx context.Context, pvName string) (map[string]Claim
 // ReleaseRetired drops the claim of r's node on pvName if it is the
 // attachment r, retired on another PV of the handle (a release that did
 // not reach every PV: a replica stopped between them, or did not know
-// this one), recording it like any release.
-func (c *Claims) ReleaseRetired(ctx context.Context, pvName string, r Retiring) (bool, error) {
-	return c.releaseIf(ctx, pvName, r.Node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
+// this one), recording it like any release; a PV of another handle is
+// left alone.
+func (c *Claims) ReleaseRetired(ctx context.Context, pvName, handle string, r Retiring) (bool, error) {
+	return c.releaseIf(ctx, pvName, handle, r.Node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
 		return r.Is(r.Node, cl), nil
 	}, nil)
 }
@@ -441,8 +451,9 @@ func (c *Claims) LiveNode(ctx context.Context, name string) (fencing.NodeState, 
 // read of the PV, says so; the write is conditional on that read. With
 // storage fencing the write also records the released attachment in
 // RetiringAnnotation. seen, when not nil, is given the retiring
-// attachments of the last read (with the one released).
-func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error), seen func([]Retiring)) (bool, error) {
+// attachments of the last read (with the one released). With handle, a PV
+// of another volume handle is left alone.
+func (c *Claims) releaseIf(ctx context.Context, pvName, handle, node string, drop func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error), seen func([]Retiring)) (bool, error) {
 	released := false
 	err := retryConflicts(ctx, func() error {
 		released = false
@@ -470,6 +481,11 @@ func (c *Claims) releaseIf(ctx context.Context, pvName, node string, drop func(c
 		}
 		cl, ok := claims[node]
 		if !ok {
+			return nil
+		}
+		if handle != "" && (pv.Spec.CSI == nil || pv.Spec.CSI.VolumeHandle != handle) {
+			// A PV of another volume under a name a claim or record
+			// named (deleted, and the name reused): not this release's.
 			return nil
 		}
 		remaining := make(map[string]Claim, len(claims))
@@ -568,7 +584,7 @@ func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (bool,
 // VolumeAttachment or Node is gone) and takes it back. A newer claim is
 // left alone.
 func (c *Claims) Withdraw(ctx context.Context, pvName, node string, committed Claim) (bool, error) {
-	return c.releaseIf(ctx, pvName, node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
+	return c.releaseIf(ctx, pvName, "", node, func(_ context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
 		return cl.Nonce == committed.Nonce && cl.Gen == committed.Gen && cl.NodeUID == committed.NodeUID, nil
 	}, nil)
 }

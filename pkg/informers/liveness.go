@@ -255,16 +255,21 @@ func (l *Liveness) lapsed(e *nodeSeen, now time.Time) bool {
 		(l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, f)) > l.cfg.HeartbeatThreshold)
 }
 
-// suspect: e is not Ready, or its heartbeat is older than half the
-// threshold (a kubelet renews every 10 s by default: a heartbeat threshold
-// of 20 s makes every node of a partition suspect by the time the first
-// one lapses).
+// suspect: e is not Ready, or its heartbeat is older than suspectShare of
+// the threshold. A kubelet renews every 10 s by default: with a 20 s
+// threshold a healthy node's heartbeat is at most a little over 10 s old,
+// while every node of a partition has been silent for 10 to 20 s by the
+// time the first one lapses; 12 s leaves a healthy node's late renewal out
+// and counts four in five of a partition's nodes.
 func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
 	if e.known && !e.ready {
 		return true
 	}
-	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.cfg.HeartbeatThreshold/2
+	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.cfg.HeartbeatThreshold*suspectShare/10
 }
+
+// suspectShare, in tenths of the heartbeat threshold (see suspect).
+const suspectShare = 6
 
 // evaluate updates the guard; l.mu held.
 func (l *Liveness) evaluate(now time.Time) {
