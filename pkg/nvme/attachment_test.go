@@ -3,6 +3,7 @@ package nvme
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -343,5 +344,19 @@ func TestConnectControllerWithoutHostNQN(t *testing.T) {
 	}
 	if got := h.ctrlAttr("nvme0", "delete_controller"); got != "" {
 		t.Errorf("nvme0 was deleted (%q)", got)
+	}
+}
+
+// A sysfs attribute read that answers ENODEV (a controller being torn
+// down) counts as gone, as ENOENT does: the node's view of its
+// controllers skips it instead of failing NodeUnstageVolume.
+func TestAttrErrTreatsENODEVAsGone(t *testing.T) {
+	err := attrErr(&fs.PathError{Op: "read", Path: "/sys/class/nvme/nvme0/state", Err: syscall.ENODEV})
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%v: not fs.ErrNotExist", err)
+	}
+	other := &fs.PathError{Op: "read", Path: "x", Err: syscall.EIO}
+	if got := attrErr(other); errors.Is(got, fs.ErrNotExist) || got != error(other) {
+		t.Fatalf("EIO became %v", got)
 	}
 }

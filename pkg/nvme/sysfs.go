@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // The kernel's names, which this package matches by pattern only:
@@ -232,7 +233,18 @@ func readDirNames(dir string) ([]string, error) {
 func readAttr(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return "", attrErr(err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// attrErr: a sysfs attribute of a device the kernel is tearing down
+// answers ENODEV, not ENOENT, for a moment before its directory goes (seen
+// in the VM tier: "read /sys/class/nvme/nvme0/state: no such device" while
+// a controller was being deleted). It is as gone as a missing one.
+func attrErr(err error) error {
+	if errors.Is(err, syscall.ENODEV) {
+		return fmt.Errorf("%w (%w)", fs.ErrNotExist, err)
+	}
+	return err
 }
