@@ -68,13 +68,13 @@ type Liveness struct {
 	onGuard func(GuardEvent)
 	onFlap  func(node string)
 
-	mu       sync.Mutex
-	nodes    map[string]*nodeSeen
+	mu    sync.Mutex
+	nodes map[string]*nodeSeen
 	// lastRenewal: when any Lease was last seen renewed.
 	lastRenewal time.Time
-	restored time.Time
-	released time.Time
-	holding  bool
+	restored    time.Time
+	released    time.Time
+	holding     bool
 	// evaluated: when the guard was last evaluated; dirty: a node's
 	// health changed since.
 	evaluated time.Time
