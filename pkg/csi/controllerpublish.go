@@ -354,6 +354,22 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	capability := claimCapability(req.GetVolumeCapability())
 	claim, claimed := v.Claims[node]
 	sameNode := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && onEveryPV(v, node, claim)
+	if !sameNode && claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && len(v.PVs) > 1 && s.d.opts.AllowHostFencing() {
+		// The index shows the claim on some PVs of the handle only: a
+		// stale PV that still shows a released claim, or a PV made again
+		// for the handle that was never given it. The live claims tell
+		// (a released attachment is retired by its record for as long as
+		// any PV shows it): a live attachment is kept, not replaced
+		// under its staged node.
+		live, err := s.liveClaims(ctx, id, v.PVName)
+		if err != nil {
+			s.pub.Reporter.PublishFailed("unconfirmed")
+			return nil, statusf(codes.Unavailable, "volume %s: reading its claims to tell whether node %s's attachment stands: %v; retry", id, node, err)
+		}
+		if lc, ok := live.claims[node]; ok && lc.Nonce == claim.Nonce && lc.NodeUID == claim.NodeUID && !informers.Retired(live.retiring, node, claim) {
+			sameNode = true
+		}
+	}
 	if sameNode && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != req.GetReadonly()) {
 		return nil, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
 			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
@@ -498,8 +514,8 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 // this replica saw them. A claim only a stale PV still shows was released
 // by an answered unpublish: reusing it (its nonce, so its host NQN) would
 // let that retired attachment in again. (A PV made again for the handle
-// has none yet, so a repeated publish of a live attachment then replaces
-// it: a known hole, issue 21's note.)
+// has none yet: with storage fencing the publish then asks the live
+// claims.)
 func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
 	if informers.Retired(v.Retiring, node, c) {
 		return false

@@ -445,3 +445,53 @@ func TestReview2LateOpenAfterTheLeaderCompletesAHalfRelease(t *testing.T) {
 	}
 	wantClosed(t, a, id)
 }
+
+// HOLE (a false fence of a healthy, staged node: its connection is
+// dropped and the export moved to a NEW host NQN it does not connect
+// with; its I/O fails until the volume is unstaged and staged again): a
+// repeated publish of a live attachment keeps its nonce (and so its host
+// NQN) only when the claim is on every PV of the handle (onEveryPV). A PV
+// created for the handle while the volume is attached (a Retained PV
+// re-created under a new name, e.g. ahead of a move to another
+// namespace) starts with no claims, so the attachment's claim is on one
+// PV of two: the repeated publish of the same VolumeAttachment (an answer
+// lost to a timeout, an attacher restart that re-syncs it) takes the
+// claim for "a claim only a stale PV showed", replaces its own
+// attachment: cuts the export (a drop), makes a new nonce and moves the
+// export to a new host NQN. The node is staged with the first NQN; the
+// kubelet does not stage again on a new publish_context.
+//
+// Interleaving:
+//  1. a publishes X (one PV, p1) to node-a: n1, export open to H1; the
+//     node stages with H1.
+//  2. p2 is created for X's handle (no claims).
+//  3. The attacher publishes the same VolumeAttachment again.
+func TestReview2RepublishAfterASecondPVReplacesTheLiveAttachment(t *testing.T) {
+	a, b, client := newReviewReplicas(t, testNode("node-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const name = "pvc-2f000000-0000-4000-8000-0000000002b4"
+	id := a.newVolume(client, name, corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	resp, err := a.publish(id, nodeA, rwo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := resp.PublishContext[PublishContextHostNQN]
+	wantExport(t, a, id, true, h1)
+	drops := a.drops(id)
+	if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), testPV(name+"-recreated", id, corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replica to know both PVs", func() bool { return indexedPVs(a.index.Volume(id)) == 2 })
+
+	resp, err = a.publish(id, nodeA, rwo) // the same VolumeAttachment
+	if err != nil {
+		t.Fatalf("the repeated publish: %v", err)
+	}
+	if h := resp.PublishContext[PublishContextHostNQN]; h != h1 {
+		t.Errorf("the repeated publish of node-a's live attachment answered host NQN %s; the node is staged with %s", h, h1)
+	}
+	if n := a.drops(id) - drops; n != 0 {
+		t.Errorf("the repeated publish dropped node-a's live connection %d time(s) (export now exported=%t %s)", n, a.disk(id).Exported, a.disk(id).AllowHost)
+	}
+}
