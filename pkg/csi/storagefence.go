@@ -84,6 +84,9 @@ type exportGoal struct {
 	// once (a fresh tombstone when closed stays closed; with cut, a drop
 	// and reopen when the wanted host is already allowed).
 	retire bool
+	// standing: the export is opened or moved only to a holder a live
+	// VolumeAttachment in the index stands on (the reconcile).
+	standing bool
 	// cut: connections are dropped even where the allowed host would not
 	// change (the departing host may still be connected: a migration
 	// source, or a node that did not unstage), while an attachment of gone
@@ -264,6 +267,19 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// Moving it to the other would shut out the one allowed.
 			want = cur
 		}
+		if g.standing && want.Open && holder != "" && want != cur && !s.standsOnAttachment(handle, holder) {
+			// The reconcile lets no one in on a claim that no live
+			// VolumeAttachment stands on (a claim brought back by hand, or
+			// whose release reached one PV of the handle before that PV
+			// was deleted): the publish of a live attachment opens the
+			// export itself. What it finds open to a live holder, or
+			// parked on the way from one, stays; anything else is closed.
+			if cur.Open && (s.d.holderHost(handle, claims, cur.Host) || s.d.parkedFromHolder(handle, claims, cur.Host)) {
+				want = cur
+			} else {
+				want, holder = rds.ExportState{}, ""
+			}
+		}
 		var next rds.ExportState
 		switch {
 		case matches(cur, want) && (changed || !g.retire || (want.Open && !cut)):
@@ -407,6 +423,18 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (l
 		}
 	}
 	return st, nil
+}
+
+// standsOnAttachment: node has a VolumeAttachment of handle in the index
+// (one being deleted still stands: the node may use the volume until its
+// detach completes).
+func (s *ControllerServer) standsOnAttachment(handle, node string) bool {
+	v := s.pub.Index.Volume(handle)
+	if v == nil {
+		return false
+	}
+	_, ok := v.Attachments[node]
+	return ok
 }
 
 // holderHost: host is the allowed host of one of claims' attachments
@@ -661,7 +689,7 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 		if err := ctx.Err(); err != nil {
 			return fixed, errors.Join(append(errs, err)...)
 		}
-		res, err := s.syncExport(ctx, disk.Slot, exportGoal{pv: v.PVName})
+		res, err := s.syncExport(ctx, disk.Slot, exportGoal{pv: v.PVName, standing: true})
 		if errors.Is(err, rds.ErrNotFound) {
 			continue
 		}
