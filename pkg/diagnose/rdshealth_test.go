@@ -27,8 +27,8 @@ func leaderView() rdshealth.View {
 				{Slot: "nvme2", Master: "raid1", Failed: true},
 				{Slot: "nvme3", Master: "raid1", Smart: rds.Smart{Temperature: fp(77), CriticalWarning: ip(2)}},
 			},
-			Pool:   &rds.Pool{Slot: "storage-pool", Capacity: rds.Capacity{Total: 1000, Free: 100}},
-			PoolIO: &rds.IOStats{Has: rds.IOReadOpsRate | rds.IOWriteOpsRate | rds.IOInFlight, ReadOpsRate: 10, WriteOpsRate: 76, InFlight: 30},
+			Pool:    &rds.Pool{Slot: "storage-pool", Capacity: rds.Capacity{Total: 1000, Free: 100}},
+			PoolIO:  &rds.IOStats{Has: rds.IOReadOpsRate | rds.IOWriteOpsRate | rds.IOInFlight, ReadOpsRate: 10, WriteOpsRate: 76, InFlight: 30},
 			Volumes: []rdshealth.Volume{{PV: "pv-1", IO: rds.IOStats{Has: rds.IOReadOps | rds.IOWriteOps | rds.IOInFlight, ReadOps: 1204, WriteOps: 88512, InFlight: 24}}},
 		}}
 }
