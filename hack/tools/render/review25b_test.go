@@ -1,0 +1,52 @@
+//go:build review25b
+
+package render
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Values the chart renders although the driver or the API server refuses what
+// they become (make chart-test's TestChartRefusesBadValues lets each through).
+// Each should fail the render naming the value, as the chart's other checks do.
+func TestReview25bChartRefusesWhatTheDriverOrAPIRefuses(t *testing.T) {
+	for _, c := range []struct {
+		hole string
+		set  []string
+		want string
+	}{
+		// HOLE (install fails half-way: the API server refuses the
+		// Deployment, "quantities must match the regular expression"):
+		// go run ./cmd/render helm -set controller.resources.limits.memory=abc
+		// renders `memory: abc`; the schema checks the field names only.
+		{"resource quantity", []string{"controller.resources.limits.memory=abc"}, "controller.resources.limits.memory"},
+		{"resource quantity", []string{"node.resources.requests.cpu=lots"}, "node.resources.requests.cpu"},
+		// HOLE (controller crashloop: the driver refuses at start
+		// "--heartbeat-threshold needs --storage-fencing=allow-host"):
+		// -set controller.extraArgs[0]=--heartbeat-threshold=10s with
+		// storageFencing.enabled=false (the default) renders.
+		{"flag needs fencing", []string{"controller.extraArgs[0]=--heartbeat-threshold=10s"}, "storageFencing.enabled"},
+		// HOLE (every volume attaches without the driver's attachment index
+		// or fencing: the chart's CSIDriver says attachRequired: true, and
+		// the driver's own -h says --publish=false is "only for deployments
+		// without attach (CSIDriver attachRequired: false)"):
+		// -set controller.extraArgs[0]=--publish=false renders.
+		{"publish off with attach", []string{"controller.extraArgs[0]=--publish=false"}, "--publish"},
+		// HOLE (controller crashloop: the driver refuses the value at
+		// start): extraArgs values are never checked, only flag names:
+		// -set controller.extraArgs[0]=--rds-health-interval=1s (driver: 5s
+		// to 1h), --not-ready-threshold=abc (not a duration),
+		// --shutdown-grace=-1s, node.extraArgs[0]=--max-volumes-per-node=-5.
+		{"flag value", []string{"controller.extraArgs[0]=--rds-health-interval=1s"}, "--rds-health-interval"},
+		{"flag value", []string{"controller.extraArgs[0]=--not-ready-threshold=abc"}, "--not-ready-threshold"},
+		{"flag value", []string{"controller.extraArgs[0]=--shutdown-grace=-1s"}, "--shutdown-grace"},
+		{"flag value", []string{"node.extraArgs[0]=--max-volumes-per-node=-5"}, "--max-volumes-per-node"},
+	} {
+		out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: --set %q: err = %v (render of %d bytes), want a refusal naming %q", c.hole, c.set, err, len(out), c.want)
+		}
+	}
+}
