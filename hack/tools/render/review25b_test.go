@@ -43,6 +43,18 @@ func TestReview25bChartRefusesWhatTheDriverOrAPIRefuses(t *testing.T) {
 		{"flag value", []string{"controller.extraArgs[0]=--not-ready-threshold=abc"}, "--not-ready-threshold"},
 		{"flag value", []string{"controller.extraArgs[0]=--shutdown-grace=-1s"}, "--shutdown-grace"},
 		{"flag value", []string{"node.extraArgs[0]=--max-volumes-per-node=-5"}, "--max-volumes-per-node"},
+		// HOLE (controller crashloop: the driver refuses at start "known_hosts
+		// has no entry for 192.0.2.10", or "for [192.0.2.10]:2222" on another
+		// port): with rds.sshSecret.create the chart checks that knownHosts
+		// looks like known_hosts lines, not that one names rds.address (in
+		// [host]:port form when rds.port is not 22). Inputs:
+		// -set rds.address=192.0.2.10,rds.sshSecret.create=true,
+		//   rds.sshSecret.privateKey=<PEM>,rds.sshSecret.knownHosts="rds-old ssh-ed25519 AAAA"
+		// and the same with knownHosts "192.0.2.10 ssh-ed25519 AAAA" and rds.port=2222.
+		{"known_hosts without the RDS", []string{"rds.address=192.0.2.10", "rds.sshSecret.create=true",
+			"rds.sshSecret.privateKey=-----BEGIN OPENSSH PRIVATE KEY-----", "rds.sshSecret.knownHosts=rds-old ssh-ed25519 AAAAHOST"}, "rds.sshSecret.knownHosts"},
+		{"known_hosts without the RDS's port", []string{"rds.address=192.0.2.10", "rds.port=2222", "rds.sshSecret.create=true",
+			"rds.sshSecret.privateKey=-----BEGIN OPENSSH PRIVATE KEY-----", "rds.sshSecret.knownHosts=192.0.2.10 ssh-ed25519 AAAAHOST"}, "rds.sshSecret.knownHosts"},
 	} {
 		out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
