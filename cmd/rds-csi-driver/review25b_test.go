@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -91,5 +92,24 @@ func TestReview25bFlagErrorsShareOneExitStatus(t *testing.T) {
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("rds-csi-driver %q: exit %d (%s), want 2 (a usage error)", args, code, stderr.String())
 		}
+	}
+}
+
+// HOLE (every CreateVolume fails, far from the flag, on a driver that started
+// fine): --nqn-prefix is checked by forming prefix+"x" only, so a prefix that
+// leaves no room under the 223-byte NQN limit for a volume ID (the
+// provisioner's pvc-<uuid> is 40 bytes; a slot may be 64) is accepted. Input:
+//
+//	rds-csi-driver --mode node --node-id n1 --rds-name rds1 \
+//	  --nqn-prefix nqn.2000-02.com.mikrotik:<180 x 'a'>
+//
+// serves. It should refuse the prefix at start, naming --nqn-prefix and the
+// room it leaves.
+func TestReview25bNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
+	args, endpoint := nodeArgs(t.TempDir(), 0)
+	args = append(args, "--nqn-prefix=nqn.2000-02.com.mikrotik:"+strings.Repeat("a", 180))
+	code, serving, stderr := startOrExit(t, args, endpoint)
+	if serving || code == 0 || !strings.Contains(stderr, "--nqn-prefix") {
+		t.Errorf("exit %d, serving %v, stderr %q: a prefix no volume NQN fits under was accepted", code, serving, stderr)
 	}
 }
