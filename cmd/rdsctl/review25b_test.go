@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -43,5 +44,30 @@ func TestReview25bFlagsACommandDoesNotUse(t *testing.T) {
 		if code != 2 || strings.Contains(out, "> ") {
 			t.Errorf("rdsctl %q: exit %d, stdout %.200q, stderr %.200q; want a usage error (exit 2) naming the flag, nothing sent", args, code, out, errOut)
 		}
+	}
+}
+
+// HOLE (misleading message: the operator gave the .pub that gen-key wrote
+// beside the key and is told "no key found"): -key naming a public key file.
+// Input: rdsctl gen-key k; chmod 400 k.pub; rdsctl -key k.pub -known-hosts KH probe
+// -> exit 2 "SSH key k.pub: ssh: no key found". It should say that k.pub is a
+// public key and -key wants the private key (k). The driver's --rds-key-file
+// says the same ("RDS client: invalid argument: SSH key k.pub: ssh: no key found").
+func TestReview25bPublicKeyNamedAsSuch(t *testing.T) {
+	dir := t.TempDir()
+	key := dir + "/k"
+	if code, _, errOut := rdsctlProcess(t, "gen-key", key); code != 0 {
+		t.Fatalf("gen-key: exit %d: %s", code, errOut)
+	}
+	if err := os.Chmod(key+".pub", 0o400); err != nil {
+		t.Fatal(err)
+	}
+	kh := dir + "/known_hosts"
+	if err := os.WriteFile(kh, []byte("127.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := rdsctlProcess(t, "-key", key+".pub", "-known-hosts", kh, "probe")
+	if code != 2 || !strings.Contains(strings.ToLower(errOut), "public key") {
+		t.Errorf("-key k.pub: exit %d, stderr %q; want exit 2 saying it is a public key (give the private key)", code, errOut)
 	}
 }
