@@ -5,11 +5,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+	"golang.org/x/crypto/ssh"
 )
 
 // HOLE (a second start with a bad flag takes a running driver off its socket:
@@ -111,5 +115,51 @@ func TestReview25bNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 	code, serving, stderr := startOrExit(t, args, endpoint)
 	if serving || code == 0 || !strings.Contains(stderr, "--nqn-prefix") {
 		t.Errorf("exit %d, serving %v, stderr %q: a prefix no volume NQN fits under was accepted", code, serving, stderr)
+	}
+}
+
+// HOLE (a setting silently ignored: the operator believes it is in force):
+// flags documented as "with --storage-fencing=allow-host" or as leader
+// election's are taken and ignored without them, although the driver refuses
+// --heartbeat-threshold and --out-of-service-taint without storage fencing.
+// Inputs (each serves):
+//
+//	rds-csi-driver --mode controller ... --attachment-key-file /nonexistent
+//	rds-csi-driver --mode controller ... --leader-election-lease-duration 1s
+//
+// (the second with --leader-election is refused: lease-duration must exceed
+// renew-deadline). Each should be refused naming the flag it needs.
+func TestReview25bFlagsWithoutTheirFeatureRefused(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "id_ed25519")
+	pub, err := rdssim.WriteClientKey(keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	addr, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts := filepath.Join(dir, "known_hosts")
+	if err := sim.WriteKnownHosts(knownHosts); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	for i, extra := range []struct{ flag, arg string }{
+		{"--attachment-key-file", "--attachment-key-file=" + filepath.Join(dir, "missing")},
+		{"--leader-election-lease-duration", "--leader-election-lease-duration=1s"},
+	} {
+		endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+		args := []string{"--mode=controller", "--endpoint=" + endpoint, "--rds-address=" + host, "--rds-port=" + port,
+			"--rds-key-file=" + keyFile, "--rds-known-hosts-file=" + knownHosts, "--publish=false", extra.arg}
+		code, serving, stderr := startOrExit(t, args, endpoint)
+		if serving || code == 0 || !strings.Contains(stderr, extra.flag) {
+			t.Errorf("%s: exit %d, serving %v, stderr %q: the flag was taken and ignored", extra.arg, code, serving, stderr)
+		}
 	}
 }
