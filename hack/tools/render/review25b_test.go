@@ -34,6 +34,15 @@ func TestReview25bChartRefusesWhatTheDriverOrAPIRefuses(t *testing.T) {
 		// without attach (CSIDriver attachRequired: false)"):
 		// -set controller.extraArgs[0]=--publish=false renders.
 		{"publish off with attach", []string{"controller.extraArgs[0]=--publish=false"}, "--publish"},
+		// HOLE (controller crashloop: the driver refuses at start
+		// "--out-of-service-taint needs ... a positive --not-ready-threshold
+		// or --heartbeat-threshold"): storageFencing.outOfServiceTaint is
+		// true by default, and turning both thresholds off renders. Input:
+		// -set storageFencing.enabled=true
+		// -set controller.extraArgs[0]=--not-ready-threshold=0
+		// -set controller.extraArgs[1]=--heartbeat-threshold=0
+		{"taint without a threshold", []string{"storageFencing.enabled=true", "controller.extraArgs[0]=--not-ready-threshold=0",
+			"controller.extraArgs[1]=--heartbeat-threshold=0"}, "storageFencing.outOfServiceTaint"},
 		// HOLE (controller crashloop: the driver refuses the value at
 		// start): extraArgs values are never checked, only flag names:
 		// -set controller.extraArgs[0]=--rds-health-interval=1s (driver: 5s
