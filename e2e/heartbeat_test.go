@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
 )
@@ -158,6 +159,76 @@ func TestLateRenewalFencesNobody(t *testing.T) {
 	}
 	if strings.Contains(string(log), "fenced stale attachment") {
 		t.Error("the driver fenced an attachment after one late renewal (rds-csi-driver.log)")
+	}
+	done()
+}
+
+// Issue 23: a leader failover fences nobody. Two replicas with storage
+// fencing and the heartbeat on; three nodes at a real kubelet's cadence;
+// the volume on node-a. The leader is SIGKILLed; the other replica takes
+// over and times every node from what it has seen itself. node-a's
+// export and claim stay, and neither replica logs a fence, through the
+// thresholds after the takeover.
+func TestLeaderFailoverFencesNobody(t *testing.T) {
+	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: 40 * time.Second}})
+	ctx, c, tl := e.Ctx, e.Client, e.TL
+	sim := e.StartSim(framework.SimOptions{})
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		e.NewNodeWith(n, framework.KubeletDefaultCadence)
+	}
+	dep := framework.Deploy(ctx, t, tl, e.CP, e.Dir)
+	framework.DeployFile(ctx, t, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
+	opts := func(name string) framework.ReplicaOptions {
+		return framework.ReplicaOptions{Name: name, LeaderElection: framework.FastLeaderElection,
+			DriverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}}
+	}
+	a := e.StartReplica(sim, dep, opts("ctrl-a"))
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "ctrl-a holds the driver's, csi-provisioner's and csi-attacher's Leases",
+		framework.LeasesHeldBy(c, dep.Namespace, "ctrl-a", 3)); err != nil {
+		t.Fatal(err)
+	}
+	b := e.StartReplica(sim, dep, opts("ctrl-b"))
+	pv, handle := provisionData(t, e, sim)
+	if _, err := c.CoreV1().Pods(framework.TestNamespace).Create(ctx, framework.PodOnNode(framework.TestNamespace, "pod-a", "node-a", "data"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-a", framework.VolumeAttached(c, pv, "node-a", nil)); err != nil {
+		t.Fatal(err)
+	}
+	host, err := framework.AttachmentHost(ctx, c, pv, "node-a")
+	if err != nil || host == "" {
+		t.Fatalf("node-a's attachment host NQN: %q, %v", host, err)
+	}
+
+	done := tl.Step("SIGKILL the leader; ctrl-b takes over")
+	a.Driver.Kill()
+	took := time.Now()
+	if _, err := framework.WaitFor(ctx, tl, time.Minute, "ctrl-b reports rds_csi_leader 1", b.MetricEquals("rds_csi_leader", 1)); err != nil {
+		t.Fatal(err)
+	}
+	done()
+	done = tl.Step("nothing fenced through the thresholds after the takeover")
+	window := func(context.Context) (bool, string, error) {
+		if d, ok := sim.Disk(handle); !ok || !d.NVMeTCPExport || d.AllowHostName != host {
+			return false, "", fmt.Errorf("the export of %s is exported=%t allow-host=%q, not node-a's attachment %s", handle, d.NVMeTCPExport, d.AllowHostName, host)
+		}
+		left := 45*time.Second - time.Since(took)
+		return left <= 0, fmt.Sprintf("export still open to node-a; %s of the window left", left.Round(time.Second)), nil
+	}
+	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "45 s after the takeover with node-a's export untouched", window); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "claims name node-a only", framework.ClaimsAre(c, pv, "node-a")); err != nil {
+		t.Error(err)
+	}
+	for _, name := range []string{"rds-csi-driver-ctrl-a", "rds-csi-driver-ctrl-b"} {
+		log, err := os.ReadFile(filepath.Join(e.Dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(log), "fenced stale attachment") {
+			t.Errorf("%s fenced an attachment around a leader failover", name)
+		}
 	}
 	done()
 }
