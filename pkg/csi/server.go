@@ -46,27 +46,38 @@ func ParseEndpoint(endpoint string) (network, address string, err error) {
 }
 
 // Listen opens the endpoint, replacing a stale unix socket left by a
-// previous run.
+// previous run. A socket that still answers is a live driver's (a second
+// start on the same path): it is refused, never unlinked.
 func Listen(endpoint string) (net.Listener, error) {
 	network, address, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
 	}
 	if network == "unix" {
-		if err := os.MkdirAll(filepath.Dir(address), 0o750); err != nil {
-			return nil, err
-		}
 		// Only a socket is replaced: a typo in --endpoint must never
 		// delete a file that happens to be there.
-		if fi, err := os.Lstat(address); err == nil && fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("endpoint %s: %s exists and is not a unix socket; refusing to replace it", endpoint, address)
-		}
-		if err := os.Remove(address); err != nil && !os.IsNotExist(err) {
-			return nil, fmt.Errorf("removing stale socket %s: %w", address, err)
+		if fi, err := os.Lstat(address); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("endpoint %s: %s exists and is not a unix socket; refusing to replace it", endpoint, address)
+			}
+			if c, err := net.DialTimeout("unix", address, staleSocketDialTimeout); err == nil {
+				c.Close()
+				return nil, fmt.Errorf("endpoint %s: another process serves on %s; stop it first (or choose another --endpoint)", endpoint, address)
+			}
+			if err := os.Remove(address); err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("removing stale socket %s: %w", address, err)
+			}
+		} else if err := os.MkdirAll(filepath.Dir(address), 0o750); err != nil {
+			return nil, err
 		}
 	}
 	return net.Listen(network, address)
 }
+
+// staleSocketDialTimeout bounds the dial that tells a live socket from a
+// stale one: a stale one refuses at once, a live one accepts into its
+// backlog at once; only a wedged server with a full backlog waits.
+const staleSocketDialTimeout = 2 * time.Second
 
 var requestID atomic.Uint64
 
