@@ -28,8 +28,11 @@ import (
 // S.M.A.R.T. values); monitor-traffic's `key: value` output (a public
 // hardware capture, the peer driver's). Assumed: `print stats detail` and
 // the names of its values. Every value is optional: what RouterOS does not
-// print is absent here (never 0), and one entry with a value the parser
-// cannot read is skipped, never the poll.
+// print is absent here (never 0). A S.M.A.R.T. value or an array's
+// raid-device-count the parser cannot read is dropped alone (counted as
+// skipped), so that the entry's confirmed values, such as a drive's
+// raid-member-failed flag, still count; any other value it cannot read
+// skips its entry, never the poll.
 
 // IOField names one I/O value of IOStats.
 type IOField uint16
@@ -132,21 +135,30 @@ func parseCount(s string) (int64, error) {
 	return ParseSize(t)
 }
 
-// ParseRate reads a rate RouterOS prints in bits per second with a decimal
-// unit (`0bps`, `12.8Mbps`, `1.5Gbps`, `500kbps`) and returns bytes per
-// second.
+// ParseRate reads a rate RouterOS prints with a decimal unit and returns
+// bytes per second. The unit's b is case-sensitive: bps is bits per second
+// (`0bps`, `12.8Mbps`, `1.5Gbps`, `500kbps`, what the public captures
+// show), Bps bytes per second (`12.8MBps`, assumed). The prefix (k, M, G,
+// T) is read in either case, since no capture prints a milli rate.
 func ParseRate(s string) (float64, error) {
 	t := strings.TrimSpace(s)
 	i := 0
 	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
 		i++
 	}
-	mult, ok := map[string]float64{"bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}[strings.ToLower(strings.TrimSpace(t[i:]))]
-	n, err := strconv.ParseFloat(t[:i], 64)
-	if !ok || err != nil || math.IsInf(n*mult, 0) {
-		return 0, fmt.Errorf("%w: rate %q is not a number with bps, kbps, Mbps, Gbps or Tbps", ErrBadOutput, truncate(s))
+	unit := strings.TrimSpace(t[i:])
+	bits := 8.0
+	rest, ok := strings.CutSuffix(unit, "bps")
+	if !ok {
+		rest, ok = strings.CutSuffix(unit, "Bps")
+		bits = 1
 	}
-	return n * mult / 8, nil
+	mult, known := map[string]float64{"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[strings.ToLower(rest)]
+	n, err := strconv.ParseFloat(t[:i], 64)
+	if !ok || !known || err != nil || math.IsInf(n*mult, 0) {
+		return 0, fmt.Errorf("%w: rate %q is not a number with bps, kbps, Mbps, Gbps, Tbps or their Bps (bytes)", ErrBadOutput, truncate(s))
+	}
+	return n * mult / bits, nil
 }
 
 // maxDuration bounds what ParseDuration accepts (about 146 years), so
@@ -278,8 +290,8 @@ type HealthReport struct {
 	Drives  []Drive    // by slot
 	Pool    *Pool      // nil: no disk is mounted at the pool
 	Volumes []VolumeIO // file disks, by slot
-	// Skipped are the entries that could not be read (logged and counted
-	// by the caller); the others are reported.
+	// Skipped are the entries, or single values of entries otherwise
+	// reported, that could not be read (logged and counted by the caller).
 	Skipped []SkippedEntry
 }
 
@@ -322,19 +334,19 @@ func HealthFromListing(l Listing, pool string) HealthReport {
 		case v["type"] == "raid":
 			a := &Array{Slot: slot, RAIDType: v["raid-type"], State: firstOf(v, "raid-state", "state")}
 			if n, ok := v["raid-device-count"]; ok {
-				d, err := strconv.Atoi(strings.TrimSpace(n))
-				if err != nil || d < 0 {
-					skip(e, fmt.Errorf("%w: array %q raid-device-count %q", ErrBadOutput, slot, truncate(n)))
-					continue
+				// Unreadable, it is dropped alone: the array stays reported
+				// (its failed members, the pool on it) with Devices unknown.
+				if d, err := strconv.Atoi(strings.TrimSpace(n)); err != nil || d < 0 {
+					skip(e, fmt.Errorf("%w: array %q raid-device-count %q (dropped, the array kept)", ErrBadOutput, slot, truncate(n)))
+				} else {
+					a.Devices = d
 				}
-				a.Devices = d
 			}
 			arrays[slot] = a
 		case v["type"] == "hardware":
-			d, err := driveFromEntry(e)
-			if err != nil {
+			d, errs := driveFromEntry(e)
+			for _, err := range errs {
 				skip(e, err)
-				continue
 			}
 			r.Drives = append(r.Drives, d)
 		case v["type"] == "file":
@@ -381,34 +393,37 @@ func memberFailed(e Entry) bool {
 	return e.Values["raid-member-failed"] == "yes" || strings.ContainsRune(e.Flags, 'f')
 }
 
-func driveFromEntry(e Entry) (Drive, error) {
+// driveFromEntry reads a drive; the S.M.A.R.T. values it cannot read are
+// left out (nil) and returned as errors, the drive kept.
+func driveFromEntry(e Entry) (Drive, []error) {
 	v := e.Values
 	d := Drive{Slot: v["slot"], Model: v["model"], Serial: v["serial"], Failed: memberFailed(e)}
 	if m := v["raid-master"]; m != "none" {
 		d.Master = m
 	}
-	var err error
-	d.Smart, err = smartFromValues(v)
-	if err != nil {
-		return Drive{}, fmt.Errorf("drive %q %w", d.Slot, err)
+	var errs []error
+	d.Smart, errs = smartFromValues(v)
+	for i, err := range errs {
+		errs[i] = fmt.Errorf("drive %q %w (dropped, the drive kept)", d.Slot, err)
 	}
-	return d, nil
+	return d, errs
 }
 
-// smartFromValues reads the S.M.A.R.T. values among a disk's properties.
-func smartFromValues(v map[string]string) (Smart, error) {
+// smartFromValues reads the S.M.A.R.T. values among a disk's properties;
+// one it cannot read is nil, with an error naming it.
+func smartFromValues(v map[string]string) (Smart, []error) {
 	var (
-		s   Smart
-		err error
+		s    Smart
+		errs []error
 	)
 	read := func(keys []string, parse func(string) (float64, error)) *float64 {
 		text, ok := firstPresent(v, keys...)
-		if !ok || err != nil {
+		if !ok {
 			return nil
 		}
-		f, perr := parse(text)
-		if perr != nil {
-			err = fmt.Errorf("%s: %w", keys[0], perr)
+		f, err := parse(text)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", keys[0], err))
 			return nil
 		}
 		return &f
@@ -423,7 +438,7 @@ func smartFromValues(v map[string]string) (Smart, error) {
 		n := int64(*f)
 		s.UnsafeShutdowns = &n
 	}
-	return s, err
+	return s, errs
 }
 
 // Empty: no value was printed.
@@ -497,28 +512,36 @@ func (c *Client) DiskStats(ctx context.Context) (StatsReport, error) {
 	return r, nil
 }
 
-// StatsFromListing reads a `/disk print stats detail` listing.
+// StatsFromListing reads a `/disk print stats detail` listing. A slot
+// printed more than once is taken from none of its lines. A S.M.A.R.T.
+// value it cannot read is dropped alone (counted in Skipped).
 func StatsFromListing(l Listing) StatsReport {
 	r := StatsReport{Disks: map[string]DiskStats{}, Skipped: append([]SkippedEntry(nil), l.Skipped...)}
+	skip := func(e Entry, slot string, err error) {
+		r.Skipped = append(r.Skipped, SkippedEntry{Number: e.Number, Text: entryText(e), Err: fmt.Errorf("disk %q: %w", slot, err)})
+	}
+	repeated := map[string]bool{} // slots printed more than once so far
 	for _, e := range l.Entries {
 		slot := e.Values["slot"]
-		io, err := ioFromValues(e.Values)
-		var smart Smart
-		if err == nil {
-			smart, err = smartFromValues(e.Values)
-		}
-		if err == nil && slot == "" {
-			err = fmt.Errorf("%w: statistics entry %d has no slot", ErrBadOutput, e.Number)
-		}
-		if err == nil {
-			if _, dup := r.Disks[slot]; dup {
-				err = fmt.Errorf("%w: statistics of slot %q printed twice", ErrBadOutput, slot)
-				delete(r.Disks, slot) // neither is taken for the truth
-			}
-		}
-		if err != nil {
-			r.Skipped = append(r.Skipped, SkippedEntry{Number: e.Number, Text: entryText(e), Err: fmt.Errorf("disk %q: %w", slot, err)})
+		if slot == "" {
+			skip(e, slot, fmt.Errorf("%w: statistics entry %d has no slot", ErrBadOutput, e.Number))
 			continue
+		}
+		if _, dup := r.Disks[slot]; dup || repeated[slot] {
+			repeated[slot] = true
+			delete(r.Disks, slot) // none of its lines is taken for the truth
+			skip(e, slot, fmt.Errorf("%w: statistics of slot %q printed more than once", ErrBadOutput, slot))
+			continue
+		}
+		io, err := ioFromValues(e.Values)
+		if err != nil {
+			skip(e, slot, err)
+			repeated[slot] = true // a later line of the slot is not taken either
+			continue
+		}
+		smart, errs := smartFromValues(e.Values)
+		for _, err := range errs {
+			skip(e, slot, fmt.Errorf("%w (dropped, the entry kept)", err))
 		}
 		r.Disks[slot] = DiskStats{IO: io, Smart: smart}
 	}
