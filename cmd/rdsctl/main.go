@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,8 +82,9 @@ commands:
                                 the driver's RDS user
 
 SIZE is bytes or a number with a binary unit: 1073741824, 10G, 1536M, 1.5G (k, M, G, T;
-whole bytes only). Flags may come before or after the command, each once; -address is a host
-name or IP address alone (the port is -port).
+whole bytes only). Flags may come before or after the command, each once; a flag marked for
+some commands below (selftest:, create:, export on:) is refused by the others; -address is a
+host name or IP address alone (the port is -port); -key is the private key, not its .pub.
 
 exit status: 0 done, 1 the command failed, 2 a usage error (bad flag or argument; nothing done).
 
@@ -154,6 +156,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return usagef("-nvme-address: %v (the port is -nvme-port)", err)
 		}
 	}
+	if err := checkCommandFlags(fs, cmd); err != nil {
+		return err
+	}
+	if err := selftestF.validate(); err != nil {
+		return err
+	}
 	if err := rds.ValidatePort(cfg.Port); err != nil {
 		return usagef("-port: %v", err)
 	}
@@ -183,6 +191,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return usagef("-key is required: the RDS user's SSH private key file (rdsctl gen-key writes a pair)")
 	case cfg.KnownHostsFile == "" && !cfg.InsecureSkipHostKeyCheck:
 		return usagef("-known-hosts is required: a known_hosts file pinning the RDS host key (ssh-keyscan -p PORT ADDRESS writes one); -insecure-skip-host-key-check for labs")
+	case *show && selftestF.output == "json":
+		return usagef("-o json with -show-commands: the transcript would break the JSON document; use one of them")
+	}
+	if err := checkNotPublicKey(cfg.KeyFile); err != nil {
+		return err
 	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
@@ -293,6 +306,39 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// commandFlags are the flags only some commands use, and those commands:
+// given to another command such a flag would be ignored (`list -o json`
+// printing a table), so it is refused instead. The connection and layout
+// flags (-address, -pool, -base-path, ...) are taken by every command.
+var commandFlags = map[string][]string{
+	"o": {"selftest"}, "data": {"selftest"}, "nvme-address": {"selftest"}, "copy-wait": {"selftest"},
+	"closed": {"create"}, "keep-connections": {"export"},
+}
+
+func checkCommandFlags(fs *flag.FlagSet, cmd string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if cmds, ok := commandFlags[f.Name]; ok && err == nil && !slices.Contains(cmds, cmd) {
+			err = usagef("-%s is a flag of %s only, not of %s", f.Name, strings.Join(cmds, ", "), cmd)
+		}
+	})
+	return err
+}
+
+// checkNotPublicKey names the mistake when -key is the .pub file that
+// gen-key (or ssh-keygen) writes beside the private key: the SSH library
+// would say only "no key found".
+func checkNotPublicKey(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil // unreadable: the client says so, naming the file
+	}
+	if _, _, _, _, err := ssh.ParseAuthorizedKey(data); err != nil {
+		return nil
+	}
+	return usagef("-key %s is a public key; -key wants the private key (%s)", path, strings.TrimSuffix(path, ".pub"))
+}
+
 func countText(c [2]int) string {
 	switch {
 	case c[1] == 0:
@@ -380,6 +426,9 @@ func parseArguments(cmd string, rest []string) (arguments, error) {
 		a.source = rest[1]
 		if err := rds.ValidateSlot(a.source); err != nil {
 			return fail(fmt.Errorf("SOURCE: %w", err))
+		}
+		if a.source == a.slot {
+			return fail(fmt.Errorf("SLOT and SOURCE are both %q: a disk cannot be copied onto itself", a.slot))
 		}
 		if len(rest) > 2 {
 			sizeAt = 2

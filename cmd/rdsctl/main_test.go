@@ -508,3 +508,56 @@ func TestRdsctlConnectionFlagsAreUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+
+// A bad flag value or argument is a usage error (exit 2, with the usage
+// hint), so that a script can tell a typo from an RDS failure, and nothing
+// is sent to the RDS (review of issue 25: both exited 1 after dialling):
+//
+//	rdsctl -key K -known-hosts KH selftest -o yaml
+//	rdsctl -key K -known-hosts KH copy s1 s1
+func TestUsageErrorsExitTwo(t *testing.T) {
+	flags, _, _ := simWithKey(t)
+	for _, args := range [][]string{{"selftest", "-o", "yaml"}, {"copy", "s1", "s1"}} {
+		code, out, errOut := rdsctlProcess(t, append(append([]string{"-show-commands"}, flags...), args...)...)
+		if code != 2 || strings.Contains(out, "> ") || !strings.Contains(errOut, "rdsctl -h") {
+			t.Errorf("rdsctl %q: exit %d, stdout %q, stderr %q; want a usage error (exit 2), nothing sent", args, code, out, errOut)
+		}
+	}
+}
+
+// A flag of another command is refused, not silently ignored (review of
+// issue 25: `list -o json` printed the text table, exit 0), as kubectl rds
+// refuses a flag its command does not use; so is a negative -copy-wait.
+func TestFlagsACommandDoesNotUse(t *testing.T) {
+	flags, _, _ := simWithKey(t)
+	for _, args := range [][]string{{"list", "-o", "json"}, {"list", "-closed"}, {"probe", "-keep-connections"}, {"selftest", "-copy-wait", "-1s"}} {
+		code, out, errOut := rdsctlProcess(t, append(append([]string{"-show-commands"}, flags...), args...)...)
+		if code != 2 || strings.Contains(out, "> ") || !strings.Contains(errOut, args[1]) {
+			t.Errorf("rdsctl %q: exit %d, stdout %.200q, stderr %.200q; want a usage error (exit 2) naming the flag, nothing sent", args, code, out, errOut)
+		}
+	}
+}
+
+// -key naming the .pub that gen-key wrote beside the key says that it is a
+// public key and that -key wants the private key (review of issue 25: it
+// said "SSH key k.pub: ssh: no key found"). Input: rdsctl gen-key k;
+// chmod 400 k.pub; rdsctl -key k.pub -known-hosts KH probe.
+func TestPublicKeyNamedAsSuch(t *testing.T) {
+	dir := t.TempDir()
+	key := dir + "/k"
+	if code, _, errOut := rdsctlProcess(t, "gen-key", key); code != 0 {
+		t.Fatalf("gen-key: exit %d: %s", code, errOut)
+	}
+	if err := os.Chmod(key+".pub", 0o400); err != nil {
+		t.Fatal(err)
+	}
+	kh := dir + "/known_hosts"
+	if err := os.WriteFile(kh, []byte("127.0.0.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := rdsctlProcess(t, "-key", key+".pub", "-known-hosts", kh, "probe")
+	if code != 2 || !strings.Contains(errOut, "is a public key; -key wants the private key ("+key+")") {
+		t.Errorf("-key k.pub: exit %d, stderr %q; want exit 2 saying it is a public key (give the private key)", code, errOut)
+	}
+}

@@ -60,23 +60,27 @@ func addSelftestFlags(fs *flag.FlagSet) *selftestFlags {
 	fs.StringVar(&f.output, "o", "text", "selftest: report format, text or json")
 	fs.BoolVar(&f.data, "data", false, "selftest: also check that a copy holds its source's data, over NVMe/TCP from this host (Linux, root, nvme-tcp module): write a pattern to a scratch disk, copy it, read the copy")
 	fs.StringVar(&f.nvmeAddress, "nvme-address", "", "selftest -data: the RDS's NVMe/TCP address (default: -address)")
-	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the cleanup waits for a copy still running on the RDS before it names what it could not remove")
+	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the cleanup waits for a copy still running on the RDS before it names what it could not remove (0: no wait; not negative)")
 	return f
 }
 
-// selftestCommand is `rdsctl selftest`: it checks the flags, sets up the
-// data path and runs the self-test until it ends or a signal stops it.
-func selftestCommand(cfg rds.Config, o selftestOptions, f *selftestFlags, out io.Writer) error {
-	switch f.output {
-	case "text":
-	case "json":
-		if cfg.Observer != nil {
-			return fmt.Errorf("-o json with -show-commands: the transcript would break the JSON document; use one of them")
-		}
-		o.json = true
-	default:
-		return fmt.Errorf("-o %q: want text or json", f.output)
+// validate checks the selftest flags before anything is dialled: a bad
+// value is a usage error, not a failed self-test.
+func (f *selftestFlags) validate() error {
+	if f.output != "text" && f.output != "json" {
+		return usagef("-o %q: want text or json", f.output)
 	}
+	if f.copyWait < 0 {
+		return usagef("-copy-wait must not be negative, not %v (0: do not wait for a running copy)", f.copyWait)
+	}
+	return nil
+}
+
+// selftestCommand is `rdsctl selftest` with flags that validate has
+// passed: it sets up the data path and runs the self-test until it ends
+// or a signal stops it.
+func selftestCommand(cfg rds.Config, o selftestOptions, f *selftestFlags, out io.Writer) error {
+	o.json = f.output == "json"
 	o.copyWait = f.copyWait
 	if f.data {
 		addr := f.nvmeAddress
