@@ -24,6 +24,8 @@ var (
 		"1 while this controller replica polls the RDS's health (it leads), 0 otherwise; only the polling replica reports the rds_csi_rds_* health series below.")
 	descPollErrors = healthDesc("health_poll_errors_total",
 		"Parts of RDS health polls that failed, by part: disks (/disk print detail; the whole poll failed), stats (/disk print stats detail; no volume counters or S.M.A.R.T. values that poll), pool_traffic (/disk monitor-traffic; no pool rates).", "part")
+	descPartFailing = healthDesc("health_part_failed_polls",
+		"Polls in a row in which the part failed (disks, stats, pool_traffic as in health_poll_errors_total), 0 since it last succeeded; reported by the polling replica only. A count of polls, whatever the interval.", "part")
 	descInterval = healthDesc("health_poll_interval_seconds",
 		"--rds-health-interval of the polling replica.")
 	descStaleness = healthDesc("health_staleness_seconds",
@@ -40,7 +42,7 @@ var (
 	descArrayFailed = healthDesc("array_failed_members",
 		"Members of the RAID array that RouterOS marks failed (raid-member-failed=yes).", "array")
 	descArrayMissing = healthDesc("array_missing_members",
-		"Members the RAID array is built for (raid-device-count) that /disk no longer lists.", "array")
+		"Members the RAID array is built for (raid-device-count) that /disk no longer lists; absent when raid-device-count was not printed or not readable.", "array")
 	descDriveFailed = healthDesc("drive_failed",
 		"1 when the drive is marked failed in its RAID array, 0 otherwise.", "drive", "array")
 	descDriveTemp = healthDesc("drive_temperature_celsius",
@@ -89,7 +91,7 @@ type rdsHealthCollector struct {
 }
 
 func (c rdsHealthCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPolling, descPollErrors, descInterval, descStaleness, descPollDuration, descUnreadable, descDropped,
+	for _, d := range []*prometheus.Desc{descPolling, descPollErrors, descPartFailing, descInterval, descStaleness, descPollDuration, descUnreadable, descDropped,
 		descArrayDegraded, descArrayFailed, descArrayMissing, descDriveFailed, descDriveTemp, descDriveUsed, descDriveWarning, descDriveUnsafe,
 		descPoolSize, descPoolFree, descPoolRead, descPoolWrite, descPoolReadRate, descPoolWriteRate, descPoolInFlight,
 		descVolReadOps, descVolWriteOps, descVolReadBytes, descVolWriteBytes, descVolErrors, descVolActive, descVolWait, descVolInFlight} {
@@ -112,6 +114,9 @@ func (c rdsHealthCollector) Collect(ch chan<- prometheus.Metric) {
 	if !v.Polling {
 		return
 	}
+	for _, part := range rdshealth.Parts {
+		gauge(descPartFailing, float64(v.Failing[part]), part)
+	}
 	gauge(descInterval, v.Interval.Seconds())
 	gauge(descStaleness, v.Staleness.Seconds())
 	s := v.Snapshot
@@ -124,7 +129,9 @@ func (c rdsHealthCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range s.Arrays {
 		gauge(descArrayDegraded, boolValue(a.Degraded()), a.Slot)
 		gauge(descArrayFailed, float64(len(a.Failed)), a.Slot)
-		gauge(descArrayMissing, float64(a.Missing()), a.Slot)
+		if a.Devices > 0 { // otherwise how many are missing is not known
+			gauge(descArrayMissing, float64(a.Missing()), a.Slot)
+		}
 	}
 	for _, d := range s.Drives {
 		gauge(descDriveFailed, boolValue(d.Failed), d.Slot, d.Master)

@@ -25,7 +25,8 @@ func i64(v int64) *int64     { return &v }
 func sampleView() rdshealth.View {
 	return rdshealth.View{
 		Polling: true, Interval: 30 * time.Second, Staleness: 45 * time.Second,
-		Errors: map[string]uint64{rdshealth.PartDisks: 2, rdshealth.PartStats: 0, rdshealth.PartPoolTraffic: 1},
+		Errors:  map[string]uint64{rdshealth.PartDisks: 2, rdshealth.PartStats: 0, rdshealth.PartPoolTraffic: 1},
+		Failing: map[string]uint64{rdshealth.PartDisks: 0, rdshealth.PartStats: 0, rdshealth.PartPoolTraffic: 1},
 		Snapshot: &rdshealth.Snapshot{
 			Took:   1500 * time.Millisecond,
 			Arrays: []rds.Array{{Slot: "raid1", Devices: 3, Members: []string{"nvme1", "nvme2"}, Failed: []string{"nvme2"}}},
@@ -86,6 +87,9 @@ func TestRDSHealthSeries(t *testing.T) {
 		"rds_csi_rds_drive_percentage_used{drive=nvme1} 4",
 		"rds_csi_rds_drive_temperature_celsius{drive=nvme1} 71",
 		"rds_csi_rds_drive_unsafe_shutdowns_total{drive=nvme1} 3",
+		"rds_csi_rds_health_part_failed_polls{part=disks} 0",
+		"rds_csi_rds_health_part_failed_polls{part=pool_traffic} 1",
+		"rds_csi_rds_health_part_failed_polls{part=stats} 0",
 		"rds_csi_rds_health_poll_duration_seconds{} 1.5",
 		"rds_csi_rds_health_poll_errors_total{part=disks} 2",
 		"rds_csi_rds_health_poll_errors_total{part=pool_traffic} 1",
@@ -147,6 +151,33 @@ func TestRDSHealthLint(t *testing.T) {
 	for _, p := range problems {
 		if strings.HasPrefix(p.Metric, "rds_csi_rds_") {
 			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// Found by the outside review of issue 27.
+
+// HOLE (an array whose raid-device-count RouterOS did not print is
+// reported with rds_csi_rds_array_missing_members 0, a 0 that looks real:
+// the driver cannot know how many members are missing, since a pulled
+// drive simply drops out of /disk; the issue forbids a 0 standing for
+// "not known"; array_degraded 0 then also rests on nothing but the absence
+// of a failed flag): input: Array{Slot: "raid1", Members: [nvme1]}, no
+// Devices.
+func TestMissingMembersUnknownIsNotZero(t *testing.T) {
+	view := rdshealth.View{Polling: true, Interval: 30 * time.Second, Errors: map[string]uint64{},
+		Snapshot: &rdshealth.Snapshot{Arrays: []rds.Array{{Slot: "raid1", Members: []string{"nvme1"}}}}}
+	m := New()
+	m.ReportRDSHealth(func() rdshealth.View { return view })
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "rds_csi_rds_array_missing_members" {
+			for _, s := range f.GetMetric() {
+				t.Errorf("array_missing_members %v = %v, although raid-device-count was not printed", s.GetLabel(), s.GetGauge().GetValue())
+			}
 		}
 	}
 }

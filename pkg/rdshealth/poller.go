@@ -107,6 +107,10 @@ type View struct {
 	// Errors: failed parts of polls by part, since the process started
 	// (every part present).
 	Errors map[string]uint64
+	// Failing: by part, the polls in a row in which it failed, 0 since it
+	// last succeeded (every part present while polling). The alert on a
+	// failing part reads it: a count of polls, whatever the interval.
+	Failing map[string]uint64
 }
 
 // StaleAfter is how old a snapshot may be and still be reported: three
@@ -124,6 +128,7 @@ type Poller struct {
 	since   time.Time
 	last    *Snapshot
 	errors  map[string]uint64
+	failing map[string]uint64 // failed polls in a row, by part
 }
 
 // New returns a Poller; nothing runs until Run.
@@ -143,9 +148,9 @@ func New(src Source, cfg Config) (*Poller, error) {
 	if cfg.PVName == nil {
 		cfg.PVName = func(string) (string, bool) { return "", false }
 	}
-	p := &Poller{cfg: cfg, src: src, errors: map[string]uint64{}}
+	p := &Poller{cfg: cfg, src: src, errors: map[string]uint64{}, failing: map[string]uint64{}}
 	for _, part := range Parts {
-		p.errors[part] = 0
+		p.errors[part], p.failing[part] = 0, 0
 	}
 	return p, nil
 }
@@ -154,20 +159,8 @@ func New(src Source, cfg Config) (*Poller, error) {
 // leadership's context: a replica that loses the lease stops polling and
 // reports nothing more). Each poll is bounded by the interval.
 func (p *Poller) Run(ctx context.Context) {
-	p.mu.Lock()
-	if p.polling == 0 {
-		p.since, p.last = p.cfg.Now(), nil
-	}
-	p.polling++
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.polling--
-		if p.polling == 0 {
-			p.last = nil // a replica that no longer leads reports nothing
-		}
-		p.mu.Unlock()
-	}()
+	p.begin()
+	defer p.end()
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -188,24 +181,52 @@ func (p *Poller) Run(ctx context.Context) {
 	}
 }
 
+// begin starts a Run's polling.
+func (p *Poller) begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.polling == 0 {
+		p.since, p.last = p.cfg.Now(), nil
+	}
+	p.polling++
+}
+
+// end ends a Run's polling: a replica that no longer leads reports
+// nothing, and no part failing.
+func (p *Poller) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.polling--
+	if p.polling == 0 {
+		p.last = nil
+		for part := range p.failing {
+			p.failing[part] = 0
+		}
+	}
+}
+
 // Poll polls once: the disks (which make a poll good or failed), then
 // the statistics and the pool's traffic (each counted when it fails, its
 // values then absent from the snapshot). It returns the disks' error, or
-// the parts' joined.
+// the parts' joined. A part cut by the cancellation of ctx (the replica
+// lost the leadership) is not counted as failed: the RDS did nothing
+// wrong; one cut by ctx's deadline (the interval) is.
 func (p *Poller) Poll(ctx context.Context) error {
 	start := p.cfg.Now()
 	logger := klog.FromContext(ctx)
 	report, err := p.src.Health(ctx, p.cfg.Pool)
 	if err != nil {
-		p.count(PartDisks)
+		p.count(ctx, PartDisks)
 		return fmt.Errorf("RDS health (/disk print detail): %w", err)
 	}
+	p.succeeded(PartDisks)
 	var errs []error
 	st, err := p.src.DiskStats(ctx)
 	if err != nil {
-		p.count(PartStats)
+		p.count(ctx, PartStats)
 		errs = append(errs, fmt.Errorf("RDS disk statistics (/disk print stats detail): %w", err))
 	} else {
+		p.succeeded(PartStats)
 		report.ApplyStats(st)
 	}
 	snap := &Snapshot{Arrays: report.Arrays, Drives: report.Drives, Pool: report.Pool, Unreadable: len(report.Skipped) + len(st.Skipped)}
@@ -215,9 +236,10 @@ func (p *Poller) Poll(ctx context.Context) error {
 	if report.Pool != nil {
 		io, err := p.src.PoolTraffic(ctx, report.Pool.Slot)
 		if err != nil {
-			p.count(PartPoolTraffic)
+			p.count(ctx, PartPoolTraffic)
 			errs = append(errs, fmt.Errorf("RDS pool traffic (/disk monitor-traffic %s once): %w", report.Pool.Slot, err))
 		} else {
+			p.succeeded(PartPoolTraffic)
 			snap.PoolIO = &io
 		}
 	}
@@ -239,9 +261,22 @@ func (p *Poller) Poll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (p *Poller) count(part string) {
+// count counts a failed part, unless ctx was cancelled (not timed out):
+// the leadership ended, and the part was cut, not refused.
+func (p *Poller) count(ctx context.Context, part string) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
 	p.mu.Lock()
 	p.errors[part]++
+	p.failing[part]++
+	p.mu.Unlock()
+}
+
+// succeeded ends a part's run of failed polls.
+func (p *Poller) succeeded(part string) {
+	p.mu.Lock()
+	p.failing[part] = 0
 	p.mu.Unlock()
 }
 
@@ -255,6 +290,10 @@ func (p *Poller) View() View {
 	}
 	if !v.Polling {
 		return v
+	}
+	v.Failing = make(map[string]uint64, len(p.failing))
+	for k, n := range p.failing {
+		v.Failing[k] = n
 	}
 	v.Interval = p.cfg.Interval
 	now := p.cfg.Now()
