@@ -240,6 +240,9 @@ func (c *Cluster) checkRDSHealth(r *Report, add func(kind, object, next, format 
 		return
 	}
 	const doc = "   # docs/operations.md, "
+	if n := h.FailedPolls["stats"]; n > 0 {
+		r.Skipped = append(r.Skipped, fmt.Sprintf("RDS drives' S.M.A.R.T. values (hot, critical warning) and volume I/O: the last %.0f poll(s) of /disk print stats detail failed (the controller's log has RouterOS's answer; docs/operations.md, \"Poll failing\")", n))
+	}
 	for _, a := range h.Arrays {
 		if a.Degraded {
 			add(FindingArrayDegraded, "rds/"+a.Name, "replace the failed or missing drive (kubectl rds check -o json names it)"+doc+"\"Array degraded\"",

@@ -22,12 +22,15 @@ type RDSHealth struct {
 	// replica that does not poll reports nothing else.
 	Polling bool `json:"polling"`
 	// StalenessSeconds: since the last good poll.
-	StalenessSeconds float64               `json:"stalenessSeconds"`
-	IntervalSeconds  float64               `json:"intervalSeconds"`
-	Arrays           []ArrayHealth         `json:"arrays,omitempty"`
-	Drives           []DriveHealth         `json:"drives,omitempty"`
-	Pool             *PoolHealth           `json:"pool,omitempty"`
-	Volumes          map[string]VolumeLoad `json:"-"` // by PV name
+	StalenessSeconds float64 `json:"stalenessSeconds"`
+	IntervalSeconds  float64 `json:"intervalSeconds"`
+	// FailedPolls: by part (disks, stats, pool_traffic), the polls in a
+	// row in which it failed; 0 since it last succeeded.
+	FailedPolls map[string]float64    `json:"failedPolls,omitempty"`
+	Arrays      []ArrayHealth         `json:"arrays,omitempty"`
+	Drives      []DriveHealth         `json:"drives,omitempty"`
+	Pool        *PoolHealth           `json:"pool,omitempty"`
+	Volumes     map[string]VolumeLoad `json:"-"` // by PV name
 }
 
 // ArrayHealth is one RAID array.
@@ -139,6 +142,11 @@ func ParseRDSHealth(r io.Reader) (*RDSHealth, error) {
 				h.StalenessSeconds = v
 			case "rds_csi_rds_health_poll_interval_seconds":
 				h.IntervalSeconds = v
+			case "rds_csi_rds_health_part_failed_polls":
+				if h.FailedPolls == nil {
+					h.FailedPolls = map[string]float64{}
+				}
+				h.FailedPolls[l["part"]] = v
 			case "rds_csi_rds_array_degraded":
 				array(l["array"]).Degraded = v == 1
 			case "rds_csi_rds_array_failed_members":
