@@ -33,7 +33,7 @@ var (
 	descPollDuration = healthDesc("health_poll_duration_seconds",
 		"How long the last good poll's commands took.")
 	descUnreadable = healthDesc("health_unreadable_entries",
-		"Entries of the last good poll's listings the driver could not read and skipped (logged with their text).")
+		"Entries of the last good poll's listings the driver could not read and skipped, and values it could not read and dropped from entries it kept (logged with their text).")
 	descDropped = healthDesc("health_volumes_dropped",
 		"Volumes of this driver left out of the per-volume series in the last poll because there were more than the cap.")
 

@@ -86,7 +86,8 @@ type Snapshot struct {
 	Volumes []Volume     // sorted by PV name
 	// VolumesDropped: volumes of this driver beyond MaxVolumes.
 	VolumesDropped int
-	// Unreadable: entries of the poll's listings the parser skipped.
+	// Unreadable: entries of the poll's listings the parser skipped, and
+	// values it dropped from entries it kept.
 	Unreadable int
 	// Took: how long the poll's commands took.
 	Took time.Duration
