@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,5 +32,79 @@ func TestReview25EndpointRemovesRegularFile(t *testing.T) {
 	b, err := os.ReadFile(victim)
 	if err != nil || !strings.Contains(string(b), "keep-me") {
 		t.Errorf("a regular file at the --endpoint path was removed by a driver that then failed (%q): %v", stderr, err)
+	}
+}
+
+// Fixed HOLE (issue 25 review, second pass): a second start on the socket
+// of a driver that is serving took the live driver off it. csi.Listen
+// removed whatever socket was at --endpoint, and a configuration error
+// found after it (here an unreadable --rds-key-file) closed that listener,
+// unlinking the path: kubelet and the sidecars lost the live driver. Now
+// the files are read before the endpoint is opened, and a socket that
+// answers is refused, not replaced, even when every flag and file is good
+// (the node case).
+func TestBadStartKeepsALiveSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "csi.sock")
+	live, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing key file", []string{"--mode=controller", "--rds-address=127.0.0.1", "--publish=false",
+			"--rds-key-file=" + filepath.Join(dir, "missing")}, "reading SSH key"},
+		{"a node plugin that would start", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1",
+			"--node-nvme-dir=" + filepath.Join(dir, "nvme")}, "another process serves on " + sock},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append(tc.args, "--endpoint=unix://"+sock), &stdout, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d (%q), want 1 naming %q", tc.name, code, stderr.String(), tc.want)
+		}
+		if c, err := net.Dial("unix", sock); err != nil {
+			t.Fatalf("%s: the live driver is unreachable after a failed second start: %v", tc.name, err)
+		} else {
+			c.Close()
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nvme")); err == nil {
+		t.Errorf("the refused node plugin touched the host's NVMe identity")
+	}
+}
+
+// Fixed HOLE (issue 25 review, second pass): the socket's parent
+// directories were created before the RDS key was read, and stayed when
+// the start then failed. Now the key is read first; and a start that fails
+// after the socket is opened (here: the node identity directory is a file)
+// removes the directories it created with the socket.
+func TestBadStartCreatesNoDirectories(t *testing.T) {
+	dir := t.TempDir()
+	notADir := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"missing key file", []string{"--mode=controller", "--rds-address=127.0.0.1", "--publish=false",
+			"--rds-key-file=" + filepath.Join(dir, "missing")}},
+		{"node identity unusable", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1",
+			"--node-nvme-dir=" + filepath.Join(notADir, "nvme")}},
+	} {
+		sub := filepath.Join(dir, "sub")
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append(tc.args, "--endpoint=unix://"+filepath.Join(sub, "dir", "csi.sock")), &stdout, &stderr)
+		if code != 1 {
+			t.Errorf("%s: exit %d (%s), want 1", tc.name, code, stderr.String())
+		}
+		if _, err := os.Stat(sub); err == nil {
+			t.Errorf("%s: exit %d (%s) but %s was left behind", tc.name, code, stderr.String(), sub)
+		}
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,8 +42,12 @@ func main() {
 }
 
 // run starts the driver and serves until ctx is done (SIGTERM, SIGINT),
-// then stops gracefully. A configuration error is one line on stderr and
-// exit status 1.
+// then stops gracefully. A usage error (a flag the driver does not know or
+// cannot parse, a value or a combination its checks refuse, a stray
+// argument; nothing done) is one line on stderr and exit status 2; a start
+// that fails on what the flags name (an unreadable file, an address in
+// use, a live driver on the socket) is one line and exit status 1, and
+// leaves nothing behind it created.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rds-csi-driver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -67,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rds-csi-driver: %v (rds-csi-driver -h lists the flags)\n", err)
 		return 2
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	copts.storageFencingDefaults(opts, fs)
 	if *showVersion {
 		fmt.Fprintln(stdout, csi.Version)
@@ -77,23 +85,51 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if fs.NArg() > 0 {
-		return fail("unexpected arguments %q; every setting is a flag", fs.Args())
+		fmt.Fprintf(stderr, "rds-csi-driver: unexpected arguments %q; every setting is a flag (rds-csi-driver -h lists the flags)\n", fs.Args())
+		return 2
 	}
-	if err := opts.Validate(); err != nil {
-		return fail("%v", err)
+	if err := validateFlags(&opts, copts, nopts, *publish, given); err != nil {
+		fmt.Fprintf(stderr, "rds-csi-driver: %v\n", err)
+		return 2
 	}
-	if err := copts.validate(); err != nil {
-		return fail("%v", err)
-	}
-	if err := nopts.validate(opts.Mode); err != nil {
-		return fail("%v", err)
-	}
-	if err := validateProcess(opts, copts, *publish); err != nil {
-		return fail("%v", err)
+	// The files the flags name are read before the endpoints are opened:
+	// a bad one stops the driver without touching a socket. Reading them
+	// touches nothing.
+	var kube kubernetes.Interface
+	var client *rds.Client
+	var m *metrics.Metrics
+	if opts.Mode != csi.ModeNode {
+		// The controller talks to the RDS over SSH; the node only connects
+		// volumes over NVMe/TCP and needs no RDS credentials.
+		if *publish {
+			restCfg, err := copts.restConfig()
+			if err != nil {
+				return fail("invalid configuration: the controller needs the Kubernetes API for its attachment index (run it in a pod, or pass --kubeconfig; without attach, e.g. CSIDriver attachRequired: false or a local test, pass --publish=false): %v", err)
+			}
+			if kube, err = kubernetes.NewForConfig(restCfg); err != nil {
+				return fail("invalid configuration: Kubernetes client: %v", err)
+			}
+		}
+		if opts.AllowHostFencing() {
+			key, err := csi.LoadAttachmentKey(opts.AttachmentKeyFile, opts.RDSKeyFile)
+			if err != nil {
+				return fail("invalid configuration: storage fencing: %v", err)
+			}
+			opts.AttachmentKey = key
+		}
+		m = metrics.New()
+		rdsCfg := opts.RDSConfig()
+		rdsCfg.Observer = rdsObserver(m)
+		rdsCfg.CommandTimeout = copts.RDSCommandTimeout
+		var err error
+		if client, err = rds.NewClient(rdsCfg); err != nil {
+			return fail("invalid configuration: RDS client: %v", err)
+		}
+		defer client.Close()
 	}
 	// Both endpoints are opened before anything touches the host (the
-	// node's /etc/nvme identity): a port in use stops the driver here, as
-	// a bad flag does, and leaves nothing behind.
+	// node's /etc/nvme identity): a port in use, or a live driver on the
+	// socket, stops the driver here and leaves nothing behind.
 	var httpLis net.Listener
 	if copts.HTTPEndpoint != "" {
 		l, err := net.Listen("tcp", copts.HTTPEndpoint)
@@ -103,13 +139,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer l.Close() // after serving: a no-op; before it: frees the port
 		httpLis = l
 	}
+	// A start that fails from here on removes the socket (closing the
+	// listener unlinks it) and the directories Listen created for it.
+	started := false
+	if dirs := missingSocketDirs(opts.Endpoint); len(dirs) > 0 {
+		defer func() {
+			if !started {
+				removeEmptyDirs(dirs)
+			}
+		}()
+	}
 	lis, err := csi.Listen(opts.Endpoint)
 	if err != nil {
 		return fail("listening on %s: %v", opts.Endpoint, err)
 	}
 	defer lis.Close()
-	// The controller talks to the RDS over SSH; the node only connects
-	// volumes over NVMe/TCP and needs no RDS credentials.
 	var cs *csi.ControllerServer
 	var d *csi.Driver
 	var proc *controllerProcess // nil: none (node mode, --publish=false)
@@ -117,33 +161,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if opts.Mode == csi.ModeNode {
 		d = csi.NewDriver(opts, nil)
 	} else {
-		var kube kubernetes.Interface
-		if *publish {
-			restCfg, err := copts.restConfig()
-			if err != nil {
-				return fail("invalid configuration: the controller needs the Kubernetes API for its attachment index (run it in a pod, or pass --kubeconfig; without attach, e.g. CSIDriver attachRequired: false or a local test, pass --publish=false): %v", err)
-			}
-			if kube, err = kubernetes.NewForConfig(restCfg); err != nil {
-				return fail("invalid configuration: Kubernetes client: %v", err)
-			}
+		if kube != nil {
 			chooseInitialSync(ctx, kube) // watch-list or LIST (watchlist.go)
 		}
-		if opts.AllowHostFencing() {
-			key, err := csi.LoadAttachmentKey(opts.AttachmentKeyFile, opts.RDSKeyFile)
-			if err != nil {
-				return fail("invalid configuration: storage fencing: %v", err)
-			}
-			opts.AttachmentKey = key
-		}
-		m := metrics.New()
-		rdsCfg := opts.RDSConfig()
-		rdsCfg.Observer = rdsObserver(m)
-		rdsCfg.CommandTimeout = copts.RDSCommandTimeout
-		client, err := rds.NewClient(rdsCfg)
-		if err != nil {
-			return fail("invalid configuration: RDS client: %v", err)
-		}
-		defer client.Close()
 		m.CountUnreadableEntries(client.SkippedEntries)
 		d = csi.NewDriver(opts, client)
 		cs = csi.NewControllerServer(d)
@@ -186,12 +206,61 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger := klog.FromContext(ctx)
 	logger.Info("serving", "version", csi.Version, "driver", opts.DriverName, "mode", opts.Mode,
 		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID)
+	started = true
 	if err := csi.Serve(ctx, srv, lis, opts.ShutdownGrace); err != nil {
 		logger.Error(err, "gRPC server failed")
 		return 1
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// missingSocketDirs lists the directories of a unix endpoint's socket that
+// do not exist yet, deepest first: what csi.Listen will create.
+func missingSocketDirs(endpoint string) []string {
+	network, address, err := csi.ParseEndpoint(endpoint)
+	if err != nil || network != "unix" {
+		return nil
+	}
+	var dirs []string
+	for dir := filepath.Dir(address); ; dir = filepath.Dir(dir) {
+		if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+			return dirs
+		}
+		dirs = append(dirs, dir)
+		if dir == filepath.Dir(dir) {
+			return dirs
+		}
+	}
+}
+
+// removeEmptyDirs removes dirs in order, each only if it is empty: what a
+// failed start created, and nothing anyone put there since.
+func removeEmptyDirs(dirs []string) {
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
+// validateFlags checks every flag before anything is read or opened: the
+// mode first (every other check depends on it), then the driver's, the
+// controller's and the connector's options and their combinations.
+func validateFlags(opts *csi.Options, copts controllerOptions, nopts connectorOptions, publish bool, given map[string]bool) error {
+	switch opts.Mode {
+	case csi.ModeController, csi.ModeNode, csi.ModeAll:
+	default:
+		return fmt.Errorf("invalid configuration: --mode must be %s, %s or %s, not %q", csi.ModeController, csi.ModeNode, csi.ModeAll, opts.Mode)
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if err := copts.validate(); err != nil {
+		return err
+	}
+	if err := nopts.validate(opts.Mode); err != nil {
+		return err
+	}
+	return validateProcess(*opts, copts, nopts, publish, given)
 }
 
 // Bounds of --shutdown-grace: in-flight RPCs need some time to finish; a
@@ -202,7 +271,7 @@ const maxShutdownGrace = 10 * time.Minute
 // the connector's options leave to the binary: the combinations of flags
 // of different groups and the ranges of ports and timeouts, so that every
 // flag error stops the driver before it touches the host.
-func validateProcess(opts csi.Options, copts controllerOptions, publish bool) error {
+func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorOptions, publish bool, given map[string]bool) error {
 	var problems []string
 	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 	if err := validateDriverName(opts.DriverName); err != nil {
@@ -260,6 +329,19 @@ func validateProcess(opts csi.Options, copts controllerOptions, publish bool) er
 	if opts.ShutdownGrace <= 0 || opts.ShutdownGrace > maxShutdownGrace {
 		add("--shutdown-grace=%s is outside (0..%s]", opts.ShutdownGrace, maxShutdownGrace)
 	}
+	// A volume's NQN is the prefix and its ID: a prefix that leaves no
+	// room for the provisioner's IDs would fail every CreateVolume, far
+	// from the flag.
+	if room := maxNQNLength - len(opts.NQNPrefix); room < len(exampleVolumeID) {
+		add("--nqn-prefix is %d bytes and leaves %d for a volume ID: a volume's NQN is the prefix and its ID, at most %d bytes in all, and the provisioner's IDs (pvc-<uuid>) are %d; shorten the prefix to at most %d bytes", len(opts.NQNPrefix), max(room, 0), maxNQNLength, len(exampleVolumeID), maxNQNLength-len(exampleVolumeID))
+	}
+	for _, n := range needs(opts, copts, nopts, publish) {
+		for _, f := range n.flags {
+			if given[f] {
+				add("--%s needs %s: %s", f, n.feature, n.why)
+			}
+		}
+	}
 	if copts.GracePeriod < 0 {
 		add("--attach-grace-period must not be negative (it is deprecated and ignored; drop it)")
 	}
@@ -267,6 +349,45 @@ func validateProcess(opts csi.Options, copts controllerOptions, publish bool) er
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// maxNQNLength is the NVMe base specification's limit on an NQN.
+const maxNQNLength = 223
+
+// exampleVolumeID is as long as the volume IDs the external-provisioner
+// asks for (pvc-<uuid>).
+const exampleVolumeID = "pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+
+// featureFlags are flags that only mean something with a feature on.
+type featureFlags struct {
+	feature string // the flag that turns it on
+	why     string
+	flags   []string
+}
+
+// needs lists the flags that are refused when given, because their
+// feature is off and they would be taken and silently ignored. In node
+// mode the controller's flags are tolerated (one set of flags for both),
+// but not a flag whose own feature flag is missing beside it.
+func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, publish bool) []featureFlags {
+	var n []featureFlags
+	if !copts.LeaderElection {
+		n = append(n, featureFlags{"--leader-election", "without it every replica acts as the leader and no Lease is taken",
+			[]string{"leader-election-namespace", "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period"}})
+	}
+	if !opts.AllowHostFencing() {
+		n = append(n, featureFlags{"--storage-fencing=allow-host", "without storage fencing no export is restricted to a host, so there is no attachment NQN to derive and no export to reconcile",
+			[]string{"attachment-key-file", "export-reconcile-period"}})
+	}
+	if opts.Mode != csi.ModeNode && !publish {
+		n = append(n, featureFlags{"--publish", "with --publish=false the controller uses no Kubernetes API and runs no leader election",
+			[]string{"kubeconfig", "leader-election"}})
+	}
+	if nopts.Kind != connectorTCP {
+		n = append(n, featureFlags{"--node-connector=tcp", "the loop connector makes no NVMe/TCP connection",
+			[]string{"nvme-ctrl-loss-timeout", "nvme-fast-io-fail-timeout"}})
+	}
+	return n
 }
 
 // maxDriverNameLength is CSI's limit on a plugin name (and Kubernetes' on

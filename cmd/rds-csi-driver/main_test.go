@@ -29,31 +29,34 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		code int // 2: a usage error, 1: a file the flags name
 		want []string
 	}{
-		{"no RDS address", []string{"--mode=controller", "--endpoint=unix://" + dir + "/csi.sock"}, []string{"--rds-address is required"}},
-		{"bad mode and port", []string{"--mode=both", "--nvme-port=0", "--rds-address=10.0.0.1"}, []string{"--mode must be", "--nvme-port"}},
-		{"IPv6 RDS without a name", []string{"--mode=controller", "--rds-address=fd00::1"}, []string{"--rds-name is required"}},
-		{"node mode without node ID", []string{"--mode=node", "--rds-name=rds1"}, []string{"--node-id is required in node mode"}},
-		{"node mode without RDS name", []string{"--mode=node", "--node-id=n1"}, []string{"--rds-name (or --rds-address) is required in node mode"}},
-		{"node mode with a bad RDS name", []string{"--mode=node", "--node-id=n1", "--rds-name=rds 1"}, []string{"--rds-name \"rds 1\" must be a Kubernetes label value"}},
-		{"node mode with a bad NQN prefix", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nqn-prefix=mikrotik:"}, []string{"--nqn-prefix"}},
-		{"missing key file", []string{"--mode=controller", "--publish=false", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, []string{"RDS client", "nope"}},
-		{"bad storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=on"}, []string{"--storage-fencing must be off or allow-host"}},
-		{"taint without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--not-ready-threshold=30s", "--out-of-service-taint"}, []string{"--out-of-service-taint needs --storage-fencing=allow-host"}},
-		{"taint with fencing but threshold 0", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--not-ready-threshold=0", "--heartbeat-threshold=0", "--out-of-service-taint"}, []string{"a positive --not-ready-threshold"}},
-		{"stray argument", []string{"--mode=controller", "extra"}, []string{"unexpected arguments"}},
-		{"RDS command timeout too short", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=500ms"}, []string{"--rds-command-timeout=500ms is outside 1s..10m0s"}},
-		{"RDS command timeout of hours", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=1h"}, []string{"--rds-command-timeout=1h0m0s is outside"}},
-		{"leader election timings", []string{"--mode=controller", "--rds-address=10.0.0.1", "--leader-election", "--leader-election-lease-duration=5s", "--leader-election-renew-deadline=10s"}, []string{"lease-duration > renew-deadline"}},
-		{"no Kubernetes API", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/key", "--rds-known-hosts-file=" + dir + "/kh", "--kubeconfig=" + dir + "/nope"}, []string{"needs the Kubernetes API"}},
+		{"no RDS address", []string{"--mode=controller", "--endpoint=unix://" + dir + "/csi.sock"}, 2, []string{"--rds-address is required"}},
+		{"bad mode and port", []string{"--mode=both", "--nvme-port=0", "--rds-address=10.0.0.1"}, 2, []string{"--mode must be controller, node or all, not \"both\""}},
+		{"unknown mode, no node ID", []string{"--mode=foo", "--rds-address=x"}, 2, []string{"--mode must be controller, node or all, not \"foo\""}},
+		{"bad port in node mode", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nvme-port=0"}, 2, []string{"--nvme-port"}},
+		{"IPv6 RDS without a name", []string{"--mode=controller", "--rds-address=fd00::1"}, 2, []string{"--rds-name is required"}},
+		{"node mode without node ID", []string{"--mode=node", "--rds-name=rds1"}, 2, []string{"--node-id is required in node mode"}},
+		{"node mode without RDS name", []string{"--mode=node", "--node-id=n1"}, 2, []string{"--rds-name (or --rds-address) is required in node mode"}},
+		{"node mode with a bad RDS name", []string{"--mode=node", "--node-id=n1", "--rds-name=rds 1"}, 2, []string{"--rds-name \"rds 1\" must be a Kubernetes label value"}},
+		{"node mode with a bad NQN prefix", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nqn-prefix=mikrotik:"}, 2, []string{"--nqn-prefix"}},
+		{"missing key file", []string{"--mode=controller", "--publish=false", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, 1, []string{"RDS client", "nope"}},
+		{"bad storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=on"}, 2, []string{"--storage-fencing must be off or allow-host"}},
+		{"taint without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--not-ready-threshold=30s", "--out-of-service-taint"}, 2, []string{"--out-of-service-taint needs --storage-fencing=allow-host"}},
+		{"taint with fencing but threshold 0", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--not-ready-threshold=0", "--heartbeat-threshold=0", "--out-of-service-taint"}, 2, []string{"a positive --not-ready-threshold"}},
+		{"stray argument", []string{"--mode=controller", "extra"}, 2, []string{"unexpected arguments"}},
+		{"RDS command timeout too short", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=500ms"}, 2, []string{"--rds-command-timeout=500ms is outside 1s..10m0s"}},
+		{"RDS command timeout of hours", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=1h"}, 2, []string{"--rds-command-timeout=1h0m0s is outside"}},
+		{"leader election timings", []string{"--mode=controller", "--rds-address=10.0.0.1", "--leader-election", "--leader-election-lease-duration=5s", "--leader-election-renew-deadline=10s"}, 2, []string{"lease-duration > renew-deadline"}},
+		{"no Kubernetes API", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/key", "--rds-known-hosts-file=" + dir + "/kh", "--kubeconfig=" + dir + "/nope"}, 1, []string{"needs the Kubernetes API"}},
 	}
 	for _, tc := range tests {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
 		out := stderr.String()
-		if code != 1 {
-			t.Errorf("%s: exit %d, want 1 (stderr %q)", tc.name, code, out)
+		if code != tc.code {
+			t.Errorf("%s: exit %d, want %d (stderr %q)", tc.name, code, tc.code, out)
 		}
 		if strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.HasPrefix(out, "rds-csi-driver: ") {
 			t.Errorf("%s: stderr is not one line: %q", tc.name, out)
@@ -241,15 +244,16 @@ func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
 		name string
 		args []string
 		want string
+		code int // 2: a usage error, 1: the address cannot be listened on
 	}{
-		{"unparsable --http-endpoint", []string{"--http-endpoint=localhost"}, "--http-endpoint"},
-		{"--http-endpoint port out of range", []string{"--http-endpoint=127.0.0.1:99999"}, "--http-endpoint"},
-		{"--http-endpoint port 0", []string{"--http-endpoint=127.0.0.1:0"}, "--http-endpoint"},
-		{"--http-endpoint in use", []string{"--http-endpoint=" + busy.Addr().String()}, "--http-endpoint"},
-		{"tcp endpoint port out of range", []string{"--endpoint=tcp://127.0.0.1:70000"}, "--endpoint"},
-		{"unix endpoint that cannot be created", []string{"--endpoint=unix://" + socketParent + "/csi.sock"}, "listening on"},
-		{"zero --shutdown-grace", []string{"--shutdown-grace=0"}, "--shutdown-grace"},
-		{"hours of --shutdown-grace", []string{"--shutdown-grace=2h"}, "--shutdown-grace"},
+		{"unparsable --http-endpoint", []string{"--http-endpoint=localhost"}, "--http-endpoint", 2},
+		{"--http-endpoint port out of range", []string{"--http-endpoint=127.0.0.1:99999"}, "--http-endpoint", 2},
+		{"--http-endpoint port 0", []string{"--http-endpoint=127.0.0.1:0"}, "--http-endpoint", 2},
+		{"--http-endpoint in use", []string{"--http-endpoint=" + busy.Addr().String()}, "--http-endpoint", 1},
+		{"tcp endpoint port out of range", []string{"--endpoint=tcp://127.0.0.1:70000"}, "--endpoint", 2},
+		{"unix endpoint that cannot be created", []string{"--endpoint=unix://" + socketParent + "/csi.sock"}, "listening on", 1},
+		{"zero --shutdown-grace", []string{"--shutdown-grace=0"}, "--shutdown-grace", 2},
+		{"hours of --shutdown-grace", []string{"--shutdown-grace=2h"}, "--shutdown-grace", 2},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,8 +261,8 @@ func TestFlagErrorsStopBeforeTheHost(t *testing.T) {
 			endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
 			args := flagonce.Replace([]string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}, tc.args)
 			code, serving, stderr := startOrExit(t, args, endpoint)
-			if serving || code != 1 {
-				t.Errorf("serving %v, exit %d, want a flag error: %s", serving, code, stderr)
+			if serving || code != tc.code {
+				t.Errorf("serving %v, exit %d, want %d: %s", serving, code, tc.code, stderr)
 			}
 			if !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 				t.Errorf("stderr %q: not one line naming %s", stderr, tc.want)
@@ -303,8 +307,8 @@ func TestControllerFlagRanges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
 			code, serving, stderr := startOrExit(t, flagonce.Replace(append([]string{"--endpoint=" + endpoint}, base...), tc.args), endpoint)
-			if serving || code != 1 {
-				t.Errorf("serving %v, exit %d, want a flag error: %s", serving, code, stderr)
+			if serving || code != 2 {
+				t.Errorf("serving %v, exit %d, want a flag error (exit 2): %s", serving, code, stderr)
 			}
 			if !strings.Contains(stderr, tc.want) {
 				t.Errorf("stderr %q does not name %s", stderr, tc.want)
@@ -328,7 +332,7 @@ func TestDriverNameValidated(t *testing.T) {
 	for i, name := range []string{"rds csi!", "-rds.csi", strings.Repeat("a", 64) + ".srvlab.io", "RDS.csi.srvlab.io", "rds.csi.", ""} {
 		args, endpoint := nodeArgs(dir, i)
 		code, serving, stderr := startOrExit(t, append(args, "--driver-name="+name), endpoint)
-		if serving || code != 1 || !strings.Contains(stderr, "--driver-name") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		if serving || code != 2 || !strings.Contains(stderr, "--driver-name") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 			t.Errorf("--driver-name=%q: serving %v, exit %d, stderr %q: want a one-line flag error naming --driver-name", name, serving, code, stderr)
 		}
 	}
@@ -350,7 +354,7 @@ func TestNodeIDValidatedBeforeTheHost(t *testing.T) {
 		endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
 		args := []string{"--mode=node", "--node-id=" + id, "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir, "--endpoint=" + endpoint}
 		code, serving, stderr := startOrExit(t, args, endpoint)
-		if serving || code != 1 || !strings.Contains(stderr, "--node-id") || strings.Contains(stderr, "fix the file or the mount") {
+		if serving || code != 2 || !strings.Contains(stderr, "--node-id") || strings.Contains(stderr, "fix the file or the mount") {
 			t.Errorf("--node-id=%q: serving %v, exit %d, stderr %q: want a flag error naming --node-id, not the mount", id, serving, code, stderr)
 		}
 		if _, err := os.Stat(nvmeDir); !errors.Is(err, fs.ErrNotExist) {
@@ -369,7 +373,7 @@ func TestRelativeNVMeDirRefused(t *testing.T) {
 	endpoint := "unix://" + filepath.Join(wd, "csi.sock")
 	args := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=etc/nvme", "--endpoint=" + endpoint}
 	code, serving, stderr := startOrExit(t, args, endpoint)
-	if serving || code != 1 || !strings.Contains(stderr, "--node-nvme-dir") || !strings.Contains(stderr, "absolute") {
+	if serving || code != 2 || !strings.Contains(stderr, "--node-nvme-dir") || !strings.Contains(stderr, "absolute") {
 		t.Errorf("relative --node-nvme-dir: serving %v, exit %d, stderr %q: want a flag error", serving, code, stderr)
 	}
 	if _, err := os.Stat(filepath.Join(wd, "etc")); !errors.Is(err, fs.ErrNotExist) {
@@ -412,5 +416,113 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 	if code := run(context.Background(), []string{"-h"}, &stdout, &stderr); code != 0 ||
 		!strings.Contains(stdout.String(), "-node-nvme-dir string") || stderr.Len() != 0 {
 		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+// Fixed HOLE (issue 25 review, second pass): one class of error had two
+// exit statuses: a value the flag package could not parse exited 2, a
+// value the driver's checks refused and a stray argument exited 1, and
+// --mode foo blamed a missing --node-id. Every usage error exits 2.
+func TestFlagErrorsShareOneExitStatus(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode=controller", "--rds-address=x", "--rds-port=abc"},
+		{"--mode=controller", "--rds-address=x", "--rds-port=0"},
+		{"--mode=foo", "--rds-address=x"},
+		{"--mode=controller", "--rds-address=x", "stray"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
+			t.Errorf("rds-csi-driver %q: exit %d (%s), want 2 (a usage error)", args, code, stderr.String())
+		}
+		if args[0] == "--mode=foo" && (!strings.Contains(stderr.String(), `--mode must be controller, node or all, not "foo"`) || strings.Contains(stderr.String(), "--node-id")) {
+			t.Errorf("rds-csi-driver %q: %q: want the unknown mode named, and only it", args, stderr.String())
+		}
+	}
+}
+
+// Fixed HOLE (issue 25 review, second pass): --nqn-prefix was checked by
+// forming prefix+"x" only, so a prefix that leaves no room under the
+// 223-byte NQN limit for a volume ID (the provisioner's pvc-<uuid>, 40
+// bytes) was accepted and every CreateVolume failed, far from the flag.
+func TestNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
+	dir := t.TempDir()
+	const base = "nqn.2000-02.com.mikrotik:" // 25 bytes
+	for i, tc := range []struct {
+		prefix string
+		serves bool
+	}{
+		{base + strings.Repeat("a", 180), false},
+		{base + strings.Repeat("a", 223-40-len(base)+1), false},
+		{base + strings.Repeat("a", 223-40-len(base)), true}, // exactly room for pvc-<uuid>
+	} {
+		args, endpoint := nodeArgs(dir, i)
+		code, serving, stderr := startOrExit(t, append(args, "--nqn-prefix="+tc.prefix), endpoint)
+		if tc.serves {
+			if !serving || code != 0 {
+				t.Errorf("a %d-byte prefix: exit %d, serving %v, stderr %q: want it served", len(tc.prefix), code, serving, stderr)
+			}
+			continue
+		}
+		if serving || code != 2 || !strings.Contains(stderr, "--nqn-prefix") || !strings.Contains(stderr, "at most 183 bytes") {
+			t.Errorf("a %d-byte prefix: exit %d, serving %v, stderr %q: a prefix no volume NQN fits under was accepted", len(tc.prefix), code, serving, stderr)
+		}
+	}
+}
+
+// Fixed HOLE (issue 25 review, second pass): flags documented as "with
+// --storage-fencing=allow-host" or as leader election's were taken and
+// ignored without their feature (the operator believes them in force),
+// although --heartbeat-threshold and --out-of-service-taint without
+// storage fencing were refused. Each is refused naming the flag it needs.
+func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "id_ed25519")
+	pub, err := rdssim.WriteClientKey(keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	addr, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts := filepath.Join(dir, "known_hosts")
+	if err := sim.WriteKnownHosts(knownHosts); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	controller := []string{"--mode=controller", "--rds-address=" + host, "--rds-port=" + port,
+		"--rds-key-file=" + keyFile, "--rds-known-hosts-file=" + knownHosts, "--publish=false"}
+	node := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-connector=loop", "--node-loop-data-dir=" + filepath.Join(dir, "pool")}
+	for i, tc := range []struct {
+		base      []string
+		arg, want string
+	}{
+		{controller, "--attachment-key-file=" + filepath.Join(dir, "missing"), "--attachment-key-file needs --storage-fencing=allow-host"},
+		{controller, "--export-reconcile-period=5m", "--export-reconcile-period needs --storage-fencing=allow-host"},
+		{controller, "--leader-election-lease-duration=1s", "--leader-election-lease-duration needs --leader-election"},
+		{controller, "--leader-election-renew-deadline=1s", "--leader-election-renew-deadline needs --leader-election"},
+		{controller, "--leader-election-retry-period=1s", "--leader-election-retry-period needs --leader-election"},
+		{controller, "--leader-election-namespace=kube-system", "--leader-election-namespace needs --leader-election"},
+		{controller, "--kubeconfig=" + filepath.Join(dir, "kubeconfig"), "--kubeconfig needs --publish"},
+		{controller, "--leader-election", "--leader-election needs --publish"},
+		{node, "--nvme-ctrl-loss-timeout=10m", "--nvme-ctrl-loss-timeout needs --node-connector=tcp"},
+		{node, "--nvme-fast-io-fail-timeout=10s", "--nvme-fast-io-fail-timeout needs --node-connector=tcp"},
+	} {
+		endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
+		args := append(append([]string{"--endpoint=" + endpoint}, tc.base...), tc.arg)
+		code, serving, stderr := startOrExit(t, args, endpoint)
+		if serving || code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, serving %v, stderr %q: want a usage error naming %q", tc.arg, code, serving, stderr, tc.want)
+		}
+	}
+	// The same flag with its feature on is taken.
+	args, endpoint := nodeArgs(dir, 99)
+	if code, serving, stderr := startOrExit(t, append(args, "--nvme-ctrl-loss-timeout=10m"), endpoint); !serving {
+		t.Errorf("--nvme-ctrl-loss-timeout with --node-connector=tcp: exit %d, stderr %q", code, stderr)
 	}
 }
