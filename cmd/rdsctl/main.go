@@ -177,8 +177,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := rds.ValidateFilePath(*basePath); err != nil {
 		return usagef("-base-path: %v", err)
 	}
-	if err := rds.ValidateNQN(*nqnPrefix + "x"); err != nil || !strings.HasPrefix(*nqnPrefix, "nqn.") {
-		return usagef("-nqn-prefix %q does not form valid NQNs (e.g. nqn.2000-02.com.mikrotik:)", *nqnPrefix)
+	// The driver's volume IDs (pvc-<uuid>, 40 bytes) must fit after it.
+	if err := rds.ValidateNQN(*nqnPrefix + "pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789"); err != nil || !strings.HasPrefix(*nqnPrefix, "nqn.") {
+		return usagef("-nqn-prefix %q does not form valid NQNs, or leaves no room for a volume ID (pvc-<uuid>, 40 bytes) under the NQN's 223: at most 183 bytes (e.g. nqn.2000-02.com.mikrotik:)", *nqnPrefix)
 	}
 	quietLogs(*verbose)
 	if cmd == "gen-key" {
