@@ -73,12 +73,11 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 	}
 }
 
-// TestServeAndGracefulStop runs the binary's main path against the
-// simulator: flags, key and known_hosts files, the socket, a real call,
-// then the context that SIGTERM cancels.
-func TestServeAndGracefulStop(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "id_ed25519")
+// startSimulator runs the RDS simulator in dir until the test ends, with
+// a client key it accepts and a known_hosts file pinning its host key.
+func startSimulator(t *testing.T, dir string) (host, port, keyFile, knownHosts string) {
+	t.Helper()
+	keyFile = filepath.Join(dir, "id_ed25519")
 	pub, err := rdssim.WriteClientKey(keyFile, "")
 	if err != nil {
 		t.Fatal(err)
@@ -87,16 +86,25 @@ func TestServeAndGracefulStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sim.Close()
+	t.Cleanup(func() { sim.Close() })
 	addr, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	knownHosts := filepath.Join(dir, "known_hosts")
+	knownHosts = filepath.Join(dir, "known_hosts")
 	if err := sim.WriteKnownHosts(knownHosts); err != nil {
 		t.Fatal(err)
 	}
-	host, port, _ := net.SplitHostPort(addr)
+	host, port, _ = net.SplitHostPort(addr)
+	return host, port, keyFile, knownHosts
+}
+
+// TestServeAndGracefulStop runs the binary's main path against the
+// simulator: flags, key and known_hosts files, the socket, a real call,
+// then the context that SIGTERM cancels.
+func TestServeAndGracefulStop(t *testing.T) {
+	dir := t.TempDir()
+	host, port, keyFile, knownHosts := startSimulator(t, dir)
 	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -476,25 +484,7 @@ func TestNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 // storage fencing were refused. Each is refused naming the flag it needs.
 func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "id_ed25519")
-	pub, err := rdssim.WriteClientKey(keyFile, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := rdssim.New(rdssim.Config{DataDir: filepath.Join(dir, "pool"), AuthorizedKeys: []ssh.PublicKey{pub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	addr, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	knownHosts := filepath.Join(dir, "known_hosts")
-	if err := sim.WriteKnownHosts(knownHosts); err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(addr)
+	host, port, keyFile, knownHosts := startSimulator(t, dir)
 	controller := []string{"--mode=controller", "--rds-address=" + host, "--rds-port=" + port,
 		"--rds-key-file=" + keyFile, "--rds-known-hosts-file=" + knownHosts, "--publish=false"}
 	node := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-connector=loop", "--node-loop-data-dir=" + filepath.Join(dir, "pool")}
