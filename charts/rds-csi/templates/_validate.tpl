@@ -27,6 +27,19 @@ install that fails half-way) is refused here, before anything is applied.
 {{- if and .create .knownHosts (not (regexMatch `(?m)^[^#\s]\S*\s+\S+\s+\S+` .knownHosts)) -}}
 {{- fail "rds.sshSecret.knownHosts is not a known_hosts file (lines of HOST KEYTYPE KEY, as ssh-keyscan prints them; a bare host key lacks the host): e.g. --set-file rds.sshSecret.knownHosts=known_hosts" -}}
 {{- end -}}
+{{- if and .create .knownHosts -}}
+{{- include "rds-csi.checkKnownHosts" (dict "knownHosts" .knownHosts "address" $v.rds.address "port" (int $v.rds.port)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $comp := list "controller" "node" -}}
+{{- range $kind, $quantities := (get $v $comp).resources -}}
+{{- range $name, $q := $quantities -}}
+{{- /* The API server's quantity (resource.Quantity), not negative. */ -}}
+{{- if or (and (kindIs "string" $q) (not (regexMatch "^\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?$" $q))) (and (not (kindIs "string" $q)) (lt (float64 $q) 0.0)) -}}
+{{- fail (printf "%s.resources.%s.%s %v is not a resource quantity (a number with an optional unit, e.g. 100m, 0.5, 256Mi, 1Gi): the API server would refuse the %s" $comp $kind $name $q (ternary "Deployment" "DaemonSet" (eq $comp "controller"))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- $names := dict -}}
 {{- range $i, $sc := $v.storageClasses -}}
@@ -77,17 +90,23 @@ value to set instead. */ -}}
 {{- $known := dict -}}
 {{- range splitList "\n" (.Files.Get "driver-flags.txt") -}}
 {{- if and (trim .) (not (hasPrefix "#" .)) -}}
-{{- $_ := set $known (trim .) true -}}
+{{- $f := splitList " " (trim .) -}}
+{{- $_ := set $known (first $f) (last $f) -}}
 {{- end -}}
 {{- end -}}
-{{- include "rds-csi.checkArgs" (dict "name" "controller.extraArgs" "args" $v.controller.extraArgs "owned" $controller "known" $known) -}}
-{{- include "rds-csi.checkArgs" (dict "name" "node.extraArgs" "args" $v.node.extraArgs "owned" $node "known" $known) -}}
+{{- include "rds-csi.checkArgs" (dict "name" "controller.extraArgs" "args" $v.controller.extraArgs "owned" $controller "known" $known
+  "fencing" $v.storageFencing.enabled "taint" (and $v.storageFencing.enabled $v.storageFencing.outOfServiceTaint)) -}}
+{{- include "rds-csi.checkArgs" (dict "name" "node.extraArgs" "args" $v.node.extraArgs "owned" $node "known" $known "fencing" false "taint" false) -}}
 {{- end -}}
 
 {{/* checkArgs: extra flags, each one the driver has (driver-flags.txt),
-none the chart sets, none twice. */}}
+none the chart sets, none twice, each with a value the driver takes
+(checkArgValue), and together with the chart's own flags (.fencing: the
+pod runs with --storage-fencing=allow-host, .taint: with
+--out-of-service-taint) a set the driver starts with. */}}
 {{- define "rds-csi.checkArgs" -}}
 {{- $seen := dict -}}
+{{- $got := dict -}}
 {{- range $i, $arg := .args -}}
 {{- $flag := regexFind "^--[^=]+" $arg | trimPrefix "--" -}}
 {{- if not (hasKey $.known $flag) -}}
@@ -100,6 +119,137 @@ none the chart sets, none twice. */}}
 {{- fail (printf "%s gives --%s twice (%q, %q): the driver refuses a flag given twice; keep one" $.name $flag (get $seen $flag) $arg) -}}
 {{- end -}}
 {{- $_ := set $seen $flag $arg -}}
+{{- include "rds-csi.checkArgValue" (dict "name" (printf "%s[%d]" $.name $i) "arg" $arg "flag" $flag "kind" (get $.known $flag) "got" $got "fencing" $.fencing) -}}
+{{- end -}}
+{{- /* Checks across flags, with the driver's defaults for those not given
+(with storage fencing: 20s for both thresholds). */ -}}
+{{- $dflt := ternary 20.0 0.0 (eq (toString $.fencing) "true") -}}
+{{- $hb := $dflt -}}
+{{- with get $got "heartbeat-threshold" -}}
+{{- $hb = .s -}}
+{{- if and (gt .s 0.0) (not $.fencing) -}}
+{{- if eq $.name "node.extraArgs" -}}
+{{- fail (printf "%s %q: --heartbeat-threshold needs --storage-fencing=allow-host, which only the controller runs with (storageFencing.enabled): give it in controller.extraArgs" $.name .arg) -}}
+{{- else -}}
+{{- fail (printf "%s %q: --heartbeat-threshold needs storage fencing (the driver refuses it without --storage-fencing=allow-host, since nothing would cut off a node whose heartbeat stopped): set storageFencing.enabled=true, or drop the flag" $.name .arg) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $nr := $dflt -}}
+{{- with get $got "not-ready-threshold" }}{{ $nr = .s }}{{ end -}}
+{{- if and $.taint (le $nr 0.0) (le $hb 0.0) -}}
+{{- fail (printf "storageFencing.outOfServiceTaint is true while %s turns off both --not-ready-threshold and --heartbeat-threshold: the driver refuses the taint with no threshold to fence by; set storageFencing.outOfServiceTaint=false, or give one of them a positive duration" $.name) -}}
+{{- end -}}
+{{- with get $seen "export-reconcile-period" -}}
+{{- if not $.fencing -}}
+{{- fail (printf "%s %q: --export-reconcile-period needs storage fencing (the driver refuses it without --storage-fencing=allow-host: there is no export to reconcile)%s" $.name . (ternary ": give it in controller.extraArgs with storageFencing.enabled=true" ": set storageFencing.enabled=true, or drop the flag" (eq $.name "node.extraArgs"))) -}}
+{{- end -}}
+{{- end -}}
+{{- /* The driver's defaults: 5m and 30s. */ -}}
+{{- $ctrlLoss := dict "arg" "the default --nvme-ctrl-loss-timeout=5m0s" "s" 300.0 -}}
+{{- $fastIOFail := dict "arg" "the default --nvme-fast-io-fail-timeout=30s" "s" 30.0 -}}
+{{- with get $got "nvme-ctrl-loss-timeout" }}{{ $ctrlLoss = . }}{{ end -}}
+{{- with get $got "nvme-fast-io-fail-timeout" }}{{ $fastIOFail = . }}{{ end -}}
+{{- if and (gt $fastIOFail.s 0.0) (ge $fastIOFail.s $ctrlLoss.s) -}}
+{{- fail (printf "%s: %s is not shorter than %s: the driver refuses a fast I/O failure that is not shorter than the connection loss timeout; shorten it, or give --nvme-fast-io-fail-timeout=0 (off)" $.name $fastIOFail.arg $ctrlLoss.arg) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* checkArgValue: the value of one extra flag, as the driver's flag
+package parses it (by the type driver-flags.txt gives) and as the driver
+then checks it (a range, below). Durations are put into .got (flag ->
+arg, seconds) for the checks across flags. */}}
+{{- define "rds-csi.checkArgValue" -}}
+{{- $hasValue := contains "=" .arg -}}
+{{- $val := regexReplaceAll "^--[^=]+=" .arg "" -}}
+{{- $bad := printf "%s %q: --%s" .name .arg .flag -}}
+{{- if eq .kind "bool" -}}
+{{- if and $hasValue (not (has $val (list "1" "0" "t" "f" "T" "F" "true" "false" "TRUE" "FALSE" "True" "False"))) -}}
+{{- fail (printf "%s takes true or false, not %q" $bad $val) -}}
+{{- end -}}
+{{- if and (eq .flag "publish") $hasValue (has $val (list "0" "f" "F" "false" "FALSE" "False")) -}}
+{{- fail (printf "%s: the chart's CSIDriver has attachRequired: true and every volume goes through ControllerPublish (storage fencing, the attachment index); without it the driver would not serve the attach the CSIDriver requires. Drop the flag" $bad) -}}
+{{- end -}}
+{{- else if not $hasValue -}}
+{{- fail (printf "%s needs a value (--%s=VALUE): the driver refuses a %s flag without one" $bad .flag .kind) -}}
+{{- else if eq .kind "duration" -}}
+{{- if not (regexMatch "^[-+]?(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$" $val) -}}
+{{- fail (printf "%s: %q is not a duration (e.g. 30s, 5m, 1h30m)" $bad $val) -}}
+{{- end -}}
+{{- $s := float64 (include "rds-csi.seconds" $val) -}}
+{{- $_ := set .got .flag (dict "arg" .arg "s" $s) -}}
+{{- /* flag: zero (0 allowed), min and max seconds (inclusive), the range in words. */ -}}
+{{- $ranges := dict
+  "attach-grace-period" (list true 0.0 1e12 "not negative")
+  "not-ready-threshold" (list true 0.0 1e12 "not negative (0: never)")
+  "orphaned-claim-threshold" (list true 0.0 1e12 "not negative (0: never)")
+  "heartbeat-threshold" (list true 15.0 1e12 "0 (never) or at least 15s")
+  "migration-timeout" (list false 1e-9 1e12 "positive")
+  "watch-disconnect-threshold" (list false 1e-9 1e12 "positive")
+  "fence-call-timeout" (list false 1e-9 1e12 "positive")
+  "export-reconcile-period" (list false 1.0 1e12 "at least 1s")
+  "rds-command-timeout" (list false 1.0 600.0 "1s to 10m")
+  "rds-health-interval" (list true 5.0 3600.0 "0 (off) or 5s to 1h")
+  "shutdown-grace" (list false 1e-9 600.0 "positive, at most 10m")
+  "nvme-ctrl-loss-timeout" (list false 30.0 3600.0 "30s to 1h")
+  "nvme-fast-io-fail-timeout" (list true 1.0 1e12 "0 (off) or at least 1s") -}}
+{{- /* Without fencing the driver names that first (checkArgs). */ -}}
+{{- if and (eq .flag "heartbeat-threshold") (not .fencing) }}{{ $ranges = dict }}{{ end -}}
+{{- with get $ranges .flag -}}
+{{- if not (or (and (index . 0) (eq $s 0.0)) (and (ge $s (index . 1)) (le $s (index . 2)))) -}}
+{{- fail (printf "%s must be %s, not %s, or the driver refuses to start" $bad (index . 3) $val) -}}
+{{- end -}}
+{{- end -}}
+{{- else if or (eq .kind "int") (eq .kind "uint") -}}
+{{- if not (regexMatch (ternary "^[-+]?[0-9]+$" "^[+]?[0-9]+$" (eq .kind "int")) $val) -}}
+{{- fail (printf "%s: %q is not a whole number%s" $bad $val (ternary "" " of 0 or more" (eq .kind "int"))) -}}
+{{- end -}}
+{{- if and (eq .flag "max-volumes-per-node") (hasPrefix "-" $val) -}}
+{{- fail (printf "%s must not be negative (0: no limit), or the driver refuses to start" $bad) -}}
+{{- end -}}
+{{- else if eq .kind "float" -}}
+{{- if not (regexMatch "^[-+]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][-+]?[0-9]+)?$" $val) -}}
+{{- fail (printf "%s: %q is not a number" $bad $val) -}}
+{{- end -}}
+{{- if and (eq .flag "fence-guard-share") (or (le (float64 $val) 0.0) (gt (float64 $val) 1.0)) -}}
+{{- fail (printf "%s must be in (0, 1], not %s, or the driver refuses to start" $bad $val) -}}
+{{- end -}}
+{{- else if and (eq .flag "copy-from-data") (not (has $val (list "supported" "unsupported"))) -}}
+{{- fail (printf "%s must be supported or unsupported, not %q" $bad $val) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* seconds: a Go duration (checked already) in seconds, as a string. */}}
+{{- define "rds-csi.seconds" -}}
+{{- $d := . -}}
+{{- $units := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "μs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)" $d -1 -}}
+{{- $unit := regexFind "(ns|us|µs|μs|ms|s|m|h)$" . -}}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get $units $unit)) -}}
+{{- end -}}
+{{- if hasPrefix "-" $d }}{{ $total = mulf $total -1.0 }}{{ end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* checkKnownHosts: rds.sshSecret.knownHosts has a line for the RDS as
+the driver looks it up (knownhosts.Normalize: the address alone on port
+22, else [address]:port); the driver refuses to start without one. Hashed
+(|1|...) and wildcard host patterns cannot be matched here and pass. */}}
+{{- define "rds-csi.checkKnownHosts" -}}
+{{- $want := .address -}}
+{{- if ne .port 22 }}{{ $want = printf "[%s]:%d" .address .port }}{{ end -}}
+{{- $found := false -}}
+{{- range splitList "\n" .knownHosts -}}
+{{- $f := splitList " " (regexReplaceAll "\\s+" (trim .) " ") -}}
+{{- if and (ge (len $f) 3) (ne (first $f) "@revoked") (not (hasPrefix "#" (first $f))) -}}
+{{- if hasPrefix "@" (first $f) }}{{ $f = rest $f }}{{ end -}}
+{{- $hosts := first $f -}}
+{{- if or (hasPrefix "|" $hosts) (regexMatch "[*?]" $hosts) (has $want (splitList "," $hosts)) }}{{ $found = true }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail (printf "rds.sshSecret.knownHosts has no line for %s (rds.address%s): the driver looks the RDS's host key up by that name and refuses to start without it; e.g. ssh-keyscan -p %d %s > known_hosts, then --set-file rds.sshSecret.knownHosts=known_hosts" $want (ternary "" " and rds.port" (eq .port 22)) .port .address) -}}
 {{- end -}}
 {{- end -}}
 

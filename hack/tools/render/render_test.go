@@ -1,14 +1,18 @@
 package render
 
 import (
+	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -359,20 +363,49 @@ func TestChartAcceptsGoodValues(t *testing.T) {
 	}
 }
 
-// driver-flags.txt, the flags the chart lets extraArgs give, is the
-// driver's own list (its -h), so that a new flag of the driver is usable
-// from the chart and a removed one is refused at render time.
-func TestChartKnowsTheDriverFlags(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "rds-csi-driver")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/rds-csi-driver")
-	build.Dir = root(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/rds-csi-driver: %v\n%s", err, out)
+// What the driver and the API server take renders: a known_hosts line for
+// the RDS among others (by name, in a list of names, as [host]:port on
+// another port, hashed, or a wildcard pattern the chart cannot match), and
+// resource quantities in every form the API server takes.
+func TestChartAcceptsWhatTheDriverTakes(t *testing.T) {
+	for _, c := range []struct {
+		address    string
+		port       int
+		knownHosts string
+	}{
+		{"192.0.2.10", 22, "# pinned\nrds-old ssh-ed25519 AAAAOLD\n192.0.2.10 ssh-ed25519 AAAAHOST\n"},
+		{"rds.lan", 22, "rds,rds.lan,192.0.2.10 ssh-ed25519 AAAAHOST"},
+		{"192.0.2.10", 2222, "[192.0.2.10]:2222 ssh-ed25519 AAAAHOST"},
+		{"fd00::1", 22, "fd00::1 ssh-ed25519 AAAAHOST"},
+		{"192.0.2.10", 22, "|1|c2FsdA==|aGFzaA== ssh-ed25519 AAAAHOST"},
+		{"192.0.2.10", 22, "@cert-authority *.lan ssh-ed25519 AAAACA\n192.0.2.* ssh-ed25519 AAAAHOST"},
+	} {
+		values := fmt.Sprintf("rds:\n  address: %q\n  name: rds-1\n  port: %d\n  sshSecret:\n    create: true\n    privateKey: \"-----BEGIN OPENSSH PRIVATE KEY-----\"\n    knownHosts: %q\n",
+			c.address, c.port, c.knownHosts)
+		if _, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{ValueFiles: []string{writeFile(t, "values.yaml", values)}}); err != nil {
+			t.Errorf("rds.address %s, rds.port %d, knownHosts %q: %v", c.address, c.port, c.knownHosts, err)
+		}
 	}
-	help, _ := exec.Command(bin, "-h").CombinedOutput() // the exit status of -h is the driver's business
+	set := []string{"controller.resources.limits.memory=1Gi", "controller.resources.requests.cpu=0.5", "node.resources.requests.cpu=100m",
+		"node.resources.limits.memory=268435456", "node.resources.limits.cpu=2", "controller.resources.requests.memory=1e9"}
+	if _, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: set}); err != nil {
+		t.Errorf("--set %q: %v", set, err)
+	}
+}
+
+// driver-flags.txt, the flags the chart lets extraArgs give and the type of
+// each one's value, is the driver's own list (its -h), so that a new flag
+// of the driver is usable from the chart, a removed one is refused at
+// render time, and each value is checked as the driver parses it.
+func TestChartKnowsTheDriverFlags(t *testing.T) {
+	help, _ := exec.Command(driverBinary(t), "-h").CombinedOutput() // the exit status of -h is the driver's business
 	var driver []string
-	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(string(help), -1) {
-		driver = append(driver, m[1])
+	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)(?: (\S+))?`).FindAllStringSubmatch(string(help), -1) {
+		typ := m[2]
+		if typ == "" {
+			typ = "bool" // the flag package prints no type for a bool
+		}
+		driver = append(driver, m[1]+" "+typ)
 	}
 	if len(driver) < 20 {
 		t.Fatalf("found only %d flags in rds-csi-driver -h:\n%s", len(driver), help)
@@ -391,5 +424,246 @@ func TestChartKnowsTheDriverFlags(t *testing.T) {
 	slices.Sort(chart)
 	if !slices.Equal(driver, chart) {
 		t.Errorf("charts/rds-csi/driver-flags.txt differs from rds-csi-driver -h: update it to\n%s", strings.Join(driver, "\n"))
+	}
+}
+
+// driverBin is rds-csi-driver built once for the tests that run it.
+var driverBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if driverBin.dir != "" {
+		os.RemoveAll(driverBin.dir)
+	}
+	os.Exit(code)
+}
+
+func driverBinary(t *testing.T) string {
+	t.Helper()
+	driverBin.once.Do(func() {
+		r, err := RepoRoot()
+		if err != nil {
+			driverBin.err = err
+			return
+		}
+		if driverBin.dir, driverBin.err = os.MkdirTemp("", "render-driver-"); driverBin.err != nil {
+			return
+		}
+		driverBin.path = filepath.Join(driverBin.dir, "rds-csi-driver")
+		build := exec.Command("go", "build", "-o", driverBin.path, "./cmd/rds-csi-driver")
+		build.Dir = r
+		if out, err := build.CombinedOutput(); err != nil {
+			driverBin.err = fmt.Errorf("go build ./cmd/rds-csi-driver: %v\n%s", err, out)
+		}
+	})
+	if driverBin.err != nil {
+		t.Fatal(driverBin.err)
+	}
+	return driverBin.path
+}
+
+// The chart's checks of extraArgs values agree with the driver: for each
+// input, the chart renders exactly when the driver, started with the
+// controller args the chart renders, gets past its flag checks (it then
+// stops at the next step, the Kubernetes API it finds no config for). The
+// inputs sit on both sides of each range the chart copies from the driver,
+// so a range changed in the driver fails here until the chart follows.
+func TestChartFlagValuesAgreeWithTheDriver(t *testing.T) {
+	bin := driverBinary(t)
+	fencing := []string{"storageFencing.enabled=true"}
+	for _, c := range []struct {
+		args []string
+		set  []string
+	}{
+		{[]string{"--not-ready-threshold=0"}, nil},
+		{[]string{"--not-ready-threshold=1m30s"}, nil},
+		{[]string{"--not-ready-threshold=-1s"}, nil},
+		{[]string{"--not-ready-threshold=abc"}, nil},
+		{[]string{"--not-ready-threshold"}, nil},
+		{[]string{"--heartbeat-threshold=10s"}, nil},
+		{[]string{"--heartbeat-threshold=0"}, nil},
+		{[]string{"--heartbeat-threshold=15s"}, fencing},
+		{[]string{"--heartbeat-threshold=14.5s"}, fencing},
+		{[]string{"--not-ready-threshold=0", "--heartbeat-threshold=0"}, fencing},
+		{[]string{"--not-ready-threshold=0", "--heartbeat-threshold=0"}, append([]string{"storageFencing.outOfServiceTaint=false"}, fencing...)},
+		{[]string{"--not-ready-threshold=0"}, fencing},
+		{[]string{"--rds-health-interval=0"}, nil},
+		{[]string{"--rds-health-interval=5s"}, nil},
+		{[]string{"--rds-health-interval=4999ms"}, nil},
+		{[]string{"--rds-health-interval=1h"}, nil},
+		{[]string{"--rds-health-interval=1h0m1s"}, nil},
+		{[]string{"--rds-command-timeout=1s"}, nil},
+		{[]string{"--rds-command-timeout=999ms"}, nil},
+		{[]string{"--rds-command-timeout=10m"}, nil},
+		{[]string{"--rds-command-timeout=10m1s"}, nil},
+		{[]string{"--shutdown-grace=10m"}, nil},
+		{[]string{"--shutdown-grace=0"}, nil},
+		{[]string{"--shutdown-grace=-1s"}, nil},
+		{[]string{"--shutdown-grace=601s"}, nil},
+		{[]string{"--export-reconcile-period=1s"}, nil},
+		{[]string{"--export-reconcile-period=1s"}, fencing},
+		{[]string{"--export-reconcile-period=0.5s"}, fencing},
+		{[]string{"--migration-timeout=0"}, nil},
+		{[]string{"--migration-timeout=1ns"}, nil},
+		{[]string{"--orphaned-claim-threshold=0"}, nil},
+		{[]string{"--orphaned-claim-threshold=-1h"}, nil},
+		{[]string{"--watch-disconnect-threshold=0"}, nil},
+		{[]string{"--fence-call-timeout=0s"}, nil},
+		{[]string{"--attach-grace-period=-1s"}, nil},
+		{[]string{"--nvme-ctrl-loss-timeout=30s"}, nil},
+		{[]string{"--nvme-ctrl-loss-timeout=29s"}, nil},
+		{[]string{"--nvme-ctrl-loss-timeout=61m"}, nil},
+		{[]string{"--nvme-fast-io-fail-timeout=0"}, nil},
+		{[]string{"--nvme-fast-io-fail-timeout=500ms"}, nil},
+		{[]string{"--nvme-fast-io-fail-timeout=5m"}, nil},
+		{[]string{"--nvme-fast-io-fail-timeout=40s", "--nvme-ctrl-loss-timeout=40s"}, nil},
+		{[]string{"--nvme-fast-io-fail-timeout=39s", "--nvme-ctrl-loss-timeout=40s"}, nil},
+		{[]string{"--max-volumes-per-node=0"}, nil},
+		{[]string{"--max-volumes-per-node=-5"}, nil},
+		{[]string{"--max-volumes-per-node=many"}, nil},
+		{[]string{"--fence-guard-share=1"}, nil},
+		{[]string{"--fence-guard-share=0"}, nil},
+		{[]string{"--fence-guard-share=1.5"}, nil},
+		{[]string{"--copy-from-data=unsupported"}, nil},
+		{[]string{"--copy-from-data=no"}, nil},
+		{[]string{"--rds-insecure-skip-host-key-check=yes"}, nil},
+		{[]string{"--logtostderr=false"}, nil},
+	} {
+		set := slices.Clone(c.set)
+		for i, a := range c.args {
+			set = append(set, fmt.Sprintf("controller.extraArgs[%d]=%s", i, a))
+		}
+		out, renderErr := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: set})
+		var args []string
+		if renderErr != nil {
+			// What the chart would have rendered: its default args and these.
+			out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set})
+			if err != nil {
+				t.Fatalf("--set %q: %v", c.set, err)
+			}
+			args = append(controllerArgs(t, out), c.args...)
+		} else {
+			args = controllerArgs(t, out)
+		}
+		driverTook, stderr := driverTakesFlags(t, bin, args)
+		if chartTook := renderErr == nil; chartTook != driverTook {
+			t.Errorf("--set %q: chart renders %v (%v), driver takes the flags %v (%s)", set, chartTook, renderErr, driverTook, stderr)
+		}
+	}
+}
+
+// controllerArgs are the controller container's args in a render.
+func controllerArgs(t *testing.T, stream []byte) []string {
+	t.Helper()
+	objs, err := Objects(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, a := range path(objs["Deployment/rds-csi/rds-csi-controller"], "spec", "template", "spec", "containers", 0, "args").([]interface{}) {
+		args = append(args, a.(string))
+	}
+	return args
+}
+
+// driverTakesFlags runs the driver with a pod's args, made runnable here:
+// the $(VAR)s get values, the CSI socket a temporary path, and no HTTP
+// port is opened. It reports whether the driver got past its flag checks,
+// to the Kubernetes API (which it cannot find outside a pod: it exits).
+func driverTakesFlags(t *testing.T, bin string, podArgs []string) (bool, string) {
+	t.Helper()
+	vars := strings.NewReplacer("$(RDS_ADDRESS)", "192.0.2.10", "$(RDS_PORT)", "22", "$(RDS_USER)", "csi", "$(RDS_NAME)", "rds-1",
+		"$(RDS_POOL)", "storage-pool", "$(RDS_VOLUME_PATH)", "/storage-pool/kubernetes-volumes", "$(NVME_ADDRESS)", "192.0.2.10",
+		"$(NVME_PORT)", "4420", "$(NAMESPACE)", "rds-csi")
+	var args []string
+	for _, a := range podArgs {
+		switch {
+		case strings.HasPrefix(a, "--http-endpoint="):
+		case strings.HasPrefix(a, "--endpoint="):
+			args = append(args, "--endpoint=unix://"+filepath.Join(t.TempDir(), "csi.sock"))
+		default:
+			args = append(args, vars.Replace(a))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "KUBERNETES_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("rds-csi-driver %q: %v, want it to stop at the Kubernetes API:\n%s", args, err, out)
+	}
+	return strings.Contains(string(out), "the controller needs the Kubernetes API"), strings.TrimSpace(string(out))
+}
+
+// Values the driver or the API server would refuse once installed fail the
+// render, naming the value (review of issue 25, second pass: each rendered,
+// and the install failed half-way or the controller crashlooped).
+func TestChartRefusesWhatTheDriverOrAPIRefuses(t *testing.T) {
+	for _, c := range []struct {
+		hole string
+		set  []string
+		want string
+	}{
+		// (was: install fails half-way: the API server refuses the
+		// Deployment, "quantities must match the regular expression"):
+		// go run ./cmd/render helm -set controller.resources.limits.memory=abc
+		// renders `memory: abc`; the schema checks the field names only.
+		{"resource quantity", []string{"controller.resources.limits.memory=abc"}, "controller.resources.limits.memory"},
+		{"resource quantity", []string{"node.resources.requests.cpu=lots"}, "node.resources.requests.cpu"},
+		// (was: controller crashloop: the driver refuses at start
+		// "--heartbeat-threshold needs --storage-fencing=allow-host"):
+		// -set controller.extraArgs[0]=--heartbeat-threshold=10s with
+		// storageFencing.enabled=false (the default) renders.
+		{"flag needs fencing", []string{"controller.extraArgs[0]=--heartbeat-threshold=10s"}, "storageFencing.enabled"},
+		// (was: every volume attaches without the driver's attachment index
+		// or fencing: the chart's CSIDriver says attachRequired: true, and
+		// the driver's own -h says --publish=false is "only for deployments
+		// without attach (CSIDriver attachRequired: false)"):
+		// -set controller.extraArgs[0]=--publish=false renders.
+		{"publish off with attach", []string{"controller.extraArgs[0]=--publish=false"}, "--publish"},
+		// (was: controller crashloop: the driver refuses at start
+		// "--out-of-service-taint needs ... a positive --not-ready-threshold
+		// or --heartbeat-threshold"): storageFencing.outOfServiceTaint is
+		// true by default, and turning both thresholds off renders. Input:
+		// -set storageFencing.enabled=true
+		// -set controller.extraArgs[0]=--not-ready-threshold=0
+		// -set controller.extraArgs[1]=--heartbeat-threshold=0
+		{"taint without a threshold", []string{"storageFencing.enabled=true", "controller.extraArgs[0]=--not-ready-threshold=0",
+			"controller.extraArgs[1]=--heartbeat-threshold=0"}, "storageFencing.outOfServiceTaint"},
+		// (was: controller crashloop: the driver refuses the value at
+		// start): extraArgs values are never checked, only flag names:
+		// -set controller.extraArgs[0]=--rds-health-interval=1s (driver: 5s
+		// to 1h), --not-ready-threshold=abc (not a duration),
+		// --shutdown-grace=-1s, node.extraArgs[0]=--max-volumes-per-node=-5.
+		{"flag value", []string{"controller.extraArgs[0]=--rds-health-interval=1s"}, "--rds-health-interval"},
+		{"flag value", []string{"controller.extraArgs[0]=--not-ready-threshold=abc"}, "--not-ready-threshold"},
+		{"flag value", []string{"controller.extraArgs[0]=--shutdown-grace=-1s"}, "--shutdown-grace"},
+		{"flag value", []string{"node.extraArgs[0]=--max-volumes-per-node=-5"}, "--max-volumes-per-node"},
+		// (was: controller crashloop: the driver refuses at start "known_hosts
+		// has no entry for 192.0.2.10", or "for [192.0.2.10]:2222" on another
+		// port): with rds.sshSecret.create the chart checks that knownHosts
+		// looks like known_hosts lines, not that one names rds.address (in
+		// [host]:port form when rds.port is not 22). Inputs:
+		// -set rds.address=192.0.2.10,rds.sshSecret.create=true,
+		//   rds.sshSecret.privateKey=<PEM>,rds.sshSecret.knownHosts="rds-old ssh-ed25519 AAAA"
+		// and the same with knownHosts "192.0.2.10 ssh-ed25519 AAAA" and rds.port=2222.
+		{"known_hosts without the RDS", []string{"rds.address=192.0.2.10", "rds.sshSecret.create=true",
+			"rds.sshSecret.privateKey=-----BEGIN OPENSSH PRIVATE KEY-----", "rds.sshSecret.knownHosts=rds-old ssh-ed25519 AAAAHOST"}, "rds.sshSecret.knownHosts"},
+		{"known_hosts without the RDS's port", []string{"rds.address=192.0.2.10", "rds.port=2222", "rds.sshSecret.create=true",
+			"rds.sshSecret.privateKey=-----BEGIN OPENSSH PRIVATE KEY-----", "rds.sshSecret.knownHosts=192.0.2.10 ssh-ed25519 AAAAHOST"}, "rds.sshSecret.knownHosts"},
+	} {
+		out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: --set %q: err = %v (render of %d bytes), want a refusal naming %q", c.hole, c.set, err, len(out), c.want)
+		}
 	}
 }
