@@ -380,8 +380,11 @@ func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, pu
 			[]string{"attachment-key-file", "export-reconcile-period"}})
 	}
 	if opts.Mode != csi.ModeNode && !publish {
-		n = append(n, featureFlags{"--publish", "with --publish=false the controller uses no Kubernetes API and runs no leader election",
-			[]string{"kubeconfig", "leader-election"}})
+		// --heartbeat-threshold and --fence-guard-share keep their own
+		// rules (controllerOptions.validate).
+		n = append(n, featureFlags{"--publish", "with --publish=false the controller uses no Kubernetes API and runs no attachment index, fencing, leader election or RDS health poll",
+			[]string{"kubeconfig", "leader-election", "not-ready-threshold", "migration-timeout", "orphaned-claim-threshold",
+				"watch-disconnect-threshold", "fence-call-timeout", "rds-health-interval"}})
 	}
 	if nopts.Kind != connectorTCP {
 		n = append(n, featureFlags{"--node-connector=tcp", "the loop connector makes no NVMe/TCP connection",

@@ -500,6 +500,12 @@ func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
 		{controller, "--leader-election-namespace=kube-system", "--leader-election-namespace needs --leader-election"},
 		{controller, "--kubeconfig=" + filepath.Join(dir, "kubeconfig"), "--kubeconfig needs --publish"},
 		{controller, "--leader-election", "--leader-election needs --publish"},
+		{controller, "--not-ready-threshold=1m", "--not-ready-threshold needs --publish"},
+		{controller, "--migration-timeout=1m", "--migration-timeout needs --publish"},
+		{controller, "--orphaned-claim-threshold=1m", "--orphaned-claim-threshold needs --publish"},
+		{controller, "--watch-disconnect-threshold=1m", "--watch-disconnect-threshold needs --publish"},
+		{controller, "--fence-call-timeout=1m", "--fence-call-timeout needs --publish"},
+		{controller, "--rds-health-interval=1m", "--rds-health-interval needs --publish"},
 		{node, "--nvme-ctrl-loss-timeout=10m", "--nvme-ctrl-loss-timeout needs --node-connector=tcp"},
 		{node, "--nvme-fast-io-fail-timeout=10s", "--nvme-fast-io-fail-timeout needs --node-connector=tcp"},
 	} {
