@@ -216,6 +216,12 @@ arg, seconds) for the checks across flags. */}}
 {{- end -}}
 {{- else if and (eq .flag "copy-from-data") (not (has $val (list "supported" "unsupported"))) -}}
 {{- fail (printf "%s must be supported or unsupported, not %q" $bad $val) -}}
+{{- else if eq .flag "nqn-prefix" -}}
+{{- /* rds.ValidateNQN of the prefix and a volume ID, which is 40 bytes
+(pvc-<uuid>), within an NQN's 223. */ -}}
+{{- if or (gt (len $val) 183) (not (regexMatch "^nqn\\.[0-9]{4}-[0-9]{2}\\.[A-Za-z0-9.-]+(:[A-Za-z0-9._:-]*)?$" $val)) -}}
+{{- fail (printf "%s %q does not form the volumes' NQNs (the prefix and a volume ID, pvc-<uuid>): it must look like nqn.2000-02.com.mikrotik: and be at most 183 bytes" $bad $val) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

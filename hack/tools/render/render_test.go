@@ -532,6 +532,9 @@ func TestChartFlagValuesAgreeWithTheDriver(t *testing.T) {
 		{[]string{"--copy-from-data=no"}, nil},
 		{[]string{"--rds-insecure-skip-host-key-check=yes"}, nil},
 		{[]string{"--logtostderr=false"}, nil},
+		{[]string{"--nqn-prefix=nqn.2000-02.com.example:rds-1:"}, nil},
+		{[]string{"--nqn-prefix=iqn.2000-02.com.example:"}, nil},
+		{[]string{"--nqn-prefix=nqn.2000-02.com.example:rds 1:"}, nil},
 	} {
 		set := slices.Clone(c.set)
 		for i, a := range c.args {
@@ -648,6 +651,8 @@ func TestChartRefusesWhatTheDriverOrAPIRefuses(t *testing.T) {
 		{"flag value", []string{"controller.extraArgs[0]=--not-ready-threshold=abc"}, "--not-ready-threshold"},
 		{"flag value", []string{"controller.extraArgs[0]=--shutdown-grace=-1s"}, "--shutdown-grace"},
 		{"flag value", []string{"node.extraArgs[0]=--max-volumes-per-node=-5"}, "--max-volumes-per-node"},
+		// Found beside them: a prefix too long for any volume's NQN.
+		{"flag value", []string{"controller.extraArgs[0]=--nqn-prefix=nqn.2000-02.com.example:" + strings.Repeat("a", 160)}, "--nqn-prefix"},
 		// (was: controller crashloop: the driver refuses at start "known_hosts
 		// has no entry for 192.0.2.10", or "for [192.0.2.10]:2222" on another
 		// port): with rds.sshSecret.create the chart checks that knownHosts
