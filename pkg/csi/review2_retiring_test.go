@@ -253,15 +253,7 @@ func TestReview2ReplacedOwnAttachmentHasNoRecord(t *testing.T) {
 	}
 	h0 := a.hostOf(id, "node-a")
 	ctx := context.Background()
-	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
-		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
-	})
+	recreateNodeA(t, client, a, b)
 
 	failGetDiskAt(a.rds, 3) // 1, 2: the cut's rounds; 3: the change after the commit
 	_, err := a.cs.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})

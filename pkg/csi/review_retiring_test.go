@@ -73,6 +73,22 @@ func twoPVVolume(t *testing.T, a, b *publishEnv, client *fake.Clientset, name st
 	return id, pvs
 }
 
+// recreateNodeA deletes node-a and creates it again as incarnation uid-2,
+// and waits until both replicas' indexes see it.
+func recreateNodeA(t *testing.T, client *fake.Clientset, a, b *publishEnv) {
+	t.Helper()
+	ctx := context.Background()
+	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
+		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
+	})
+}
+
 // hostOn is the host NQN of node's attachment as pv records it.
 func hostOn(t *testing.T, e *publishEnv, client *fake.Clientset, id, pv, node string) string {
 	t.Helper()
@@ -531,15 +547,7 @@ func TestReviewRetiringSlowFenceCutsTheRecreatedNodesAttachment(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
-		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
-	})
+	recreateNodeA(t, client, a, b)
 
 	paused := a.rds.holdNext("GetDisk")
 	type result struct {
@@ -636,15 +644,7 @@ func TestReviewRetiringConcurrentReplacingPublishCutsTheAnsweredAttachment(t *te
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := client.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "both indexes to see node-a's new incarnation", func() bool {
-		return a.index.Node("node-a").UID == "uid-2" && b.index.Node("node-a").UID == "uid-2"
-	})
+	recreateNodeA(t, client, a, b)
 
 	paused := a.rds.holdNext("GetDisk")
 	done := make(chan error, 1)
