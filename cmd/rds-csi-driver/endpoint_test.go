@@ -44,37 +44,60 @@ func TestReview25EndpointRemovesRegularFile(t *testing.T) {
 // answers is refused, not replaced, even when every flag and file is good
 // (the node case).
 func TestBadStartKeepsALiveSocket(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "csi.sock")
+	for _, tc := range []struct {
+		name string
+		args func(dir string) []string
+		want func(sock string) string
+	}{
+		{"missing key file", func(dir string) []string {
+			return []string{"--mode=controller", "--rds-address=127.0.0.1", "--publish=false", "--rds-key-file=" + filepath.Join(dir, "missing")}
+		}, func(string) string { return "reading SSH key" }},
+		{"a node plugin that would start", func(dir string) []string {
+			return []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + filepath.Join(dir, "nvme")}
+		}, func(sock string) string { return "another process serves on " + sock }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sock := filepath.Join(dir, "csi.sock")
+			live := liveSocket(t, sock)
+			endpoint := "unix://" + sock
+			code, serving, stderr := startOrExit(t, append(tc.args(dir), "--endpoint="+endpoint), endpoint)
+			if serving || code != 1 || !strings.Contains(stderr, tc.want(sock)) {
+				t.Errorf("serving %v, exit %d (%q), want exit 1 naming %q", serving, code, stderr, tc.want(sock))
+			}
+			if c, err := net.Dial("unix", sock); err != nil {
+				t.Errorf("the live driver is unreachable after a failed second start: %v", err)
+			} else {
+				c.Close()
+			}
+			live.Close()
+			if _, err := os.Stat(filepath.Join(dir, "nvme")); err == nil {
+				t.Errorf("the refused start touched the host's NVMe identity")
+			}
+		})
+	}
+}
+
+// liveSocket listens on sock as a live driver would, answering every
+// connection by closing it (so that a gRPC client retries at once rather
+// than waiting for a handshake), until the test closes it.
+func liveSocket(t *testing.T, sock string) net.Listener {
+	t.Helper()
 	live, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer live.Close()
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"missing key file", []string{"--mode=controller", "--rds-address=127.0.0.1", "--publish=false",
-			"--rds-key-file=" + filepath.Join(dir, "missing")}, "reading SSH key"},
-		{"a node plugin that would start", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1",
-			"--node-nvme-dir=" + filepath.Join(dir, "nvme")}, "another process serves on " + sock},
-	} {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), append(tc.args, "--endpoint=unix://"+sock), &stdout, &stderr)
-		if code != 1 || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("%s: exit %d (%q), want 1 naming %q", tc.name, code, stderr.String(), tc.want)
-		}
-		if c, err := net.Dial("unix", sock); err != nil {
-			t.Fatalf("%s: the live driver is unreachable after a failed second start: %v", tc.name, err)
-		} else {
+	t.Cleanup(func() { live.Close() })
+	go func() {
+		for {
+			c, err := live.Accept()
+			if err != nil {
+				return
+			}
 			c.Close()
 		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "nvme")); err == nil {
-		t.Errorf("the refused node plugin touched the host's NVMe identity")
-	}
+	}()
+	return live
 }
 
 // Fixed HOLE (issue 25 review, second pass): the socket's parent
