@@ -509,7 +509,6 @@ func TestRdsctlConnectionFlagsAreUsageErrors(t *testing.T) {
 	}
 }
 
-
 // A bad flag value or argument is a usage error (exit 2, with the usage
 // hint), so that a script can tell a typo from an RDS failure, and nothing
 // is sent to the RDS (review of issue 25: both exited 1 after dialling):
