@@ -163,6 +163,21 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 				},
 			},
 			{
+				Name: "the mass-outage guard holds; nodes flap", Interval: "1m",
+				InputSeries: []promSeries{
+					// a holds for 10 minutes, then lets go; b never holds.
+					series(`rds_csi_fence_guard_holding{pod="a"}`, "0 1x9 0x5"), series(`rds_csi_fence_guard_holding{pod="b"}`, "0x15"),
+					// Three flaps within 30 minutes.
+					series(`rds_csi_node_flaps_total{pod="a"}`, "0 0 1 1 2 2 3 3 3 3 3 3 3 3 3 3"),
+				},
+				ExprTests: []promExprTest{
+					{Expr: expr("RDSCSIFencingGuardHolding"), EvalTime: "5m", ExpSamples: []promSample{{Labels: `{}`, Value: 1}}},
+					{Expr: expr("RDSCSIFencingGuardHolding"), EvalTime: "12m", ExpSamples: none},
+					{Expr: expr("RDSCSINodeFlapping"), EvalTime: "3m", ExpSamples: none},
+					{Expr: expr("RDSCSINodeFlapping"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 3}}},
+				},
+			},
+			{
 				Name: "one leader, one replica connected", Interval: "1m",
 				InputSeries: []promSeries{
 					series(`rds_csi_leader{pod="a"}`, "1x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
