@@ -297,8 +297,20 @@ func AnyOf(conds ...Condition) Condition {
 		var states []string
 		for _, cond := range conds {
 			done, state, err := cond(ctx)
-			if err != nil || done {
-				return done, state, err
+			if err != nil {
+				// The world may have moved on between the conditions (a
+				// VolumeAttachment attached after VolumeAttached looked and
+				// before AttachRefused did): one that holds now wins over
+				// the error.
+				for _, again := range conds {
+					if done, state, err := again(ctx); err == nil && done {
+						return true, state, nil
+					}
+				}
+				return false, state, err
+			}
+			if done {
+				return true, state, nil
 			}
 			states = append(states, state)
 		}

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -75,5 +76,27 @@ func TestFakeKubeletRepostsReady(t *testing.T) {
 			t.Fatal("the fake kubelet never posted Ready again")
 		}
 		<-time.After(time.Millisecond) // poll
+	}
+}
+
+// AnyOf: a condition that fails because the world moved on between the
+// conditions (what an earlier one waits for happened in between) does not
+// fail the wait when that earlier one holds now (TestPausedReplicaMidPublish
+// failed once on it: attached after VolumeAttached looked, before
+// AttachRefused did).
+func TestAnyOfRechecksAfterAnError(t *testing.T) {
+	attached := false
+	isAttached := func(context.Context) (bool, string, error) { return attached, "", nil }
+	refused := func(context.Context) (bool, string, error) {
+		attached = true // it attaches while the conditions are evaluated
+		return false, "", errors.New("attached, so not refused")
+	}
+	done, _, err := AnyOf(isAttached, refused)(context.Background())
+	if !done || err != nil {
+		t.Fatalf("AnyOf = %t, %v; want done: the first condition holds by now", done, err)
+	}
+	failing := func(context.Context) (bool, string, error) { return false, "", errors.New("broken") }
+	if _, _, err := AnyOf(func(context.Context) (bool, string, error) { return false, "", nil }, failing)(context.Background()); err == nil {
+		t.Fatal("an error with nothing holding is lost")
 	}
 }
