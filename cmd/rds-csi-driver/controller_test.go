@@ -159,11 +159,11 @@ func TestLeaderElectionRunsFencingOnce(t *testing.T) {
 	for _, r := range replicas {
 		waitUntil(t, "both indexes to drop node-a", func() bool { return !r.proc.index.Node("node-a").Exists })
 	}
-	if got := counter(t, leader.m, "rds_csi_fences_total"); got != 1 {
-		t.Fatalf("leader fenced %v times, want 1", got)
-	}
-	if got := counter(t, follower.m, "rds_csi_fences_total"); got != 0 {
-		t.Fatalf("follower fenced %v times, want 0", got)
+	// Once in all: the lease may move between the replicas on a loaded
+	// machine (3 s leases), so which one fenced is not fixed; that both
+	// did is the failure (only a leader's Fencer acts).
+	if a, b := counter(t, leader.m, "rds_csi_fences_total"), counter(t, follower.m, "rds_csi_fences_total"); a+b != 1 {
+		t.Fatalf("fenced %v times by the first leader and %v by the other, want once in all", a, b)
 	}
 
 	// The leader goes away (its lease is released on the way out); the
