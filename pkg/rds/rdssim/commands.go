@@ -340,10 +340,13 @@ func (s *Server) diskAdd(cmd *command) error {
 	d := &disk{Slot: slot, FilePath: filePath, Port: defaultNVMePort}
 	s.copyFrom.defaults(d, src) // copyfrom.go
 	da.apply(d)
-	if src != nil && s.copyRate > 0 {
+	if src != nil && (s.copyRate > 0 || s.copyGate != nil) {
 		// The copy takes time in proportion to its size; its disk appears
 		// when it is done (execute waits, without the state lock).
-		s.pending = &pendingCopy{disk: d, hostPath: hostPath, took: time.Duration(float64(size) / float64(s.copyRate) * float64(time.Second))}
+		s.pending = &pendingCopy{disk: d, hostPath: hostPath}
+		if s.copyRate > 0 {
+			s.pending.took = time.Duration(float64(size) / float64(s.copyRate) * float64(time.Second))
+		}
 		s.copying[filePath] = true
 		return nil
 	}
@@ -426,8 +429,14 @@ func (s *Server) finishCopy() error {
 	s.pending = nil
 	s.stateMu.Unlock()
 	t := time.NewTimer(p.took)
+	done := t.C
+	if s.copyGate != nil {
+		t.Stop()
+		done = nil
+	}
 	select {
-	case <-t.C:
+	case <-done:
+	case <-s.copyGate:
 	case <-s.ctx.Done():
 		t.Stop()
 	}

@@ -6,11 +6,14 @@ import (
 	"time"
 )
 
-// TestCopyTakesTime: with CopyRate, /disk add copy-from returns after
-// size/CopyRate; meanwhile other commands run, the copy's disk is not
-// listed and its file cannot be removed; then the disk is there.
+// TestCopyTakesTime: a copy in progress (held here by CopyGate, not by
+// the clock) does not hold up other commands, its disk is not listed and
+// its file cannot be removed; once it completes the disk is there.
 func TestCopyTakesTime(t *testing.T) {
-	ts := startSim(t, func(c *Config) { c.CopyRate = 32 * mib }) // 64 MiB: 2 s
+	// The copy is held until the checks are made (CopyGate): on a loaded
+	// machine the 2 s a 64 MiB copy takes at 32 MiB/s could pass first.
+	gate := make(chan struct{})
+	ts := startSim(t, func(c *Config) { c.CopyRate = 32 * mib; c.CopyGate = gate })
 	ts.mustRun(addCmd("pvc-1", "64M"))
 	sess, err := ts.client.NewSession()
 	if err != nil {
@@ -32,6 +35,7 @@ func TestCopyTakesTime(t *testing.T) {
 	if got := ts.run(`/file remove [find name="storage-pool/k8s/snap-1.img"]`); got != "failure: file is in use by a copy in progress\n" {
 		t.Errorf("removing a copy's file while copying: %q", got)
 	}
+	close(gate)
 	if err := sess.Wait(); err != nil || out.String() != "" {
 		t.Fatalf("copy: %v, %q", err, out.String())
 	}

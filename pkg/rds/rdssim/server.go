@@ -67,6 +67,10 @@ type Config struct {
 	// Meanwhile other commands run, and the copy's file exists and cannot
 	// be removed. 0 copies at once.
 	CopyRate int64
+	// CopyGate, when set, holds every copy until it is closed (or the
+	// server stops), instead of size/CopyRate: a test sees a copy in
+	// progress without racing its timer.
+	CopyGate <-chan struct{}
 	// CopyFromProperties and CopyFromData model what /disk add copy-from
 	// takes from its source (copyfrom.go): by default a new disk's
 	// properties (CopyFromInherit: the source's, as RouterOS's CLI manual
@@ -130,6 +134,7 @@ type Server struct {
 	width    int
 	exitFail bool
 	copyRate int64
+	copyGate <-chan struct{}
 	pending  *pendingCopy    // set by a copying diskAdd for execute; under stateMu
 	copying  map[string]bool // file paths of copies in progress; under stateMu
 	copyFrom copyModel
@@ -266,6 +271,7 @@ func New(cfg Config) (*Server, error) {
 		width:       cfg.TerminalWidth,
 		exitFail:    cfg.ExitStatusOnFailure,
 		copyRate:    cfg.CopyRate,
+		copyGate:    cfg.CopyGate,
 		copying:     map[string]bool{},
 		copyFrom:    copyFrom,
 		log:         cfg.Logger,
