@@ -397,7 +397,7 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (l
 			names = append(names, c.PVs...)
 		}
 		for _, r := range recs {
-			if !informers.Retired(st.retiring, r.Node, informers.Claim{NodeUID: r.NodeUID, Nonce: r.Nonce, At: r.At}) {
+			if !r.In(st.retiring) {
 				st.retiring = append(st.retiring, r)
 			}
 			names = append(names, r.PVs...)
