@@ -17,6 +17,41 @@ import (
 	"github.com/srvlab/rds-csi/e2e/framework"
 )
 
+// exportHeld: the simulator's export of handle is open to host alone.
+func exportHeld(sim *framework.Sim, handle, host string) error {
+	if d, ok := sim.Disk(handle); !ok || !d.NVMeTCPExport || d.AllowHostName != host {
+		return fmt.Errorf("the export of %s is exported=%t allow-host=%q, not node-a's attachment %s", handle, d.NVMeTCPExport, d.AllowHostName, host)
+	}
+	return nil
+}
+
+// exportUntouchedUntil holds once until has passed, failing the moment the
+// export of handle is not open to host alone: the observation window after
+// which a fence, if one were coming, would have come.
+func exportUntouchedUntil(sim *framework.Sim, handle, host string, until time.Time) framework.Condition {
+	return func(context.Context) (bool, string, error) {
+		if err := exportHeld(sim, handle, host); err != nil {
+			return false, "", err
+		}
+		left := time.Until(until)
+		return left <= 0, fmt.Sprintf("export still open to node-a; %s of the window left", left.Round(time.Second)), nil
+	}
+}
+
+// noFenceLogged fails t if a driver log of the test says it fenced.
+func noFenceLogged(t *testing.T, dir string, drivers ...string) {
+	t.Helper()
+	for _, name := range drivers {
+		log, err := os.ReadFile(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(log), "fenced stale attachment") {
+			t.Errorf("%s fenced an attachment (%s.log)", name, name)
+		}
+	}
+}
+
 // Issue 23: an API server outage of 60 s fences nobody. Storage fencing
 // with the driver's defaults (heartbeat and NotReady thresholds 20 s, the
 // mass-outage guard), fake kubelets with a real kubelet's cadence (Lease
@@ -51,18 +86,12 @@ func TestAPIServerOutageFencesNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	outage := time.NewTimer(60 * time.Second) // the fault's length, not a wait for anything
-	watchExport := func() error {
-		if d, ok := w.sim.Disk(w.handle); !ok || !d.NVMeTCPExport || d.AllowHostName != host {
-			return fmt.Errorf("the export of %s is exported=%t allow-host=%q, not node-a's attachment %s", w.handle, d.NVMeTCPExport, d.AllowHostName, host)
-		}
-		return nil
-	}
 	for waiting := true; waiting; {
 		select {
 		case <-outage.C:
 			waiting = false
 		case <-time.After(time.Second):
-			if err := watchExport(); err != nil {
+			if err := exportHeld(w.sim, w.handle, host); err != nil {
 				_ = resume()
 				t.Fatalf("during the outage: %v", err)
 			}
@@ -82,25 +111,17 @@ func TestAPIServerOutageFencesNobody(t *testing.T) {
 	}
 	// The observation window: the heartbeat and NotReady thresholds (20 s
 	// each) after the API answered, plus a margin.
-	window := func(context.Context) (bool, string, error) {
-		if err := watchExport(); err != nil {
-			return false, "", err
-		}
-		left := 45*time.Second - time.Since(resumed)
-		return left <= 0, fmt.Sprintf("export still open to node-a; %s of the window left", left.Round(time.Second)), nil
-	}
+	window := exportUntouchedUntil(w.sim, w.handle, host, resumed.Add(45*time.Second))
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "45 s after the outage with node-a's export untouched", window); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "claims name node-a only", framework.ClaimsAre(c, w.pv, "node-a")); err != nil {
 		t.Error(err)
 	}
+	noFenceLogged(t, e.Dir, "rds-csi-driver")
 	log, err := os.ReadFile(filepath.Join(e.Dir, "rds-csi-driver.log"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if strings.Contains(string(log), "fenced stale attachment") {
-		t.Error("the driver fenced an attachment during or after the API server outage (rds-csi-driver.log)")
 	}
 	for _, line := range strings.Split(string(log), "\n") {
 		if strings.Contains(line, "mass-outage guard") {
@@ -140,26 +161,14 @@ func TestLateRenewalFencesNobody(t *testing.T) {
 	}
 	done()
 	done = tl.Step("nothing fenced through the threshold after the stall")
-	window := func(context.Context) (bool, string, error) {
-		if d, ok := w.sim.Disk(w.handle); !ok || !d.NVMeTCPExport || d.AllowHostName != host {
-			return false, "", fmt.Errorf("the export of %s is exported=%t allow-host=%q, not node-a's attachment %s", w.handle, d.NVMeTCPExport, d.AllowHostName, host)
-		}
-		left := 25*time.Second - time.Since(last)
-		return left <= 0, fmt.Sprintf("export still open to node-a; %s of the window left", left.Round(time.Second)), nil
-	}
+	window := exportUntouchedUntil(w.sim, w.handle, host, last.Add(25*time.Second))
 	if _, err := framework.WaitFor(ctx, tl, time.Minute, "the threshold after the stall with node-a's export untouched", window); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "claims name node-a only", framework.ClaimsAre(c, w.pv, "node-a")); err != nil {
 		t.Error(err)
 	}
-	log, err := os.ReadFile(filepath.Join(e.Dir, "rds-csi-driver.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(log), "fenced stale attachment") {
-		t.Error("the driver fenced an attachment after one late renewal (rds-csi-driver.log)")
-	}
+	noFenceLogged(t, e.Dir, "rds-csi-driver")
 	done()
 }
 
@@ -208,27 +217,13 @@ func TestLeaderFailoverFencesNobody(t *testing.T) {
 	}
 	done()
 	done = tl.Step("nothing fenced through the thresholds after the takeover")
-	window := func(context.Context) (bool, string, error) {
-		if d, ok := sim.Disk(handle); !ok || !d.NVMeTCPExport || d.AllowHostName != host {
-			return false, "", fmt.Errorf("the export of %s is exported=%t allow-host=%q, not node-a's attachment %s", handle, d.NVMeTCPExport, d.AllowHostName, host)
-		}
-		left := 45*time.Second - time.Since(took)
-		return left <= 0, fmt.Sprintf("export still open to node-a; %s of the window left", left.Round(time.Second)), nil
-	}
+	window := exportUntouchedUntil(sim, handle, host, took.Add(45*time.Second))
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "45 s after the takeover with node-a's export untouched", window); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 5*time.Second, "claims name node-a only", framework.ClaimsAre(c, pv, "node-a")); err != nil {
 		t.Error(err)
 	}
-	for _, name := range []string{"rds-csi-driver-ctrl-a", "rds-csi-driver-ctrl-b"} {
-		log, err := os.ReadFile(filepath.Join(e.Dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(log), "fenced stale attachment") {
-			t.Errorf("%s fenced an attachment around a leader failover", name)
-		}
-	}
+	noFenceLogged(t, e.Dir, "rds-csi-driver-ctrl-a", "rds-csi-driver-ctrl-b")
 	done()
 }

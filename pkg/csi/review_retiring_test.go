@@ -73,6 +73,18 @@ func twoPVVolume(t *testing.T, a, b *publishEnv, client *fake.Clientset, name st
 	return id, pvs
 }
 
+// releaseAndStop does on replica e what an unpublish of node-a does up
+// to its release (the cut, then the release with its record) and stops
+// there, as a replica that dies before the export change after it.
+func releaseAndStop(t *testing.T, e *publishEnv, id string) {
+	t.Helper()
+	claims := e.cs.pub.Claims.(*informers.Claims)
+	shut := func(ctx context.Context, cl informers.Claim) error { return e.cs.shutOut(ctx, id, id, "node-a", cl) }
+	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
+		t.Fatalf("scripting: the release of node-a's claim: %t, %v", released, err)
+	}
+}
+
 // recreateNodeA deletes node-a and creates it again as incarnation uid-2,
 // and waits until both replicas' indexes see it.
 func recreateNodeA(t *testing.T, client *fake.Clientset, a, b *publishEnv) {
@@ -245,12 +257,7 @@ func TestReviewRetiringEmptyNodeIDUnpublishIgnoresTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.dropAutoVA(id, nodeA)
-	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
-	released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut)
-	if err != nil || !released {
-		t.Fatalf("replica a's release: %t, %v", released, err)
-	}
+	releaseAndStop(t, a, id)
 	if recs := retiringOf(t, client, id); len(recs) != 1 {
 		t.Fatalf("scripting: the release should be recorded: %+v", recs)
 	}
@@ -348,11 +355,7 @@ func TestReviewRetiringLateUnpublishKeepsTheNewAttachment(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.dropAutoVA(id, nodeA)
-	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
-	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
-		t.Fatalf("replica a's release: %t, %v", released, err)
-	}
+	releaseAndStop(t, a, id)
 	a.waitClaims(id)
 	b.waitClaims(id)
 	// node-a's new attachment.
@@ -696,11 +699,7 @@ func TestReviewRetiringLateOpenFixedWithoutReport(t *testing.T) {
 	}
 	hostA := a.hostOf(id, "node-a")
 	a.dropAutoVA(id, nodeA)
-	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
-	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
-		t.Fatalf("replica a's release: %t, %v", released, err)
-	}
+	releaseAndStop(t, a, id)
 	d := a.disk(id)
 	t1 := rds.StateOf(&d)
 	if t1.Open {
@@ -737,11 +736,7 @@ func TestReviewRetiringRetriedUnpublishDefeatsTheLateOpen(t *testing.T) {
 	}
 	hostA := a.hostOf(id, "node-a")
 	a.dropAutoVA(id, nodeA)
-	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error { return a.cs.shutOut(ctx, id, id, "node-a", cl) }
-	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
-		t.Fatalf("replica a's release: %t, %v", released, err)
-	}
+	releaseAndStop(t, a, id)
 	d := a.disk(id)
 	t1 := rds.StateOf(&d)
 
