@@ -79,6 +79,9 @@ type ClaimStore interface {
 	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
 	// of handle on node exists.
 	LiveAttachment(ctx context.Context, handle, node string) (bool, error)
+	// AttachmentExists reads whether a VolumeAttachment of handle on node
+	// exists, being deleted or not.
+	AttachmentExists(ctx context.Context, handle, node string) (bool, error)
 	// Withdraw drops node's claim if it is still the one committed.
 	Withdraw(ctx context.Context, pvName, node string, committed informers.Claim) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.

@@ -267,7 +267,13 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// Moving it to the other would shut out the one allowed.
 			want = cur
 		}
-		if g.standing && want.Open && holder != "" && want != cur && !s.standsOnAttachment(handle, holder) {
+		stands := true
+		if g.standing && want.Open && holder != "" && want != cur {
+			if stands, err = s.standsOnAttachment(ctx, handle, holder); err != nil {
+				return exportResult{}, err
+			}
+		}
+		if !stands {
 			// The reconcile lets no one in on a claim that no live
 			// VolumeAttachment stands on (a claim brought back by hand, or
 			// whose release reached one PV of the handle before that PV
@@ -425,16 +431,17 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (l
 	return st, nil
 }
 
-// standsOnAttachment: node has a VolumeAttachment of handle in the index
-// (one being deleted still stands: the node may use the volume until its
-// detach completes).
-func (s *ControllerServer) standsOnAttachment(handle, node string) bool {
-	v := s.pub.Index.Volume(handle)
-	if v == nil {
-		return false
+// standsOnAttachment: node has a VolumeAttachment of handle (one being
+// deleted still stands: the node may use the volume until its detach
+// completes), in the index or, where the index shows none (it may lag
+// behind the attach the claim came with), on the API server.
+func (s *ControllerServer) standsOnAttachment(ctx context.Context, handle, node string) (bool, error) {
+	if v := s.pub.Index.Volume(handle); v != nil {
+		if _, ok := v.Attachments[node]; ok {
+			return true, nil
+		}
 	}
-	_, ok := v.Attachments[node]
-	return ok
+	return s.pub.Claims.AttachmentExists(ctx, handle, node)
 }
 
 // holderHost: host is the allowed host of one of claims' attachments

@@ -625,3 +625,17 @@ func (c *Claims) ClearRetiring(ctx context.Context, pvName string, done []Retiri
 		return err
 	})
 }
+
+// AttachmentExists reads from the API server whether a VolumeAttachment of
+// handle on node exists, being deleted or not (until its detach completes
+// the node may still use the volume).
+func (c *Claims) AttachmentExists(ctx context.Context, handle, node string) (bool, error) {
+	_, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
+	}
+	return true, nil
+}
