@@ -25,8 +25,10 @@ func TestCopyTakesTime(t *testing.T) {
 	if err := sess.Start(copyCmd("snap-1", "pvc-1", "")); err != nil {
 		t.Fatal(err)
 	}
+	// Until the copy is under way: the command log shows a command when
+	// it arrives, before it runs, so it is not the signal.
 	deadline := time.Now().Add(10 * time.Second)
-	for len(ts.srv.Commands()) < 2 && time.Now().Before(deadline) {
+	for !ts.srv.copyUnderWay("/storage-pool/k8s/snap-1.img") && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	if got := ts.run(`/disk print detail where slot="snap-1"`); got != diskLegendLine {
@@ -98,4 +100,11 @@ func TestCopyFromVariants(t *testing.T) {
 	if _, err := ParseCopyFromData("zero"); err == nil {
 		t.Error("ParseCopyFromData accepted zero")
 	}
+}
+
+// copyUnderWay reports whether a copy to filePath is in progress.
+func (s *Server) copyUnderWay(filePath string) bool {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.copying[filePath]
 }
