@@ -102,7 +102,7 @@ func ParseRetiring(raw string) ([]Retiring, error) {
 	}
 	var out []Retiring
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", RetiringAnnotation, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrUnreadable, RetiringAnnotation, err)
 	}
 	return out, nil
 }
@@ -180,7 +180,7 @@ func ParseClaims(raw string) (map[string]Claim, error) {
 	}
 	var m map[string]Claim
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", ClaimsAnnotation, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrUnreadable, ClaimsAnnotation, err)
 	}
 	return m, nil
 }
