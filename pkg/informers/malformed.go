@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -159,6 +160,32 @@ func (s *MalformedSet) Counts() map[[2]string]int {
 		}
 	}
 	return out
+}
+
+// malformedPV records what of pv (nil: gone, or not this driver's) the
+// index could not read: claimsErr, retiringErr. Each problem is logged
+// and reported once per resourceVersion; a PV that reads again is
+// cleared.
+func (c *Controller) malformedPV(name string, pv *corev1.PersistentVolume, claimsErr, retiringErr error) {
+	if c.cfg.Malformed == nil {
+		c.cfg.Malformed = NewMalformedSet(nil)
+	}
+	var found []Malformed
+	for _, p := range []struct {
+		reason, annotation string
+		err                error
+	}{{MalformedClaims, ClaimsAnnotation, claimsErr}, {MalformedRetiring, RetiringAnnotation, retiringErr}} {
+		if p.err == nil || pv == nil {
+			continue
+		}
+		m := Malformed{Kind: MalformedKindPV, Name: name, ResourceVersion: pv.ResourceVersion,
+			Reason: p.reason, Annotation: p.annotation, Error: p.err.Error()}
+		if pv.Spec.CSI != nil {
+			m.Handle = pv.Spec.CSI.VolumeHandle
+		}
+		found = append(found, m)
+	}
+	c.cfg.Malformed.set(MalformedKindPV, name, found)
 }
 
 // logMalformed is the log line of a problem (once per resourceVersion).
