@@ -120,3 +120,34 @@ func TestUnreadableRetiringWithoutFencing(t *testing.T) {
 		t.Errorf("unpublish: %v", err)
 	}
 }
+
+// TestUnreadableRetiringWithFencing: with storage fencing every claim
+// change may write the retiring record, so an unreadable one blocks the
+// volume like unreadable claims do, and is left as it is.
+func TestUnreadableRetiringWithFencing(t *testing.T) {
+	client := newFakeAPI(testNode(nodeA), testNode(nodeB))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-3a000000-0000-4000-8000-000000000004", corev1.ReadWriteOnce, false)
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	const broken = "[{not json"
+	setAnnotation(t, client, id, informers.RetiringAnnotation, broken)
+	waitFor(t, "the index to count the record", func() bool { return len(e.cs.pub.Malformed.ForHandle(id)) == 1 })
+	for _, call := range []struct {
+		what string
+		err  func() error
+	}{
+		{"publish to another node", func() error { _, err := e.publish(id, nodeB, rwo); return err }},
+		{"publish again to the holder", func() error { _, err := e.publish(id, nodeA, rwo); return err }},
+		{"unpublish", func() error { return e.unpublish(id, nodeA) }},
+	} {
+		if err := call.err(); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), informers.RetiringAnnotation) {
+			t.Errorf("%s: %v (code %v), want FAILED_PRECONDITION naming %s", call.what, err, code(err), informers.RetiringAnnotation)
+		}
+	}
+	if got := rawAnnotation(t, client, id, informers.RetiringAnnotation); got != broken {
+		t.Errorf("the unreadable record was written over: %q", got)
+	}
+}
