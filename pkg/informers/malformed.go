@@ -47,14 +47,17 @@ type Malformed struct {
 	Error           string `json:"error"`
 }
 
+// objectKey names an object in a MalformedSet.
+type objectKey struct{ kind, name string }
+
 // MalformedSet holds the objects the index skips as malformed right now.
 // The index's worker writes it; publishes and the metrics read it.
 type MalformedSet struct {
 	mu sync.RWMutex
-	// byObject: kind/name -> its problems.
-	byObject map[string][]Malformed
+	// byObject: an object -> its problems.
+	byObject map[objectKey][]Malformed
 	// byHandle: a volume handle -> the PVs of it with problems.
-	byHandle map[string][]string
+	byHandle map[string][]objectKey
 	// seen is told each problem the first time it is found in a
 	// resourceVersion of its object.
 	seen func(Malformed)
@@ -64,14 +67,23 @@ type MalformedSet struct {
 // problem once per resourceVersion of its object: report it there (an
 // event, a counter), not per sync.
 func NewMalformedSet(seen func(Malformed)) *MalformedSet {
-	return &MalformedSet{byObject: map[string][]Malformed{}, byHandle: map[string][]string{}, seen: seen}
+	return &MalformedSet{byObject: map[objectKey][]Malformed{}, byHandle: map[string][]objectKey{}, seen: seen}
 }
 
 // set replaces the problems of kind/name with found (none: the object is
 // fine, or gone), and tells seen about those its set did not hold in this
 // resourceVersion.
 func (s *MalformedSet) set(kind, name string, found []Malformed) {
-	id := kind + "/" + name
+	id := objectKey{kind, name}
+	if len(found) == 0 {
+		// The common case, every readable object: no write lock.
+		s.mu.RLock()
+		_, known := s.byObject[id]
+		s.mu.RUnlock()
+		if !known {
+			return
+		}
+	}
 	s.mu.Lock()
 	old := s.byObject[id]
 	for _, m := range old {
@@ -102,8 +114,8 @@ func (s *MalformedSet) set(kind, name string, found []Malformed) {
 	}
 }
 
-func (s *MalformedSet) unlinkLocked(handle, id string) {
-	ids := slices.DeleteFunc(s.byHandle[handle], func(x string) bool { return x == id })
+func (s *MalformedSet) unlinkLocked(handle string, id objectKey) {
+	ids := slices.DeleteFunc(s.byHandle[handle], func(x objectKey) bool { return x == id })
 	if len(ids) == 0 {
 		delete(s.byHandle, handle)
 	} else {
