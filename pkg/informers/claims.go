@@ -156,7 +156,7 @@ func (c *Claim) UnmarshalJSON(b []byte) error {
 	type plain Claim
 	var p plain
 	if err := json.Unmarshal(b, &p); err != nil {
-		return fmt.Errorf("a claim is an RFC 3339 time or an object with its time (\"at\"), not %s: %w", b, err)
+		return fmt.Errorf("a claim is an RFC 3339 time or an object with its time (\"at\"), not %s", b)
 	}
 	if p.At.IsZero() {
 		return fmt.Errorf("a claim without its time (\"at\"): %s", b)
