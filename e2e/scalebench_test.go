@@ -53,8 +53,9 @@ import (
 //   - the initial sync path the driver logged (watch-list or list), and
 //     how many LISTs of PVs, VolumeAttachments and Nodes kube-apiserver
 //     served meanwhile (0 when the informers streamed);
-//   - the driver's counts of skipped objects, if it has any
-//     (rds_csi_*skip*);
+//   - the objects the driver skipped as unreadable, by kind and reason
+//     (rds_csi_malformed_objects), and its "syncing attachment index"
+//     errors in the log (a retried object logs one per retry);
 //   - the machine's 1-minute load average at the start (the machine is
 //     shared: the times scale with it).
 //
@@ -116,7 +117,8 @@ type startRun struct {
 	ready, indexed         framework.ProcMemory
 	apiReady, apiIndexed   framework.ProcMemory // kube-apiserver
 	heapLive, heapInuse    float64
-	skipped                map[string]float64 // rds_csi_*skip* series
+	malformed              map[string]float64 // rds_csi_malformed_objects by kind/reason; nil: no such metric
+	syncErrors             int                // "syncing attachment index" errors logged
 	indexedVols, indexedVA float64
 }
 
@@ -230,10 +232,14 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 		t.Fatal(err)
 	}
 	out.heapLive, out.heapInuse = liveHeap(fams), familySum(fams["go_memstats_heap_inuse_bytes"], nil)
-	out.skipped = map[string]float64{}
-	for name, f := range fams {
-		if strings.HasPrefix(name, "rds_csi_") && strings.Contains(name, "skip") {
-			out.skipped[name] = familySum(f, nil)
+	if f := fams["rds_csi_malformed_objects"]; f != nil {
+		out.malformed = map[string]float64{}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out.malformed[labels["kind"]+"/"+labels["reason"]] += m.GetGauge().GetValue()
 		}
 	}
 	if err := d.Stop(15 * time.Second); err != nil {
@@ -244,6 +250,7 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 		t.Fatal(err)
 	}
 	out.path = loggedSyncPath(string(log))
+	out.syncErrors = strings.Count(string(log), `"syncing attachment index"`)
 	if ts, ok := logInterval(string(log), "attachment index synced"); ok {
 		out.logReady = ts
 	}
@@ -568,17 +575,18 @@ func scaleTable(name, path string, spec framework.ScaleSpec, bad badObjects, etc
 	row("kube-apiserver VmRSS once indexed", mib, func(r startRun) float64 { return float64(r.apiIndexed.RSS) })
 	row("index: volumes", count, func(r startRun) float64 { return r.indexedVols })
 	row("index: attachments", count, func(r startRun) float64 { return r.indexedVA })
-	text("skipped objects (rds_csi_*skip*)", func(r startRun) string {
-		if len(r.skipped) == 0 {
+	text("skipped as unreadable (rds_csi_malformed_objects)", func(r startRun) string {
+		if r.malformed == nil {
 			return "no such metric"
 		}
 		var parts []string
-		for s, v := range r.skipped {
+		for s, v := range r.malformed {
 			parts = append(parts, fmt.Sprintf("%s %g", s, v))
 		}
 		sort.Strings(parts)
 		return strings.Join(parts, ", ")
 	})
+	row("\"syncing attachment index\" errors (log)", count, func(r startRun) float64 { return float64(r.syncErrors) })
 	return b.String()
 }
 

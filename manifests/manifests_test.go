@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/metrics"
 )
 
@@ -818,6 +819,7 @@ func TestPrometheusRules(t *testing.T) {
 	// (and so is not gathered) until a command is observed.
 	m := metrics.New()
 	m.ObserveRDSCommand("disk print", time.Millisecond, nil)
+	m.ReportMalformed(informers.NewMalformedSet(nil).Counts) // registered by the controller process
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -264,7 +264,7 @@ func printReport(w io.Writer, r diagnose.Report) {
 		r.Checked.PVs, r.Checked.Attachments, r.Checked.Nodes, r.Checked.Disks, r.Checked.Snapshots)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range []string{diagnose.FindingMultiHeld, diagnose.FindingClaimWithoutVA, diagnose.FindingVAToMissingNode,
-		diagnose.FindingOrphanDisk, diagnose.FindingMissingDisk, diagnose.FindingOrphanSnapshot, diagnose.FindingClaimsUnreadable, diagnose.FindingExportMismatch} {
+		diagnose.FindingOrphanDisk, diagnose.FindingMissingDisk, diagnose.FindingOrphanSnapshot, diagnose.FindingClaimsUnreadable, diagnose.FindingRetiringUnreadable, diagnose.FindingExportMismatch} {
 		fmt.Fprintf(tw, "  %s\t%d\n", k, r.Counts[k])
 	}
 	tw.Flush()

@@ -265,6 +265,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 			return tainter.RemoveTaint(ctx, node)
 		}
 	}
+	malformed := p.malformedSet(reporter)
 	ctrl, err := informers.NewController(client, p.index, informers.Config{
 		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer, NodeRecovered: recovered,
 		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
@@ -274,6 +275,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 			reporter.GuardChanged(e.Holding, e.Suspect, e.Total, e.Nodes)
 		},
 		NodeFlapped: reporter.NodeFlapped,
+		Malformed:   malformed,
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +287,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		tainter.TimeWith(ctrl.Liveness())
 	}
 	p.ctrl = ctrl
-	cs.ServePublish(&csi.Publisher{Index: p.index, Claims: claims, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter})
+	cs.ServePublish(&csi.Publisher{Index: p.index, Claims: claims, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter, Malformed: malformed})
 	informersSynced := func(context.Context) error {
 		if !ctrl.Synced() {
 			return errors.New("the attachment index has not synced with the API server yet")

@@ -97,7 +97,10 @@ type Publisher struct {
 	Synced   func() bool // every informer synced: the index is complete
 	Policy   fencing.Config
 	Reporter *fencing.Reporter // may be nil
-	Clock    clock.PassiveClock
+	// Malformed: the PVs the index skips as unreadable (may be nil); a
+	// volume with one is neither published nor unpublished.
+	Malformed *informers.MalformedSet
+	Clock     clock.PassiveClock
 	// CatchUp bounds how long a publish whose write conflicted waits for
 	// the index to see the newer PV before deciding again; zero means
 	// publishCatchUpLimit. (A simulation that feeds the index itself sets
@@ -199,6 +202,10 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, err
 	}
 	defer release()
+	if err := s.refuseMalformed("publish", id, node); err != nil {
+		s.pub.Reporter.PublishFailed("malformed")
+		return nil, err
+	}
 	// The volume first (a missing volume is NOT_FOUND whatever the node),
 	// then the node. A volume with a PV in the index exists; only one
 	// without is looked up on the RDS, so the usual publish makes no SSH
@@ -636,6 +643,10 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		return nil, err
 	}
 	defer release()
+	if err := s.refuseMalformed("unpublish", id, node); err != nil {
+		s.pub.Reporter.UnpublishFailed("malformed")
+		return nil, err
+	}
 
 	v := s.pub.Index.Volume(id)
 	if !v.Indexed() {

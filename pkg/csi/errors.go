@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -43,6 +44,10 @@ func toStatus(err error) error {
 	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey), errors.Is(err, rds.ErrCopyPending):
 		// The RDS is unreachable or not the one we pinned: the CO retries.
 		code = codes.Unavailable
+	case errors.Is(err, informers.ErrUnreadable):
+		// An annotation of the driver's that cannot be read: nothing
+		// changes until someone fixes it.
+		code = codes.FailedPrecondition
 	case errors.Is(err, nvme.ErrSubsystemNotFound):
 		code = codes.NotFound
 	case errors.Is(err, nvme.ErrTargetUnreachable):

@@ -125,7 +125,7 @@ func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, p
 	claims := informers.NewClaims(client, DefaultDriverName)
 	fencer := fencing.NewFencer(claims, reporter, nil, policy, nil)
 	cs := NewControllerServer(NewDriver(opts, rdsFake))
-	cfg := informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer}
+	cfg := informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Malformed: informers.NewMalformedSet(nil)}
 	if wire != nil {
 		wire(cs, claims, fencer, &cfg)
 	}
@@ -142,7 +142,7 @@ func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, p
 		t.Fatal("informers never synced")
 	}
 	e.cs = cs.ServePublish(&Publisher{
-		Index: index, Claims: claims, Synced: ctrl.Synced, Policy: policy, Reporter: reporter,
+		Index: index, Claims: claims, Synced: ctrl.Synced, Policy: policy, Reporter: reporter, Malformed: cfg.Malformed,
 	})
 	return e
 }

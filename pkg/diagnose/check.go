@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -17,7 +18,9 @@ const (
 	FindingMissingDisk      = "PVWithoutDisk"
 	FindingOrphanSnapshot   = "SnapshotWithoutContent"
 	FindingClaimsUnreadable = "ClaimsUnreadable"
-	FindingExportMismatch   = "ExportClaimMismatch"
+	// The record of released attachments (storage fencing) cannot be read.
+	FindingRetiringUnreadable = "RetiringRecordUnreadable"
+	FindingExportMismatch     = "ExportClaimMismatch"
 	// The RDS's own health (issue 27), from the controller's /metrics.
 	FindingArrayDegraded = "RDSArrayDegraded"
 	FindingDriveFailing  = "RDSDriveFailing"
@@ -56,7 +59,7 @@ type CheckedCounts struct {
 // Check audits every volume of the driver in c.
 func Check(c *Cluster) Report {
 	r := Report{Counts: map[string]int{}, Findings: []Finding{}}
-	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable, FindingExportMismatch,
+	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable, FindingRetiringUnreadable, FindingExportMismatch,
 		FindingArrayDegraded, FindingDriveFailing, FindingDriveHot, FindingPoolFilling} {
 		r.Counts[k] = 0
 	}
@@ -77,7 +80,14 @@ func Check(c *Cluster) Report {
 		claims, err := claimsOf(pv, atts)
 		claimed[pv.Spec.CSI.VolumeHandle] = append(claimed[pv.Spec.CSI.VolumeHandle], claims...)
 		if err != nil {
-			add(FindingClaimsUnreadable, "pv/"+pv.Name, "kubectl get pv "+pv.Name+" -o yaml   # fix the annotation as docs/attachments.md says", "%v", err)
+			add(FindingClaimsUnreadable, "pv/"+pv.Name, unreadableNext(pv, informers.ClaimsAnnotation),
+				"%v: the driver cannot tell which nodes hold volume %s, skips the PV and refuses every publish and unpublish of it until the annotation is fixed; %s",
+				err, pv.Spec.CSI.VolumeHandle, attachedWhere(atts))
+		}
+		if err := unreadableRetiring(pv); err != nil {
+			add(FindingRetiringUnreadable, "pv/"+pv.Name, unreadableNext(pv, informers.RetiringAnnotation),
+				"PV %s: %v: with storage fencing the driver refuses every publish and unpublish of volume %s until it is fixed, and cannot finish the export changes after the releases it recorded (the leader's reconcile still brings the export in line with the claims)",
+				pv.Name, err, pv.Spec.CSI.VolumeHandle)
 		}
 		for _, cl := range claims {
 			if cl.Attachment == "" {

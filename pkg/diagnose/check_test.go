@@ -3,9 +3,11 @@ package diagnose
 import (
 	"strings"
 
-	"github.com/srvlab/rds-csi/pkg/inventory"
 	"testing"
 	"time"
+
+	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
 func TestCheck(t *testing.T) {
@@ -15,6 +17,7 @@ func TestCheck(t *testing.T) {
 		want    map[string]int // finding kind -> count; every other kind must be 0
 		skipped []string
 		message string
+		next    string // a substring of the first finding's next step
 	}{
 		{name: "a healthy cluster", world: held("True", time.Hour).snapshots()},
 		{
@@ -78,8 +81,27 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name:  "an unreadable claims annotation",
-			world: held("True", time.Hour).volume("other", "pv-2", `not json`).disks("pv-1", "pv-2").snapshots(),
+			world: held("True", time.Hour).volume("other", "pv-2", `not json`).va("pv-2", "node-a", true, "").disks("pv-1", "pv-2").snapshots(),
 			want:  map[string]int{FindingClaimsUnreadable: 1},
+			message: "rds.csi.srvlab.io/claims: invalid character 'o' in literal null (expecting 'u'): the driver cannot tell which nodes hold volume pv-2, " +
+				"skips the PV and refuses every publish and unpublish of it until the annotation is fixed; VolumeAttachments name node-a (attached)",
+			next: "kubectl annotate pv pv-2 rds.csi.srvlab.io/claims-",
+		},
+		{
+			name: "claims naming no time",
+			world: held("True", time.Hour).volume("other", "pv-2", `{"node-a": "yesterday", "": "2024-01-01T00:00:00Z"}`).
+				disks("pv-1", "pv-2").snapshots(),
+			want: map[string]int{FindingClaimsUnreadable: 1}, message: "no VolumeAttachment names it",
+		},
+		{
+			name: "an unreadable record of released attachments",
+			world: func() *world {
+				w := held("True", time.Hour).snapshots()
+				w.c.PVs[0].Annotations[informers.RetiringAnnotation] = "[{"
+				return w
+			}(),
+			want: map[string]int{FindingRetiringUnreadable: 1}, message: "PV pv-1: unreadable annotation rds.csi.srvlab.io/retiring",
+			next: "kubectl annotate pv pv-1 rds.csi.srvlab.io/retiring-",
 		},
 		{
 			name: "another driver's objects are not ours to judge",
@@ -108,6 +130,9 @@ func TestCheck(t *testing.T) {
 			}
 			if tt.message != "" && (len(r.Findings) == 0 || !strings.Contains(r.Findings[0].Message, tt.message)) {
 				t.Errorf("findings %+v do not say %q", r.Findings, tt.message)
+			}
+			if tt.next != "" && (len(r.Findings) == 0 || !strings.Contains(r.Findings[0].Next, tt.next)) {
+				t.Errorf("findings %+v do not say next %q", r.Findings, tt.next)
 			}
 			for _, f := range r.Findings {
 				if f.Next == "" || f.Object == "" {

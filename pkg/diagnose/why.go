@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -183,8 +184,8 @@ func (c *Cluster) judge(s *Story) {
 	s.Claims = claims
 	c.diskOf(s)
 	if err != nil {
-		v(VerdictClaimsUnreadable, "kubectl get pv "+pv.Name+" -o yaml   # then fix the annotation as docs/attachments.md says",
-			"the claims annotation of PV %s cannot be read, and the driver refuses every new node until it is fixed: %v", pv.Name, err)
+		v(VerdictClaimsUnreadable, unreadableNext(pv, informers.ClaimsAnnotation),
+			"the claims annotation of PV %s cannot be read, and the driver refuses every publish and unpublish of it until it is fixed: %v", pv.Name, err)
 		return
 	}
 	if c.Inventory != nil && s.Disk == nil {

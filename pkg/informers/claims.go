@@ -102,7 +102,7 @@ func ParseRetiring(raw string) ([]Retiring, error) {
 	}
 	var out []Retiring
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", RetiringAnnotation, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrUnreadable, RetiringAnnotation, err)
 	}
 	return out, nil
 }
@@ -156,7 +156,7 @@ func (c *Claim) UnmarshalJSON(b []byte) error {
 	type plain Claim
 	var p plain
 	if err := json.Unmarshal(b, &p); err != nil {
-		return err
+		return fmt.Errorf("a claim is an RFC 3339 time or an object with its time (\"at\"), not %s", b)
 	}
 	if p.At.IsZero() {
 		return fmt.Errorf("a claim without its time (\"at\"): %s", b)
@@ -180,7 +180,7 @@ func ParseClaims(raw string) (map[string]Claim, error) {
 	}
 	var m map[string]Claim
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", ClaimsAnnotation, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrUnreadable, ClaimsAnnotation, err)
 	}
 	return m, nil
 }

@@ -120,6 +120,9 @@ type Config struct {
 	// must not call it.
 	GuardChanged func(GuardEvent)
 	NodeFlapped  func(node string)
+	// Malformed, when set, collects the objects the index skips as
+	// unreadable (reported once per resourceVersion, never retried).
+	Malformed *MalformedSet
 }
 
 // Controller keeps an AttachmentIndex in step with the API server.
@@ -478,6 +481,7 @@ func (c *Controller) syncPV(name string) error {
 	pv, err := c.pvs.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.index.deletePV(name)
+		c.malformedPV(name, nil, nil, nil)
 		c.recheck(name, handle)
 		return nil
 	}
@@ -486,21 +490,24 @@ func (c *Controller) syncPV(name string) error {
 	}
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
 		c.index.deletePV(name)
+		c.malformedPV(name, nil, nil, nil)
 		c.recheck(name, handle)
 		return nil
 	}
 	claims, err := decodeClaims(pv.Annotations)
+	retiring, retiringErr := ParseRetiring(pv.Annotations[RetiringAnnotation])
+	// Skipped and reported once per resourceVersion, never retried: the
+	// same version parses the same way, and a fixed one comes back here.
+	c.malformedPV(name, pv, err, retiringErr)
 	if err != nil {
 		// Keep the previous claims: a corrupted annotation must not free a
-		// volume. Retried with backoff, and logged, until someone fixes it.
-		return fmt.Errorf("PV %s: %w", name, err)
+		// volume. Publishes of it are refused (MalformedSet.ForHandle).
+		return nil
 	}
-	retiring, err := ParseRetiring(pv.Annotations[RetiringAnnotation])
-	if err != nil {
+	if retiringErr != nil {
 		// Not a reason to stop following the PV (its claims are what
 		// decisions stand on): the leader does not act on it; a release
 		// with storage fencing refuses it until it is fixed.
-		klog.Background().Error(err, "unreadable record of retiring attachments; ignored by the index", "pv", name)
 		retiring = nil
 	}
 	c.index.setPV(name, func(v *Volume) {
