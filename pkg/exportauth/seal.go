@@ -38,6 +38,10 @@ var b64 = base64.RawURLEncoding
 // ErrSealed wraps every reason a sealed secret cannot be opened.
 var ErrSealed = errors.New("sealed DH-HMAC-CHAP secret")
 
+// ErrWrongKey: the secret was sealed to another key than the node's (it
+// also wraps ErrSealed). Unlike a malformed value, a new publish fixes it.
+var ErrWrongKey = fmt.Errorf("%w: not sealed to this node's key", ErrSealed)
+
 // PublicKey is a node plugin's public key.
 type PublicKey [32]byte
 
@@ -143,7 +147,7 @@ func (k *NodeKey) Open(sealed string) (nvme.DHCHAPSecret, error) {
 	pub, priv := [32]byte(k.Public), k.private
 	plain, ok := box.OpenAnonymous(nil, raw, &pub, &priv)
 	if !ok {
-		return nvme.DHCHAPSecret{}, fmt.Errorf("%w: it was not sealed to this node's key %s (the node plugin's key changed since the publish, or the attachment belongs to another node); a new publish seals it to the current key", ErrSealed, k.Public)
+		return nvme.DHCHAPSecret{}, fmt.Errorf("%w %s (the node plugin's key changed since the publish, or the attachment belongs to another node); a new publish seals it to the current key", ErrWrongKey, k.Public)
 	}
 	s, err := nvme.ParseDHCHAPSecret(string(plain))
 	if err != nil {

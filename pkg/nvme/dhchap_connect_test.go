@@ -103,3 +103,13 @@ func TestConnectWithSecretRefusedWithoutKernelAuth(t *testing.T) {
 		})
 	}
 }
+
+// The check at start loads no module: a missing fabrics device is reported.
+func TestAuthUnsupportedWithoutNVMeTCP(t *testing.T) {
+	h := newFakeHost(t)
+	h.remove(h.fabrics)
+	c := h.connector() // its Runner fails the test on any command
+	if why := c.AuthUnsupported(); !strings.Contains(why, "nvme-tcp kernel module is not loaded") {
+		t.Fatalf("AuthUnsupported = %q", why)
+	}
+}

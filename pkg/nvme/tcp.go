@@ -213,7 +213,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
 	}
 	if !t.Secret.IsZero() {
-		if why := c.AuthUnsupported(ctx); why != "" {
+		if why := c.AuthUnsupported(); why != "" {
 			return "", fmt.Errorf("%w: connecting %s needs NVMe in-band authentication (the attachment has a DH-HMAC-CHAP secret) and %s", ErrAuthUnsupported, t.NQN, why)
 		}
 	}
@@ -567,10 +567,15 @@ func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentit
 // nvme-core pulls in when the kernel has host authentication. A kernel
 // that fails this is refused before the connect, never found out by one
 // that hangs or fails later.
-func (c *TCPConnector) AuthUnsupported(ctx context.Context) string {
-	f, err := c.openFabrics(ctx)
+func (c *TCPConnector) AuthUnsupported() string {
+	// No modprobe here (unlike a connect): the node plugin asks at start,
+	// and a check must not load kernel modules.
+	f, err := os.Open(c.cfg.FabricsPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("%s is missing: the nvme-tcp kernel module is not loaded; load it at boot (list nvme-tcp in /etc/modules-load.d/) and restart the node plugin", c.cfg.FabricsPath)
+	}
 	if err != nil {
-		return fmt.Sprintf("its fabrics device cannot be opened (%v)", err)
+		return fmt.Sprintf("%s cannot be read (%v)", c.cfg.FabricsPath, err)
 	}
 	defer f.Close()
 	buf := make([]byte, 4096)
