@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/exportauth"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -155,6 +156,9 @@ func (o *connectorOptions) nodeServer(ctx context.Context, d *csi.Driver, opts c
 		return nil, err
 	}
 	ns := csi.NewNodeServer(d, c, nil)
+	if err := o.nodeKey(ctx, ns, c, opts); err != nil {
+		return nil, err
+	}
 	id, err := ns.NodeID()
 	if err != nil {
 		if o.Kind == connectorTCP {
@@ -164,4 +168,42 @@ func (o *connectorOptions) nodeServer(ctx context.Context, d *csi.Driver, opts c
 	}
 	klog.FromContext(ctx).Info("node identity", "nodeID", id)
 	return ns, nil
+}
+
+// nodeKeyFile is where the node plugin keeps its node key: beside the
+// host's NVMe identity (the host's /etc/nvme, mounted into the node plugin
+// only), one per driver name.
+func (o *connectorOptions) nodeKeyFile(driver string) string {
+	return filepath.Join(o.NVMeDir, driver+".node-key")
+}
+
+// nodeKey gives the node service its key when this node can authenticate
+// NVMe connects (its kernel has DH-HMAC-CHAP host authentication), so that
+// it registers the key in its node ID and the controller seals
+// authenticated attachments' secrets to it. A node that cannot registers
+// none and refuses authenticated attachments, saying why; that is logged
+// here, at start, rather than found out by a connect.
+func (o *connectorOptions) nodeKey(ctx context.Context, ns *csi.NodeServer, c csi.Connector, opts csi.Options) error {
+	logger := klog.FromContext(ctx)
+	why := "the loop connector (labs and demos) does not authenticate"
+	if tc, ok := c.(*nvme.TCPConnector); ok {
+		why = tc.AuthUnsupported()
+	}
+	if why != "" {
+		ns.SetNodeKey(nil, why)
+		logger.Info("NVMe in-band authentication is not available on this node: attachments that authenticate are refused here", "reason", why)
+		return nil
+	}
+	path := o.nodeKeyFile(opts.DriverName)
+	k, err := exportauth.LoadOrCreateNodeKey(path)
+	if err != nil {
+		return fmt.Errorf("node key: %w", err)
+	}
+	ns.SetNodeKey(k, "")
+	if why := ns.AuthUnavailable(); why != "" {
+		logger.Info("the node key is not registered: attachments that authenticate are refused here", "reason", why)
+		return nil
+	}
+	logger.Info("NVMe in-band authentication available: the node key is registered in the node ID", "key", k.Public.String(), "file", path)
+	return nil
 }

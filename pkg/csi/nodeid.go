@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/srvlab/rds-csi/pkg/exportauth"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -22,6 +23,14 @@ import (
 // per-attachment NQNs connected with. It reached the controller through
 // NodeGetInfo → node-driver-registrar → kubelet → CSINode → external-
 // attacher → ControllerPublishVolume's node_id.
+//
+// A node plugin whose kernel can authenticate NVMe connects registers its
+// node key (exportauth) the same way, in place of the NQN:
+//
+//	worker-1/x25519:Hn3…
+//
+// and the controller seals every authenticated attachment's secret to it.
+// An NQN starts with "nqn.", a key with "x25519:", so the two never mix up.
 const nodeIDSeparator = "/"
 
 // MaxNodeIDLength is the longest node ID the driver registers: Kubernetes
@@ -33,19 +42,25 @@ const MaxNodeIDLength = 192
 type NodeIdentity struct {
 	Name    string // the Kubernetes node name
 	HostNQN string // "" when the node registered none
+	// Key is the node plugin's node key; nil when the node registered none
+	// (its kernel cannot authenticate, or a plugin from before
+	// authenticated attachments).
+	Key *exportauth.PublicKey
 }
 
-// FormatNodeID builds the node ID a node registers.
-func FormatNodeID(name, hostNQN string) (string, error) {
+// FormatNodeID builds the node ID a node registers: the name, and after it
+// either a host NQN (the form of node plugins before per-attachment NQNs)
+// or a node key's String, or nothing.
+func FormatNodeID(name, suffix string) (string, error) {
 	id := name
-	if hostNQN != "" {
-		id = name + nodeIDSeparator + hostNQN
+	if suffix != "" {
+		id = name + nodeIDSeparator + suffix
 	}
 	if _, err := ParseNodeID(id); err != nil {
 		return "", err
 	}
 	if len(id) > MaxNodeIDLength {
-		return "", fmt.Errorf("node ID %q is %d bytes, more than the %d Kubernetes accepts in a CSINode: use a shorter host NQN in /etc/nvme/hostnqn (the uuid form is 68 bytes)", id, len(id), MaxNodeIDLength)
+		return "", fmt.Errorf("node ID %q is %d bytes, more than the %d Kubernetes accepts in a CSINode: use a shorter host NQN in /etc/nvme/hostnqn (the uuid form is 68 bytes), or a node name of at most %d bytes with a node key", id, len(id), MaxNodeIDLength, MaxNodeIDLength-len(nodeIDSeparator)-len(exportauth.PublicKey{}.String()))
 	}
 	return id, nil
 }
@@ -56,6 +71,13 @@ func ParseNodeID(id string) (NodeIdentity, error) {
 	name, nqn, hasNQN := strings.Cut(id, nodeIDSeparator)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return NodeIdentity{}, fmt.Errorf("node ID %q: %q is not a Kubernetes node name: %s", id, name, strings.Join(errs, "; "))
+	}
+	if hasNQN && strings.HasPrefix(nqn, exportauth.PublicKeyPrefix) {
+		k, err := exportauth.ParsePublicKey(nqn)
+		if err != nil {
+			return NodeIdentity{}, fmt.Errorf("node ID %q: %w", id, err)
+		}
+		return NodeIdentity{Name: name, Key: &k}, nil
 	}
 	if hasNQN {
 		if err := rds.ValidateNQN(nqn); err != nil {

@@ -1,8 +1,11 @@
 package csi
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/srvlab/rds-csi/pkg/exportauth"
 )
 
 func TestNodeIDRoundTrip(t *testing.T) {
@@ -31,5 +34,29 @@ func TestNodeIDRefusesWhatNoNodeRegisters(t *testing.T) {
 	long := "nqn.2014-08.com.example:" + strings.Repeat("x", 180)
 	if _, err := FormatNodeID("worker-1", long); err == nil || !strings.Contains(err.Error(), "192") {
 		t.Errorf("a node ID over 192 bytes: %v", err)
+	}
+}
+
+func TestNodeIDCarriesTheNodeKey(t *testing.T) {
+	k, err := exportauth.NewNodeKey(bytes.NewReader(bytes.Repeat([]byte{3}, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := FormatNodeID("worker-1", k.Public.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseNodeID(id)
+	if err != nil || got.Name != "worker-1" || got.HostNQN != "" || got.Key == nil || *got.Key != k.Public {
+		t.Fatalf("ParseNodeID(%q) = %+v, %v", id, got, err)
+	}
+	for _, bad := range []string{"worker-1/x25519:", "worker-1/x25519:short", "worker-1/x25519:" + strings.Repeat("A", 44)} {
+		if _, err := ParseNodeID(bad); err == nil {
+			t.Errorf("ParseNodeID(%q) accepted a bad key", bad)
+		}
+	}
+	// The longest name that still fits with a key is said in the error.
+	if _, err := FormatNodeID(strings.Repeat("a", 63)+"."+strings.Repeat("b", 63)+"."+strings.Repeat("c", 30), k.Public.String()); err == nil || !strings.Contains(err.Error(), "at most 141 bytes") {
+		t.Errorf("a name too long for a key: %v", err)
 	}
 }

@@ -69,6 +69,7 @@ type NodeServer struct {
 	mounter   *mount.SafeFormatAndMount
 	resizer   *mount.ResizeFs
 	inflight  *InFlight
+	auth      nodeAuth
 }
 
 // NewNodeServer returns the Node service of d. m may be nil for the
@@ -120,7 +121,8 @@ type hostIdentifier interface {
 var _ hostIdentifier = (*nvme.TCPConnector)(nil)
 
 // NodeID is the CSI node ID this node registers (nodeid.go): the node
-// name alone. Storage fencing gives every attachment its own host NQN in
+// name, and the node key when the node can authenticate (nodeauth.go).
+// Storage fencing gives every attachment its own host NQN in
 // publish_context, so the node's own NQN says nothing the controller
 // needs. The node's NVMe identity is still read (and on first use
 // created) in /etc/nvme, for attachments made before per-attachment host
@@ -132,7 +134,7 @@ func (s *NodeServer) NodeID() (string, error) {
 			return "", fmt.Errorf("node %s: NVMe host identity: %w", s.d.opts.NodeID, err)
 		}
 	}
-	return FormatNodeID(s.d.opts.NodeID, "")
+	return FormatNodeID(s.d.opts.NodeID, s.auth.nodeIDSuffix())
 }
 
 func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
@@ -305,6 +307,9 @@ func (s *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if t.HostNQN, err = attachmentHost(id, req.GetPublishContext()); err != nil {
 		return nil, err
 	}
+	if t.Secret, err = s.attachmentSecret(id, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
 	release, err := s.acquire(id)
 	if err != nil {
 		return nil, err
@@ -320,7 +325,7 @@ func (s *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		}
 		return nil, fmt.Errorf("volume %s: connecting %s at %s port %d: %w", id, t.NQN, t.Address, t.Port, err)
 	}
-	logger.V(2).Info("connected", "device", dev, "nqn", t.NQN, "attachmentHostNQN", t.HostNQN != "")
+	logger.V(2).Info("connected", "device", dev, "nqn", t.NQN, "attachmentHostNQN", t.HostNQN != "", "authenticated", !t.Secret.IsZero())
 	if c.GetBlock() != nil {
 		// Nothing to mount: NodePublishVolume exposes the device itself.
 		logger.Info("staged raw block volume", "device", dev)

@@ -48,6 +48,12 @@ type Target struct {
 	// derives from it. Empty: the node's own host NQN and host ID
 	// (/etc/nvme), as for attachments made without one.
 	HostNQN string
+
+	// Secret, when set, is the attachment's DH-HMAC-CHAP secret: the
+	// connect authenticates with it (dhchap_secret), and a kernel without
+	// NVMe in-band authentication is refused before anything is tried
+	// (ErrAuthUnsupported). Unset: no authentication, as before.
+	Secret DHCHAPSecret
 }
 
 // InUseFunc reports whether any volume staged on this node still uses the

@@ -28,4 +28,9 @@ var (
 	// ErrConnectFailed: the kernel refused the connect for another reason
 	// (see the node's kernel log).
 	ErrConnectFailed = errors.New("NVMe/TCP connect failed")
+	// ErrAuthUnsupported: the target needs NVMe in-band authentication and
+	// this node's kernel cannot do it; nothing was attempted.
+	ErrAuthUnsupported = errors.New("the kernel has no NVMe in-band authentication")
+	// ErrMalformedSecret wraps every reason ParseDHCHAPSecret refuses a value.
+	ErrMalformedSecret = errors.New("malformed DH-HMAC-CHAP secret")
 )

@@ -212,6 +212,11 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
 	}
+	if !t.Secret.IsZero() {
+		if why := c.AuthUnsupported(); why != "" {
+			return "", fmt.Errorf("%w: connecting %s needs NVMe in-band authentication (the attachment has a DH-HMAC-CHAP secret) and %s", ErrAuthUnsupported, t.NQN, why)
+		}
+	}
 	logger := klog.FromContext(ctx).WithValues("nqn", t.NQN)
 
 	unlock, err := c.locks.lock(ctx, t.NQN)
@@ -236,7 +241,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
 	}
-	opts := c.options(addr, port, t.NQN, id)
+	opts := c.options(addr, port, t.NQN, id, t.Secret)
 
 	results, err := c.startFabricsWrite(ctx, opts)
 	if err != nil {
@@ -532,8 +537,10 @@ func (c *TCPConnector) RefreshSize(ctx context.Context, nqn string) error {
 }
 
 // options builds the fabrics option string. Every value in it has been
-// validated (NQNs, numeric address, port, UUID), so none can add options.
-func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentity) string {
+// validated (NQNs, numeric address, port, UUID, the secret's DHHC-1 form,
+// whose base64 has no comma), so none can add options. The string holds
+// the secret: it goes to the kernel only, never into a log or an error.
+func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentity, secret DHCHAPSecret) string {
 	opts := fmt.Sprintf("transport=tcp,traddr=%s,trsvcid=%d,nqn=%s,hostnqn=%s,hostid=%s,ctrl_loss_tmo=%d,reconnect_delay=%d,keep_alive_tmo=%d",
 		addr, port, nqn, id.NQN, id.ID,
 		kernelSeconds(c.cfg.CtrlLossTimeout), kernelSeconds(c.cfg.ReconnectDelay), kernelSeconds(c.cfg.KeepAliveTimeout))
@@ -542,8 +549,49 @@ func (c *TCPConnector) options(addr string, port int, nqn string, id HostIdentit
 		opts += ",fast_io_fail_tmo=0"
 	case c.cfg.FastIOFailTimeout > 0:
 		opts += fmt.Sprintf(",fast_io_fail_tmo=%d", kernelSeconds(c.cfg.FastIOFailTimeout))
+	} // HoldIOUntilCtrlLoss: the kernel's default
+	if !secret.IsZero() {
+		opts += ",dhchap_secret=" + secret.Reveal()
 	}
-	return opts // HoldIOUntilCtrlLoss: the kernel's default
+	return opts
+}
+
+// AuthUnsupported says why this node's kernel cannot authenticate an NVMe
+// connect with DH-HMAC-CHAP, or "" when it can. Read without a controller,
+// the fabrics device lists the connect options the kernel accepts (Linux
+// 5.17+). From Linux 6.7 it lists dhchap_secret only when the kernel was
+// built with CONFIG_NVME_HOST_AUTH; from 6.0 to 6.6 it lists it always,
+// and only a kernel built with CONFIG_NVME_AUTH has the nvme-common module
+// that does the work. So: the option is listed, and the module that
+// implements it (nvme_auth from 6.7, nvme_common before) is loaded, which
+// nvme-core pulls in when the kernel has host authentication. A kernel
+// that fails this is refused before the connect, never found out by one
+// that hangs or fails later.
+func (c *TCPConnector) AuthUnsupported() string {
+	// No modprobe here (unlike a connect): the node plugin asks at start,
+	// and a check must not load kernel modules.
+	f, err := os.Open(c.cfg.FabricsPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("%s is missing: the nvme-tcp kernel module is not loaded; load it at boot (list nvme-tcp in /etc/modules-load.d/) and restart the node plugin", c.cfg.FabricsPath)
+	}
+	if err != nil {
+		return fmt.Sprintf("%s cannot be read (%v)", c.cfg.FabricsPath, err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	n, err := f.Read(buf)
+	if n == 0 {
+		return fmt.Sprintf("%s lists no connect options (%v): a kernel before Linux 5.17, which has no NVMe in-band authentication either", c.cfg.FabricsPath, err)
+	}
+	if !strings.Contains(string(buf[:n]), "dhchap_secret=") {
+		return fmt.Sprintf("the kernel does not accept dhchap_secret (%s): it was built without CONFIG_NVME_HOST_AUTH (Linux 6.7+) or CONFIG_NVME_AUTH (6.0 to 6.6), as Debian's 6.1 kernel is; boot a kernel with it, e.g. Debian bookworm's 6.12 from bookworm-security", c.cfg.FabricsPath)
+	}
+	for _, m := range []string{"nvme_auth", "nvme_common"} {
+		if _, err := os.Stat(filepath.Join(c.cfg.SysRoot, "module", m)); err == nil {
+			return ""
+		}
+	}
+	return "the kernel lists dhchap_secret but neither nvme_auth nor nvme_common is loaded: it was built without host authentication (CONFIG_NVME_AUTH on Linux 6.0 to 6.6)"
 }
 
 // kernelSeconds rounds up to whole seconds; negative means "forever" (-1).

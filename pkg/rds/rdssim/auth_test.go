@@ -1,147 +1,100 @@
 package rdssim
 
 import (
-	"bytes"
-	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"golang.org/x/crypto/ssh"
-	"golang.org/x/crypto/ssh/knownhosts"
+	"github.com/srvlab/rds-csi/pkg/nvme"
 )
 
-func TestWrongKeyRefused(t *testing.T) {
+var secretInPrint = regexp.MustCompile(`nvme-tcp-server-secret="?([^" ]*)"?`)
+
+// printed is d1's detail print with the terminal's wrapping undone.
+func printed(ts *testSim) string {
+	return regexp.MustCompile(`\n +`).ReplaceAllString(ts.run(`/disk print detail where slot="d1"`), "")
+}
+
+// A password turns into a read-only DHHC-1 secret in print; the password
+// itself is never printed; "" takes it away. (Assumed RouterOS behaviour,
+// docs/routeros.md.)
+func TestPasswordPrintsASecretNeverThePassword(t *testing.T) {
 	ts := startSim(t, nil)
-	other, _, err := NewTestKeys()
+	ts.mustRun(addCmd("d1", "1G"))
+	const password = "correct-horse-battery"
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="` + password + `"`)
+	out := printed(ts)
+	if strings.Contains(out, password) {
+		t.Fatalf("print shows the password:\n%s", out)
+	}
+	m := secretInPrint.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no nvme-tcp-server-secret in:\n%s", out)
+	}
+	s, err := nvme.ParseDHCHAPSecret(m[1])
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the printed secret is not one a kernel takes: %v", err)
 	}
-	if c, err := ts.dial(other); err == nil {
-		c.Close()
-		t.Fatal("logged in with a key that is not authorized")
-	} else if !strings.Contains(err.Error(), "unable to authenticate") {
-		t.Errorf("error %v, want an authentication failure", err)
+	// The same password, the same secret; another, another.
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password="` + password + `"`)
+	if m2 := secretInPrint.FindStringSubmatch(printed(ts)); m2 == nil || m2[1] != s.Reveal() {
+		t.Fatalf("the secret changed without a new password: %v", m2)
 	}
-	ts.srv.Close() // waits for the connection handlers: the counts are final
-	if st := ts.srv.Stats(); st.HandshakeFailed != 1 || st.Accepted != 2 {
-		t.Errorf("stats %+v", st)
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password="another"`)
+	if m3 := secretInPrint.FindStringSubmatch(printed(ts)); m3 == nil || m3[1] == s.Reveal() {
+		t.Fatalf("a new password kept the secret: %v", m3)
 	}
-	if n := len(ts.srv.Commands()); n != 0 {
-		t.Errorf("%d commands logged", n)
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password=""`)
+	if m4 := secretInPrint.FindStringSubmatch(printed(ts)); m4 != nil && m4[1] != "" {
+		t.Fatalf("no password, yet a secret: %v", m4)
 	}
 }
 
-func TestOnlyExecIsServed(t *testing.T) {
-	ts := startSim(t, nil)
-	sess, err := ts.client.NewSession()
-	if err != nil {
+// The nvmet backend gives the allowed host the secret as its DH-HMAC-CHAP
+// key, before it links the host; a kernel without target authentication,
+// or a password with any host allowed, is refused, never an export that
+// only looks protected.
+func TestNvmetHostKeyFollowsThePassword(t *testing.T) {
+	root := fakeNvmetRoot(t)
+	ts := startNvmetSim(t, root)
+	const host = "nqn.2014-08.org.nvmexpress:uuid:a"
+	hostDir := filepath.Join(root, "hosts", host)
+	// What configfs makes with the host's directory on a kernel with
+	// CONFIG_NVME_TARGET_AUTH.
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	defer sess.Close()
-	if err := sess.Shell(); err == nil {
-		t.Error("shell request accepted")
-	}
-	if _, _, err := ts.client.OpenChannel("direct-tcpip", nil); err == nil {
-		t.Error("direct-tcpip channel accepted")
-	}
-}
-
-func TestHostKeyPersists(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "keys", "host_key")
-	k1, err := LoadOrGenerateHostKey(path)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k2, err := LoadOrGenerateHostKey(path)
-	if err != nil {
-		t.Fatal(err)
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	want := serverSecret("pw-1")
+	if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != want {
+		t.Fatalf("dhchap_key = %q, want the printed secret", got)
 	}
-	if !bytes.Equal(k1.PublicKey().Marshal(), k2.PublicKey().Marshal()) {
-		t.Error("a second load generated a new key")
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password="pw-2"`)
+	if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != serverSecret("pw-2") {
+		t.Fatalf("dhchap_key = %q after a new password", got)
 	}
-	if k1.PublicKey().Type() != ssh.KeyAlgoED25519 {
-		t.Errorf("key type %s", k1.PublicKey().Type())
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.HasPrefix(data, []byte("-----BEGIN OPENSSH PRIVATE KEY-----")) {
-		t.Errorf("key file is not OpenSSH PEM: %.40q", data)
-	}
-	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
-		t.Errorf("key file mode %v", fi.Mode().Perm())
-	}
-	if err := os.WriteFile(path, []byte("not a key"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrGenerateHostKey(path); err == nil {
-		t.Error("a broken key file was accepted (or replaced)")
-	}
-}
-
-func knownHostsClient(t *testing.T, addr string, signer ssh.Signer, knownHostsFile string) (*ssh.Client, error) {
-	t.Helper()
-	cb, err := knownhosts.New(knownHostsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ssh.Dial("tcp", addr, &ssh.ClientConfig{
-		User:            "admin",
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: cb,
-		Timeout:         30 * time.Second,
-	})
-}
-
-func TestKnownHosts(t *testing.T) {
-	ts := startSim(t, nil)
-	firstKey := ts.srv.HostPublicKey()
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := ts.srv.WriteKnownHosts(kh); err != nil {
-		t.Fatal(err)
-	}
-	c, err := knownHostsClient(t, ts.srv.Addr(), ts.signer, kh)
-	if err != nil {
-		t.Fatalf("pinned host key refused: %v", err)
-	}
-	c.Close()
-
-	// The same data dir and host key file after a restart, on the same
-	// address: the pinned entry still matches.
-	addr := ts.srv.Addr()
-	ts.stop()
-	srv, err := New(ts.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	c, err = knownHostsClient(t, addr, ts.signer, kh)
-	if err != nil {
-		t.Fatalf("pinned host key refused after restart: %v", err)
-	}
-	c.Close()
-	srv.Close()
-	if err := <-done; err != nil {
-		t.Errorf("Serve after Close: %v", err)
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password=""`)
+	if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != "" {
+		t.Fatalf("dhchap_key = %q with no password", got)
 	}
 
-	// Another simulator (another host key) at a pinned address is refused.
-	other := startSim(t, nil)
-	line := knownhosts.Line([]string{other.srv.Addr()}, firstKey) + "\n"
-	if err := os.WriteFile(kh, []byte(line), 0o644); err != nil {
-		t.Fatal(err)
+	// A host whose directory has no dhchap_key: nvmet without
+	// authentication.
+	const bare = "nqn.2014-08.org.nvmexpress:uuid:b"
+	if out, _ := ts.tryRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + bare + `" nvme-tcp-server-password="pw-3"`); !strings.Contains(out, "failure:") || !strings.Contains(out, "CONFIG_NVME_TARGET_AUTH") {
+		t.Fatalf("a password was accepted by an nvmet without authentication: %q", out)
 	}
-	if c, err := knownHostsClient(t, other.srv.Addr(), other.signer, kh); err == nil {
-		c.Close()
-		t.Error("a host key mismatch was accepted")
+	if linked, _ := dirNames(filepath.Join(root, "subsystems", "nqn.2000-02.com.mikrotik:d1", "allowed_hosts")); containsString(linked, bare) {
+		t.Fatal("the host was let in without the key it needs")
+	}
+	// Any host with a password.
+	if out, _ := ts.tryRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="" nvme-tcp-server-password="pw-4"`); !strings.Contains(out, "needs an allowed host") {
+		t.Fatalf("a password with any host allowed was accepted: %q", out)
 	}
 }

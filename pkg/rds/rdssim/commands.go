@@ -154,6 +154,7 @@ type diskArgs struct {
 	port      *int
 	nqn       *string
 	allowHost *string
+	password  *string
 }
 
 // parseDiskArg handles a property common to add and set; ok is false when
@@ -162,7 +163,7 @@ func (da *diskArgs) parse(a arg) (ok bool, err error) {
 	v := a.val.text
 	if a.val.find != nil {
 		switch a.key {
-		case "file-size", "nvme-tcp-export", "nvme-tcp-server-port", "nvme-tcp-server-nqn", "nvme-tcp-server-allow-host-name":
+		case "file-size", "nvme-tcp-export", "nvme-tcp-server-port", "nvme-tcp-server-nqn", "nvme-tcp-server-allow-host-name", "nvme-tcp-server-password":
 			return true, invalidValue(a.key)
 		}
 		return false, nil
@@ -190,6 +191,8 @@ func (da *diskArgs) parse(a arg) (ok bool, err error) {
 		da.nqn = &v
 	case "nvme-tcp-server-allow-host-name":
 		da.allowHost = &v
+	case "nvme-tcp-server-password":
+		da.password = &v
 	default:
 		return false, nil
 	}
@@ -208,6 +211,9 @@ func (da *diskArgs) apply(d *disk) {
 	}
 	if da.allowHost != nil {
 		d.AllowHost = *da.allowHost
+	}
+	if da.password != nil {
+		d.Password = *da.password
 	}
 }
 

@@ -11,8 +11,11 @@ type Export struct {
 	NQN       string // nvme-tcp-server-nqn
 	Port      int    // nvme-tcp-server-port
 	AllowHost string // nvme-tcp-server-allow-host-name; "" allows any host
-	File      string // the backing file on the host
-	Size      int64  // the backing file's length; a change is revalidated
+	// Secret is the DH-HMAC-CHAP key the allowed host must present
+	// (nvme-tcp-server-secret, derived from the password); "" is none.
+	Secret string
+	File   string // the backing file on the host
+	Size   int64  // the backing file's length; a change is revalidated
 	// DropOnHostChange: a change of AllowHost drops the connections
 	// already established (Config.AllowHostChange drop); otherwise they
 	// are kept, as Linux nvmet keeps them.
@@ -69,7 +72,7 @@ func (s *Server) wantedExports() []Export {
 		if err != nil {
 			continue
 		}
-		out = append(out, Export{NQN: d.NQN, Port: d.Port, AllowHost: d.AllowHost, File: s.hostPath(rel), Size: s.fileSize(d),
+		out = append(out, Export{NQN: d.NQN, Port: d.Port, AllowHost: d.AllowHost, Secret: serverSecret(d.Password), File: s.hostPath(rel), Size: s.fileSize(d),
 			DropOnHostChange: s.hostChange == AllowHostChangeDrop})
 	}
 	return out

@@ -210,6 +210,12 @@ func (e *NvmetExporter) applyHosts(x Export) (changed bool, err error) {
 	anyHost := filepath.Join(dir, "attr_allow_any_host")
 	wasAny, _ := readTrim(anyHost)
 	if x.AllowHost == "" {
+		if x.Secret != "" {
+			// nvmet authenticates hosts it has an entry for; any host
+			// would connect unauthenticated. Refused rather than let a
+			// password look like protection.
+			return false, fmt.Errorf("subsystem %s: a password needs an allowed host (nvme-tcp-server-allow-host-name): with any host allowed nothing is authenticated", x.NQN)
+		}
 		for _, h := range linked {
 			if err := os.Remove(filepath.Join(allowed, h)); err != nil {
 				return true, fmt.Errorf("subsystem %s: unlinking host %s: %w", x.NQN, h, err)
@@ -229,21 +235,46 @@ func (e *NvmetExporter) applyHosts(x Export) (changed bool, err error) {
 			}
 		}
 	}
-	if !containsString(linked, x.AllowHost) {
-		changed = true
-		host := filepath.Join(e.root, "hosts", x.AllowHost)
-		if err := os.Mkdir(host, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return changed, fmt.Errorf("creating host %s: %w", x.AllowHost, err)
-		}
-		if err := os.MkdirAll(allowed, 0o755); err != nil {
-			return changed, err
-		}
-		if err := os.Symlink(host, filepath.Join(allowed, x.AllowHost)); err != nil {
-			return changed, fmt.Errorf("subsystem %s: allowing host %s: %w", x.NQN, x.AllowHost, err)
-		}
-		e.log.Info("nvmet host allowed", "nqn", x.NQN, "host", x.AllowHost)
+	host := filepath.Join(e.root, "hosts", x.AllowHost)
+	if containsString(linked, x.AllowHost) {
+		// The key first changes at the host's next connect; established
+		// connections stay (nvmet authenticates at connect).
+		return changed, e.setHostKey(host, x)
 	}
-	return changed, nil
+	if err := os.Mkdir(host, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return changed, fmt.Errorf("creating host %s: %w", x.AllowHost, err)
+	}
+	// The key before the link: the host is never allowed in without
+	// the authentication it is meant to need.
+	if err := e.setHostKey(host, x); err != nil {
+		return changed, err
+	}
+	if err := os.MkdirAll(allowed, 0o755); err != nil {
+		return changed, err
+	}
+	if err := os.Symlink(host, filepath.Join(allowed, x.AllowHost)); err != nil {
+		return changed, fmt.Errorf("subsystem %s: allowing host %s: %w", x.NQN, x.AllowHost, err)
+	}
+	e.log.Info("nvmet host allowed", "nqn", x.NQN, "host", x.AllowHost)
+	return true, nil
+}
+
+// setHostKey sets (or, for no secret, clears) the DH-HMAC-CHAP key the
+// host must present. A kernel whose nvmet has no authentication
+// (CONFIG_NVME_TARGET_AUTH) has no dhchap_key attribute: a wanted secret
+// is then an error, never a silent export without authentication.
+func (e *NvmetExporter) setHostKey(host string, x Export) error {
+	attr := filepath.Join(host, "dhchap_key")
+	if _, err := os.Stat(attr); errors.Is(err, fs.ErrNotExist) {
+		if x.Secret == "" {
+			return nil
+		}
+		return fmt.Errorf("subsystem %s: the kernel's nvmet has no in-band authentication (no %s; CONFIG_NVME_TARGET_AUTH): cannot require the password", x.NQN, attr)
+	}
+	if err := writeAttrIfDiffers(attr, x.Secret); err != nil {
+		return fmt.Errorf("subsystem %s: setting the allowed host's key: %w", x.NQN, err)
+	}
+	return nil
 }
 
 // applyNamespace keeps namespace 1 enabled on x.File and tells nvmet

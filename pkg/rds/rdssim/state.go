@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -29,6 +30,9 @@ type disk struct {
 	Port      int    `json:"nvmeTcpServerPort"`
 	NQN       string `json:"nvmeTcpServerNqn"`
 	AllowHost string `json:"nvmeTcpServerAllowHostName"`
+	// Password: nvme-tcp-server-password; "" means none (no
+	// authentication). Never printed (a sensitive value).
+	Password string `json:"nvmeTcpServerPassword,omitempty"`
 	// Mounted: a disk mounted beside the driver's (an image; AddMountedImage).
 	Mounted bool `json:"mounted,omitempty"`
 }
@@ -313,6 +317,12 @@ func fileDiskItem(d *disk, size int64, hideClosed bool) item {
 		bareProp("file-size", humanSize(sz)),
 		bareProp("file-offset", "0"),
 	)
+	if d.Password != "" {
+		// Only with a password: the hardware captures (docs/routeros.md)
+		// print no such property on disks without one.
+		props = slices.Insert(props, slices.IndexFunc(props, func(p prop) bool { return p.key == "iscsi-export" }),
+			hidden(strProp("nvme-tcp-server-secret", serverSecret(d.Password)), hide))
+	}
 	return item{flags: flags, props: props}
 }
 

@@ -1,0 +1,115 @@
+package nvme
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The option list a kernel prints when /dev/nvme-fabrics is read without a
+// controller: Linux 6.7+ lists dhchap_secret only when built with
+// CONFIG_NVME_HOST_AUTH; 6.0 to 6.6 list it always.
+const (
+	fabricsTokensBase = "instance=-1,cntlid=-1,transport=%s,traddr=%s,trsvcid=%s,nqn=%s,queue_size=%d,nr_io_queues=%d,reconnect_delay=%d,ctrl_loss_tmo=%d,keep_alive_tmo=%d,hostnqn=%s,host_traddr=%s,host_iface=%s,hostid=%s,duplicate_connect,disable_sqflow,hdr_digest,data_digest,nr_write_queues=%d,nr_poll_queues=%d,tos=%d,fast_io_fail_tmo=%d,discovery"
+	fabricsTokensAuth = fabricsTokensBase + ",dhchap_secret=%s,dhchap_ctrl_secret=%s\n"
+)
+
+// authHost is a fake host whose kernel has NVMe in-band authentication.
+func authHost(t *testing.T) *fakeHost {
+	h := newFakeHost(t)
+	h.write(h.fabrics, fabricsTokensAuth)
+	h.mkdir(filepath.Join(h.sys, "module", "nvme_auth"))
+	return h
+}
+
+func testSecret(t *testing.T) DHCHAPSecret {
+	t.Helper()
+	s, err := ParseDHCHAPSecret(externalValidSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConnectWithSecretAuthenticates(t *testing.T) {
+	h := authHost(t)
+	c := h.connector()
+	var saw []string
+	c.kernel = h.connectingKernel("nvme-subsys0", "nvme0", "nvme0n1", &saw)
+	if _, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA, Secret: testSecret(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(saw) != 1 || optionValue(saw[0], "dhchap_secret") != externalValidSecret {
+		t.Fatalf("the kernel saw %q, want dhchap_secret=%s", saw, externalValidSecret)
+	}
+	if optionValue(saw[0], "hostnqn") != attachA {
+		t.Fatalf("the secret must go with the attachment's host NQN: %q", saw[0])
+	}
+}
+
+func TestConnectWithoutSecretSendsNone(t *testing.T) {
+	h := authHost(t)
+	c := h.connector()
+	var saw []string
+	c.kernel = h.connectingKernel("nvme-subsys0", "nvme0", "nvme0n1", &saw)
+	if _, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(saw[0], "dhchap") {
+		t.Fatalf("no secret, yet the kernel saw %q", saw[0])
+	}
+}
+
+// A kernel without host authentication is found out before the connect,
+// never by a connect that hangs or fails later; nothing reaches the
+// kernel, and the error says what to do without showing the secret.
+func TestConnectWithSecretRefusedWithoutKernelAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name, tokens string
+		module       string
+		why          string
+	}{
+		{"6.7+ built without CONFIG_NVME_HOST_AUTH", fabricsTokensBase + "\n", "", "does not accept dhchap_secret"},
+		{"6.0-6.6 listing the option without CONFIG_NVME_AUTH", fabricsTokensAuth, "", "neither nvme_auth nor nvme_common"},
+		{"before 5.17: no option list", "", "", "lists no connect options"},
+		{"6.0-6.6 with CONFIG_NVME_AUTH", fabricsTokensAuth, "nvme_common", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			h.write(h.fabrics, tc.tokens)
+			if tc.module != "" {
+				h.mkdir(filepath.Join(h.sys, "module", tc.module))
+			}
+			c := h.connector()
+			var saw []string
+			c.kernel = h.connectingKernel("nvme-subsys0", "nvme0", "nvme0n1", &saw)
+			_, err := c.Connect(testCtx(t), Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA, Secret: testSecret(t)})
+			if tc.why == "" {
+				if err != nil || len(saw) != 1 {
+					t.Fatalf("Connect = %v after %d kernel connects, want one that succeeds", err, len(saw))
+				}
+				return
+			}
+			if !errors.Is(err, ErrAuthUnsupported) || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("Connect = %v, want ErrAuthUnsupported saying %q", err, tc.why)
+			}
+			if len(saw) != 0 {
+				t.Fatalf("the kernel was asked to connect: %q", saw)
+			}
+			if strings.Contains(err.Error(), "MWPq") {
+				t.Fatalf("the error shows the secret: %v", err)
+			}
+		})
+	}
+}
+
+// The check at start loads no module: a missing fabrics device is reported.
+func TestAuthUnsupportedWithoutNVMeTCP(t *testing.T) {
+	h := newFakeHost(t)
+	h.remove(h.fabrics)
+	c := h.connector() // its Runner fails the test on any command
+	if why := c.AuthUnsupported(); !strings.Contains(why, "nvme-tcp kernel module is not loaded") {
+		t.Fatalf("AuthUnsupported = %q", why)
+	}
+}
