@@ -105,7 +105,7 @@ func TestHeartbeatModel(t *testing.T) {
 				k := 1 + rng.Intn(len(pending))
 				rng.Shuffle(k, func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
 				for _, ev := range pending[:k] {
-					l.observeLease(ev.node, ev.rv)
+					l.observeLease(ev.node, ev.rv, 0)
 				}
 				pending = pending[k:]
 			case r < 78:
