@@ -486,7 +486,12 @@ func (l *Liveness) HeartbeatLost(s NodeState) bool { return l != nil && l.heartb
 
 // Recovered reports whether node name, as s shows it, has been seen
 // healthy (Ready, its heartbeat within the threshold) for the recovery
-// period, and if not, how long until it may be.
+// period, and if not, how long until it may be. Healthy since the later
+// of its turning Ready and its heartbeat's return after a lapse: a node
+// whose Lease lapsed while its Ready condition stayed True (the kubelet
+// stalled for less than kube-controller-manager's grace) is not healthy
+// from the moment it renews again, or a flapping node's taint would come
+// and go with every lapse.
 func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 	if !s.Exists || !s.Ready {
 		return false, 0
@@ -501,7 +506,11 @@ func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 	if l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(e.renewed) > l.heartbeatThreshold(e) {
 		return false, 0
 	}
-	if wait := l.recoveryPeriod(e) - now.Sub(later(e.readyAt, l.floor())); wait > 0 {
+	since := e.readyAt
+	if e.resumed.After(since) {
+		since = e.resumed
+	}
+	if wait := l.recoveryPeriod(e) - now.Sub(later(since, l.floor())); wait > 0 {
 		return false, wait
 	}
 	return true, 0

@@ -146,3 +146,52 @@ func TestOneNodeLeftRenewingIsNoGap(t *testing.T) {
 		t.Fatalf("node a, silent for %s while b renews every 10.3 s: Stale %q %t; want HeartbeatLost", 3*10300*time.Millisecond, reason, stale)
 	}
 }
+
+// Hysteresis after a heartbeat fence: a node whose Lease lapsed past the
+// threshold while its Ready condition stayed True (kube-controller-
+// manager's grace is longer than the lapse) counts as healthy only from
+// its heartbeat's return, so the driver's taint stays for the recovery
+// period after it. Before, Recovered timed it from its turning Ready long
+// ago, the taint was lifted at its first renewal, and a flapping node was
+// tainted and untainted with every lapse.
+func TestRecoveryAfterAHeartbeatLapseNeedsASteadyPeriod(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second, NotReadyThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, 1)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	// n and another node, m, which renews all along (no silence of every
+	// heartbeat at once).
+	l.observeNode("n", up)
+	l.observeNode("m", up)
+	rv := 0
+	renewFor := func(d time.Duration, nodes ...string) { // a renewal every 2.5 s for d
+		for end := clock.Now().Add(d); ; clock.Step(2500 * time.Millisecond) {
+			for _, n := range nodes {
+				rv++
+				l.observeLease(n, fmt.Sprint(rv), 10*time.Second)
+			}
+			if !clock.Now().Before(end) {
+				return
+			}
+		}
+	}
+	renewFor(time.Minute, "n", "m")
+	if ok, _ := l.Recovered("n", up); !ok {
+		t.Fatal("a node healthy for a minute is not recovered")
+	}
+	clock.Step(2500 * time.Millisecond)
+	renewFor(7500*time.Millisecond, "m") // n lapses: fenced and tainted
+	if ok, _ := l.Recovered("n", up); ok {
+		t.Fatal("recovered while its heartbeat is lost")
+	}
+	renewFor(0, "n", "m") // back, Ready all along
+	ok, wait := l.Recovered("n", up)
+	if ok || wait != 20*time.Second {
+		t.Fatalf("at its heartbeat's return: recovered %t, wait %s; want not yet, 20s (the recovery period)", ok, wait)
+	}
+	clock.Step(2500 * time.Millisecond)
+	renewFor(20*time.Second, "n", "m")
+	if ok, _ := l.Recovered("n", up); !ok {
+		t.Fatal("not recovered after the recovery period of renewals")
+	}
+}
