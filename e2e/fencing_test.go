@@ -69,6 +69,16 @@ func TestUnattendedFailoverKubeletCadence(t *testing.T) {
 		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}})
 }
 
+// Opt-in faster failover (issue 23): the kubelets renew their Leases every
+// 2.5 s (nodeLeaseDurationSeconds: 10, the status sync at its default
+// 10 s), the driver runs --heartbeat-threshold=6s (two renewals and a
+// bit), kube-controller-manager its default grace (40 s). A benchmark
+// like the one above (docs/BENCHMARKS.md), not a timed test.
+func TestUnattendedFailoverFastHeartbeat(t *testing.T) {
+	unattendedFailover(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletFastHeartbeatCadence,
+		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint", "--heartbeat-threshold=6s"}})
+}
+
 func unattendedFailover(t *testing.T, o attachOptions) {
 	w := startAttachWorldWith(t, o, "node-a", "node-b")
 	e := w.e
@@ -105,9 +115,9 @@ func unattendedFailover(t *testing.T, o attachOptions) {
 	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExportTo(w, "node-b")); err != nil {
 		t.Error(err)
 	}
-	tl.Logf("UNATTENDED FAILOVER: node stop -> attached on node-b %s (cut off the RDS after %s, tainted %s after the cut, attached %s after the taint; fake kubelet Lease every %s, kube-controller-manager --node-monitor-grace-period=%s, --heartbeat-threshold and --not-ready-threshold 20s defaults)",
+	tl.Logf("UNATTENDED FAILOVER: node stop -> attached on node-b %s (cut off the RDS after %s, tainted %s after the cut, attached %s after the taint; fake kubelet Lease of %s every %s, kube-controller-manager --node-monitor-grace-period=%s, driver %v, thresholds 20s unless given)",
 		at.Sub(t0).Round(time.Millisecond), cut.Round(time.Millisecond), tainted.Round(time.Millisecond),
-		at.Sub(t0).Round(time.Millisecond)-cut.Round(time.Millisecond)-tainted.Round(time.Millisecond), w.nodes["node-a"].Cadence().Renew, o.grace)
+		at.Sub(t0).Round(time.Millisecond)-cut.Round(time.Millisecond)-tainted.Round(time.Millisecond), w.nodes["node-a"].Cadence().Duration, w.nodes["node-a"].Cadence().Renew, o.grace, o.driverArgs)
 	done()
 
 	if got := w.mon.MaxAttached(w.pv); got != 1 {

@@ -84,7 +84,7 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored: a volume moves to another node once its detach has completed (docs/attachments.md)")
 	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing). Default with --storage-fencing=allow-host: 20s, since the fence then cuts the node off the RDS first")
-	fs.DurationVar(&o.HeartbeatThreshold, "heartbeat-threshold", 0, "with --storage-fencing=allow-host: fence a node's attachments once this controller has not seen its kubelet's Lease (kube-node-lease) renewed for this long, on its own clock (0: never). Default with storage fencing: "+StorageFencedHeartbeatThreshold.String()+"; refused without it")
+	fs.DurationVar(&o.HeartbeatThreshold, "heartbeat-threshold", 0, "with --storage-fencing=allow-host: fence a node's attachments once this controller has not seen its kubelet's Lease (kube-node-lease) renewed for this long, on its own clock (0: never). Default with storage fencing: "+StorageFencedHeartbeatThreshold.String()+"; refused without it. Never shorter, for a node, than two of its kubelet's renewals (a quarter of its Lease's leaseDurationSeconds each; 20s for the kubelet's default 40): a shorter value is raised for that node and logged. Below 20s only with kubelets set to renew faster (nodeLeaseDurationSeconds; docs/attachments.md), at least "+minHeartbeatThreshold.String())
 	fs.Float64Var(&o.FenceGuardShare, "fence-guard-share", informers.DefaultGuardShare, "mass-outage guard: while at least two nodes and more than this share of all are unhealthy together (an API server outage, a partition), no node is fenced for NotReady or a lost heartbeat (0 < share <= 1)")
 	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
 	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
@@ -171,7 +171,7 @@ func (o *controllerOptions) validate() error {
 	case o.HeartbeatThreshold > 0 && !o.storageFencing:
 		problems = append(problems, "--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
 	case o.HeartbeatThreshold > 0 && o.HeartbeatThreshold < minHeartbeatThreshold:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold=%s is shorter than %s: a kubelet renews its Lease every 10 s by default, and one late renewal must not fence a node", o.HeartbeatThreshold, minHeartbeatThreshold))
+		problems = append(problems, fmt.Sprintf("--heartbeat-threshold=%s is shorter than %s: that needs kubelets renewing their Leases more often than every %s (nodeLeaseDurationSeconds below %ds), a heartbeat write load no cluster should carry for it (docs/attachments.md)", o.HeartbeatThreshold, minHeartbeatThreshold, minHeartbeatThreshold/2, int(2*minHeartbeatThreshold/time.Second)))
 	}
 	if o.FenceGuardShare < 0 || o.FenceGuardShare > 1 || (o.guardShareSet && o.FenceGuardShare == 0) {
 		problems = append(problems, fmt.Sprintf("--fence-guard-share must be in (0, 1] (have %g)", o.FenceGuardShare))
@@ -182,9 +182,12 @@ func (o *controllerOptions) validate() error {
 	return nil
 }
 
-// minHeartbeatThreshold: below it one late kubelet renewal (every 10 s by
-// default) would fence a healthy node.
-const minHeartbeatThreshold = 15 * time.Second
+// minHeartbeatThreshold: the shortest --heartbeat-threshold, two renewals
+// of a kubelet with nodeLeaseDurationSeconds=10 (every 2.5 s). Per node it
+// is raised further to two of that node's own renewals
+// (informers.HeartbeatFloor), so a node on the default cadence (10 s) is
+// still timed against 20 s.
+const minHeartbeatThreshold = 5 * time.Second
 
 func (o *controllerOptions) policy() fencing.Config {
 	return fencing.Config{NotReadyThreshold: o.NotReadyThreshold, HeartbeatThreshold: o.HeartbeatThreshold, MigrationTimeout: o.MigrationTimeout}

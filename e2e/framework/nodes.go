@@ -20,7 +20,10 @@ import (
 // KubeletCadence is how a fake kubelet keeps its node alive.
 type KubeletCadence struct {
 	// Renew: how often the Lease in kube-node-lease is renewed; Duration
-	// its leaseDurationSeconds.
+	// its leaseDurationSeconds, which the driver reads as the kubelet's
+	// cadence: a real kubelet renews every quarter of it
+	// (nodeLeaseRenewIntervalFraction), so Renew must be Duration/4, in
+	// whole seconds.
 	Renew, Duration time.Duration
 	// Status: how often the kubelet looks at its Node's Ready condition
 	// and posts it True again when the API says otherwise (after
@@ -32,13 +35,27 @@ type KubeletCadence struct {
 // FastCadence: renewals much more often than kube-controller-manager's
 // --node-monitor-grace-period (20s by default in hack/controlplane.sh), so
 // a healthy node never looks late. The harness's default.
-var FastCadence = KubeletCadence{Renew: 2 * time.Second, Duration: 40 * time.Second}
+var FastCadence = KubeletCadence{Renew: 2 * time.Second, Duration: 8 * time.Second}
 
 // KubeletDefaultCadence is a real kubelet's with its defaults: the Lease
 // renewed every 10 s (a quarter of its 40 s duration), the status synced
 // every 10 s (--node-status-update-frequency). Detection measured against
 // it does not flatter itself.
 var KubeletDefaultCadence = KubeletCadence{Renew: 10 * time.Second, Duration: 40 * time.Second, Status: 10 * time.Second}
+
+// KubeletFastHeartbeatCadence is a real kubelet an operator opted into a
+// faster heartbeat (nodeLeaseDurationSeconds: 10, so a renewal every
+// 2.5 s; the status sync keeps its default 10 s), for the driver's opt-in
+// faster failover (--heartbeat-threshold below 20s).
+var KubeletFastHeartbeatCadence = KubeletCadence{Renew: 2500 * time.Millisecond, Duration: 10 * time.Second, Status: 10 * time.Second}
+
+// check: the cadence is one a kubelet can have.
+func (c KubeletCadence) check() error {
+	if c.Duration%time.Second != 0 || c.Duration <= 0 || c.Renew != c.Duration/4 {
+		return fmt.Errorf("kubelet cadence %+v: a kubelet renews its Lease every quarter of its duration (whole seconds)", c)
+	}
+	return nil
+}
 
 // ControllerManagedAttachAnnotation makes the attach/detach controller of
 // kube-controller-manager (not a kubelet) attach volumes to the node.
@@ -77,11 +94,14 @@ func NewNode(ctx context.Context, tl *Timeline, client kubernetes.Interface, nam
 
 // NewNodeWith is NewNode with the kubelet's cadence.
 func NewNodeWith(ctx context.Context, tl *Timeline, client kubernetes.Interface, name string, cadence KubeletCadence) (*FakeKubelet, error) {
+	if err := cadence.check(); err != nil {
+		return nil, err
+	}
 	nodeID := name
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
-			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true"},
+			Annotations: map[string]string{ControllerManagedAttachAnnotation: "true", nodeIDAnnotation: nodeIDs(name)},
 			Labels: map[string]string{
 				corev1.LabelHostname:   name,
 				corev1.LabelOSStable:   "linux",
@@ -141,7 +161,7 @@ func NewNodeWith(ctx context.Context, tl *Timeline, client kubernetes.Interface,
 		return nil, err
 	}
 	k.start(ctx)
-	tl.Logf("fake kubelet %s registered (Node, CSINode, Lease renewed every %s, Ready re-posted every %s)", name, cadence.Renew, cadence.Status)
+	tl.Logf("fake kubelet %s registered (Node, CSINode, Lease of %s renewed every %s, Ready re-posted every %s)", name, cadence.Duration, cadence.Renew, cadence.Status)
 	return k, nil
 }
 
@@ -252,6 +272,73 @@ func (k *FakeKubelet) Recover(ctx context.Context) error {
 	}
 	k.start(ctx)
 	k.tl.Logf("fake kubelet %s: recovered", k.Name)
+	return nil
+}
+
+// nodeIDAnnotation: the kubelet's record on the Node of each registered
+// CSI driver's node ID (pkg/volume/csi/nodeinfomanager).
+const nodeIDAnnotation = "csi.volume.kubernetes.io/nodeid"
+
+func nodeIDs(nodeID string) string { return `{"` + DriverName + `":"` + nodeID + `"}` }
+
+// DeregisterPlugin does what the kubelet does when the node's CSI plugin
+// goes away (its DaemonSet pod stopped in a rollout, or crashed):
+// UninstallCSIDriver drops the driver from the CSINode and its node ID
+// from the Node's annotation. The kubelet itself, and its Lease renewals,
+// go on.
+func (k *FakeKubelet) DeregisterPlugin(ctx context.Context) error {
+	if err := k.setPlugin(ctx, false); err != nil {
+		return err
+	}
+	k.tl.Logf("node %s: CSI plugin deregistered (CSINode driver and node ID annotation removed; kubelet running)", k.Name)
+	return nil
+}
+
+// RegisterPlugin is the plugin's registration again (node-driver-
+// registrar), as after a restart.
+func (k *FakeKubelet) RegisterPlugin(ctx context.Context) error {
+	if err := k.setPlugin(ctx, true); err != nil {
+		return err
+	}
+	k.tl.Logf("node %s: CSI plugin registered again", k.Name)
+	return nil
+}
+
+func (k *FakeKubelet) setPlugin(ctx context.Context, on bool) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cn, err := k.client.StorageV1().CSINodes().Get(ctx, k.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cn.Spec.Drivers = nil
+		if on {
+			cn.Spec.Drivers = []storagev1.CSINodeDriver{{Name: DriverName, NodeID: k.Name, TopologyKeys: []string{TopologyKey}}}
+		}
+		_, err = k.client.StorageV1().CSINodes().Update(ctx, cn, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: CSINode: %w", k.Name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := k.client.CoreV1().Nodes().Get(ctx, k.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if on {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[nodeIDAnnotation] = nodeIDs(k.Name)
+		} else {
+			delete(n.Annotations, nodeIDAnnotation)
+		}
+		_, err = k.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: node ID annotation: %w", k.Name, err)
+	}
 	return nil
 }
 

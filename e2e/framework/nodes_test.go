@@ -50,7 +50,7 @@ func TestFakeKubeletRepostsReady(t *testing.T) {
 	client := fake.NewClientset()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	k, err := NewNodeWith(ctx, NewTimeline(t, t.TempDir()), client, "node-a", KubeletCadence{Renew: time.Hour, Duration: 40 * time.Second, Status: 5 * time.Millisecond})
+	k, err := NewNodeWith(ctx, NewTimeline(t, t.TempDir()), client, "node-a", KubeletCadence{Renew: time.Hour, Duration: 4 * time.Hour, Status: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,5 +98,32 @@ func TestAnyOfRechecksAfterAnError(t *testing.T) {
 	failing := func(context.Context) (bool, string, error) { return false, "", errors.New("broken") }
 	if _, _, err := AnyOf(func(context.Context) (bool, string, error) { return false, "", nil }, failing)(context.Background()); err == nil {
 		t.Fatal("an error with nothing holding is lost")
+	}
+}
+
+// A fake kubelet's Lease states the duration its renewals follow (a
+// quarter of it apart), as a real kubelet's does: the driver derives each
+// node's shortest heartbeat threshold from it. A cadence no kubelet can
+// have is refused.
+func TestFakeKubeletLeaseStatesItsCadence(t *testing.T) {
+	for _, cadence := range []KubeletCadence{FastCadence, KubeletDefaultCadence, KubeletFastHeartbeatCadence} {
+		client := fake.NewClientset()
+		ctx, cancel := context.WithCancel(context.Background())
+		k, err := NewNodeWith(ctx, NewTimeline(t, t.TempDir()), client, "node-a", cadence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Spec.LeaseDurationSeconds; got == nil || time.Duration(*got)*time.Second != cadence.Duration || cadence.Renew*4 != cadence.Duration {
+			t.Errorf("cadence %+v: the Lease states leaseDurationSeconds %v", cadence, got)
+		}
+		k.Fail()
+		cancel()
+	}
+	if _, err := NewNodeWith(context.Background(), NewTimeline(t, t.TempDir()), fake.NewClientset(), "node-b", KubeletCadence{Renew: 2 * time.Second, Duration: 40 * time.Second}); err == nil {
+		t.Error("a cadence renewing every 2 s with a Lease of 40 s was accepted")
 	}
 }

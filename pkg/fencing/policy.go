@@ -74,6 +74,12 @@ type NodeState struct {
 	// are timed.
 	NotReadySeen time.Time
 	RenewedSeen  time.Time
+	// HeartbeatFloor is the shortest heartbeat threshold this node's own
+	// kubelet cadence allows (two of its Lease renewals; pkg/informers.
+	// Liveness): a shorter Config.HeartbeatThreshold is raised to it for
+	// this node, so a node still renewing every 10 s is never timed out by
+	// a threshold meant for faster kubelets. Zero: none known.
+	HeartbeatFloor time.Duration
 	// OutOfService: the node carries the node.kubernetes.io/out-of-service
 	// taint, the operator's statement that it is down.
 	OutOfService bool
@@ -92,6 +98,15 @@ type Config struct {
 	HeartbeatThreshold time.Duration
 	// MigrationTimeout: how long two nodes may hold a multi-writer volume.
 	MigrationTimeout time.Duration
+}
+
+// HeartbeatThresholdOf is the heartbeat threshold of node n: the
+// configured one, raised to the node's HeartbeatFloor (zero: off).
+func (c Config) HeartbeatThresholdOf(n NodeState) time.Duration {
+	if c.HeartbeatThreshold <= 0 {
+		return 0
+	}
+	return max(c.HeartbeatThreshold, n.HeartbeatFloor)
 }
 
 // DefaultConfig is the policy's default configuration.
@@ -300,7 +315,7 @@ func Stale(n NodeState, now time.Time, cfg Config) (FenceReason, bool) {
 		return FenceOutOfService, true
 	case cfg.NotReadyThreshold > 0 && !n.Ready && !n.NotReadySeen.IsZero() && now.Sub(n.NotReadySeen) > cfg.NotReadyThreshold:
 		return FenceNotReady, true
-	case cfg.HeartbeatThreshold > 0 && !n.RenewedSeen.IsZero() && now.Sub(n.RenewedSeen) > cfg.HeartbeatThreshold:
+	case cfg.HeartbeatThreshold > 0 && !n.RenewedSeen.IsZero() && now.Sub(n.RenewedSeen) > cfg.HeartbeatThresholdOf(n):
 		return FenceHeartbeatLost, true
 	}
 	return "", false

@@ -261,7 +261,8 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 
 // watchLeases times the nodes' heartbeats: every change of a kubelet's
 // Lease in kube-node-lease is a renewal, seen now on this controller's
-// clock. The cache keeps each Lease's name and resourceVersion only.
+// clock. The cache keeps each Lease's name, resourceVersion and
+// duration only.
 func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(string, runtime.Object, cache.ListerWatcher) cache.SharedIndexInformer) error {
 	leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
 	inf := newInformer("leases", &coordinationv1.Lease{}, c.streams.listWatch("leases", client,
@@ -290,8 +291,8 @@ func (c *Controller) leaseSeen(obj any) {
 	if !ok {
 		return
 	}
-	if c.live.observeLease(l.Name, l.ResourceVersion) {
-		c.queue.AddAfter(key{kind: kindNode, name: l.Name}, c.cfg.Policy.HeartbeatThreshold+time.Millisecond)
+	if c.live.observeLease(l.Name, l.ResourceVersion, leaseDuration(l)) {
+		c.queue.AddAfter(key{kind: kindNode, name: l.Name}, c.live.HeartbeatThreshold(l.Name)+time.Millisecond)
 	}
 }
 
@@ -603,7 +604,7 @@ func (c *Controller) wakeAtThreshold(name string, cur NodeState, now time.Time) 
 		at = cur.NotReadySeen.Add(p.NotReadyThreshold)
 	}
 	if !cur.RenewedSeen.IsZero() && p.HeartbeatThreshold > 0 {
-		if hb := cur.RenewedSeen.Add(p.HeartbeatThreshold); at.IsZero() || hb.Before(at) {
+		if hb := cur.RenewedSeen.Add(p.HeartbeatThresholdOf(cur)); at.IsZero() || hb.Before(at) {
 			at = hb
 		}
 	}
@@ -804,8 +805,10 @@ func trim(obj any) (any, error) {
 		}
 		o.Status = corev1.PersistentVolumeStatus{Phase: o.Status.Phase}
 	case *coordinationv1.Lease:
-		// Only that it changed matters (Liveness).
-		*o = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, ResourceVersion: o.ResourceVersion}}
+		// That it changed, and its duration (the kubelet's cadence), are
+		// what Liveness reads.
+		*o = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, ResourceVersion: o.ResourceVersion},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: o.Spec.LeaseDurationSeconds}}
 	case *corev1.Node:
 		o.ManagedFields = nil
 		o.Annotations = nil

@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -23,6 +25,35 @@ const NodeLeaseNamespace = "kube-node-lease"
 // hold every timed fence (Liveness): kube-controller-manager's
 // --unhealthy-zone-threshold, above which it slows evictions down.
 const DefaultGuardShare = 0.55
+
+// DefaultNodeLeaseDuration is a kubelet's nodeLeaseDurationSeconds by
+// default; a Lease that states none is taken to renew at its cadence.
+const DefaultNodeLeaseDuration = 40 * time.Second
+
+// HeartbeatFloor is the shortest heartbeat threshold a kubelet whose Lease
+// lasts leaseDuration (its spec.leaseDurationSeconds; 0: unknown, the
+// kubelet's default) allows: two of its renewals. A kubelet renews every
+// quarter of the duration (nodeLeaseRenewIntervalFraction 0.25 in
+// pkg/kubelet, Kubernetes 1.36), each period starting when the last
+// renewal ended and stretched by up to 4 % jitter, so two renewals leave
+// one renewal nearly a whole interval to be late: the margin the default
+// (20 s at the default 10 s renewals) has always had. A shorter threshold
+// would fence a healthy node for one late renewal: as bad as a double
+// attach.
+func HeartbeatFloor(leaseDuration time.Duration) time.Duration {
+	if leaseDuration <= 0 {
+		leaseDuration = DefaultNodeLeaseDuration
+	}
+	return 2 * (leaseDuration / 4)
+}
+
+// leaseDuration is a Lease's spec.leaseDurationSeconds (0: none stated).
+func leaseDuration(l *coordinationv1.Lease) time.Duration {
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 0
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+}
 
 // GuardEvent reports a change of the mass-outage guard: Holding, and how
 // many of the nodes known were suspect when it changed.
@@ -44,6 +75,11 @@ const guardEventNodes = 20
 //   - NotReadySeen: when this controller first saw the incarnation not
 //     Ready, since it last saw it Ready.
 //   - RenewedSeen: when it last saw the node's kubelet Lease change.
+//
+// Each node's heartbeat is timed against its own threshold: the
+// configured one, raised to HeartbeatFloor of the duration its Lease
+// states, so a threshold set for kubelets that renew fast never times out
+// one still on the 10 s default.
 //
 // Both are floored at the moment this controller's view of the API was
 // last restored (its start, a watch reconnected after a gap) and at the
@@ -67,6 +103,7 @@ type Liveness struct {
 	// after it was seen healthy).
 	onGuard func(GuardEvent)
 	onFlap  func(node string)
+	logger  klog.Logger
 
 	mu    sync.Mutex
 	nodes map[string]*nodeSeen
@@ -79,6 +116,9 @@ type Liveness struct {
 	// health changed since.
 	evaluated time.Time
 	dirty     bool
+	// leasesFor counts the nodes by the Lease duration last seen (the
+	// longest one paces the silence rule of observeLease).
+	leasesFor map[time.Duration]int
 }
 
 type nodeSeen struct {
@@ -91,6 +131,7 @@ type nodeSeen struct {
 	renewed  time.Time // last seen renewed (zero: no Lease seen)
 	resumed  time.Time // last seen renewed after a lapse
 	leaseRV  string
+	leaseFor time.Duration // the Lease's duration as last seen (0: none stated)
 }
 
 // flapWindows: two returns from a lapse within this many recovery
@@ -111,7 +152,8 @@ func NewLiveness(c clock.PassiveClock, cfg fencing.Config, share float64) *Liven
 	if share <= 0 {
 		share = DefaultGuardShare
 	}
-	return &Liveness{clock: c, cfg: cfg, share: share, nodes: map[string]*nodeSeen{}, restored: c.Now()}
+	return &Liveness{clock: c, cfg: cfg, share: share, nodes: map[string]*nodeSeen{}, restored: c.Now(),
+		leasesFor: map[time.Duration]int{}, logger: klog.Background().WithName("liveness")}
 }
 
 // OnGuard sets the callback told about every change of the guard.
@@ -144,14 +186,18 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	if !s.Exists {
+		if e := l.nodes[name]; e != nil {
+			l.countLease(e, 0, false)
+		}
 		delete(l.nodes, name)
 		l.dirty = true
 		return
 	}
 	e := l.entry(name)
 	if e.uid != s.UID {
-		// Another incarnation: nothing seen of the old one applies.
-		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV}
+		// Another incarnation: nothing seen of the old one applies but
+		// its Lease (named after the node, not the incarnation).
+		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor}
 	}
 	switch {
 	case s.Ready && (!e.known || !e.ready):
@@ -170,26 +216,82 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 
 // recovering: e turned Ready less than the recovery period ago.
 func (l *Liveness) recovering(e *nodeSeen, now time.Time) bool {
-	return !e.readyAt.IsZero() && now.Sub(e.readyAt) < l.recoveryPeriod()
+	return !e.readyAt.IsZero() && now.Sub(e.readyAt) < l.recoveryPeriod(e)
 }
 
-// recoveryPeriod is how long a node must stay healthy before a fence's
-// out-of-service taint is lifted (Recovered): the longer threshold.
-func (l *Liveness) recoveryPeriod() time.Duration {
-	return max(l.cfg.NotReadyThreshold, l.cfg.HeartbeatThreshold)
+// recoveryPeriod is how long node e must stay healthy before a fence's
+// out-of-service taint is lifted (Recovered): its longer threshold.
+func (l *Liveness) recoveryPeriod(e *nodeSeen) time.Duration {
+	return max(l.cfg.NotReadyThreshold, l.heartbeatThreshold(e))
 }
 
-// observeLease records a node's heartbeat Lease at resourceVersion rv: a
-// new version is a renewal seen now. Reports whether it was one.
-func (l *Liveness) observeLease(name, rv string) bool {
+// heartbeatThreshold is e's own (0: heartbeats are not timed).
+func (l *Liveness) heartbeatThreshold(e *nodeSeen) time.Duration {
+	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(e.leaseFor)})
+}
+
+// HeartbeatThreshold is node name's heartbeat threshold: the configured
+// one, raised to what its kubelet's cadence allows (0: not timed).
+func (l *Liveness) HeartbeatThreshold(name string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.nodes[name]; e != nil {
+		return l.heartbeatThreshold(e)
+	}
+	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(0)})
+}
+
+// countLease moves e's count in leasesFor to the Lease duration d (known:
+// e has a Lease then); l.mu held.
+func (l *Liveness) countLease(e *nodeSeen, d time.Duration, known bool) {
+	if e.leaseRV != "" {
+		if l.leasesFor[e.leaseFor]--; l.leasesFor[e.leaseFor] <= 0 {
+			delete(l.leasesFor, e.leaseFor)
+		}
+	}
+	if known {
+		l.leasesFor[d]++
+	}
+	e.leaseFor = d
+}
+
+// silence: every heartbeat silent this long is a gap in what this
+// controller saw: longer than any healthy node stays silent, the age at
+// which the slowest known kubelet turns suspect. (Not half the threshold:
+// a real kubelet's renewals come a little over its interval apart, and
+// with one node left renewing every renewal would count as a gap, its
+// dead neighbour timed from it and never fenced.)
+func (l *Liveness) silence() time.Duration {
+	longest := l.cfg.HeartbeatThresholdOf(NodeState{})
+	for d := range l.leasesFor {
+		longest = max(longest, l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(d)}))
+	}
+	return longest * suspectShare / 10
+}
+
+// observeLease records a node's heartbeat Lease at resourceVersion rv,
+// stating a duration of leaseFor (0: none): a new version is a renewal
+// seen now. Reports whether it was one.
+func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(name)
 	if e.leaseRV == rv {
 		return false
 	}
+	if e.leaseRV == "" || e.leaseFor != leaseFor {
+		l.countLease(e, leaseFor, true)
+		if floor := HeartbeatFloor(leaseFor); l.cfg.HeartbeatThreshold > 0 && floor > l.cfg.HeartbeatThreshold {
+			stated := leaseFor
+			if stated <= 0 {
+				stated = DefaultNodeLeaseDuration
+			}
+			l.logger.Info("heartbeat threshold raised for this node to two of its kubelet's Lease renewals: a shorter one would fence it for one late renewal",
+				"node", name, "leaseDurationSeconds", int(leaseFor.Seconds()), "renewInterval", stated/4, "configured", l.cfg.HeartbeatThreshold, "threshold", floor)
+		}
+	}
 	now := l.clock.Now()
-	if !l.lastRenewal.IsZero() && l.cfg.HeartbeatThreshold > 0 && now.Sub(l.lastRenewal) > l.cfg.HeartbeatThreshold/2 {
+	if !l.lastRenewal.IsZero() && l.cfg.HeartbeatThreshold > 0 && now.Sub(l.lastRenewal) > l.silence() {
 		// Every heartbeat fell silent at once and now one is back: a
 		// watch that stalled without closing, an API server that froze.
 		// What happened meanwhile was not seen.
@@ -199,7 +301,7 @@ func (l *Liveness) observeLease(name, rv string) bool {
 		// Back after a lapse; back again after another lapse within
 		// flapWindows recovery periods (a lapse itself lasts one) is a
 		// flap.
-		if !e.resumed.IsZero() && now.Sub(e.resumed) < flapWindows*l.recoveryPeriod() && l.onFlap != nil {
+		if !e.resumed.IsZero() && now.Sub(e.resumed) < flapWindows*l.recoveryPeriod(e) && l.onFlap != nil {
 			l.onFlap(name)
 		}
 		e.resumed = now
@@ -214,6 +316,7 @@ func (l *Liveness) forgetLease(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
+		l.countLease(e, 0, false)
 		e.renewed, e.leaseRV = time.Time{}, ""
 		if !e.known {
 			delete(l.nodes, name)
@@ -252,11 +355,11 @@ func later(t, floor time.Time) time.Time {
 func (l *Liveness) lapsed(e *nodeSeen, now time.Time) bool {
 	f := l.floor()
 	return (l.cfg.NotReadyThreshold > 0 && !e.notReady.IsZero() && now.Sub(later(e.notReady, f)) > l.cfg.NotReadyThreshold) ||
-		(l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, f)) > l.cfg.HeartbeatThreshold)
+		(l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, f)) > l.heartbeatThreshold(e))
 }
 
 // suspect: e is not Ready, or its heartbeat is older than suspectShare of
-// the threshold. A kubelet renews every 10 s by default: with a 20 s
+// its threshold. A kubelet renews every 10 s by default: with a 20 s
 // threshold a healthy node's heartbeat is at most a little over 10 s old,
 // while every node of a partition has been silent for 10 to 20 s by the
 // time the first one lapses; 12 s leaves a healthy node's late renewal out
@@ -265,7 +368,7 @@ func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
 	if e.known && !e.ready {
 		return true
 	}
-	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.cfg.HeartbeatThreshold*suspectShare/10
+	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)*suspectShare/10
 }
 
 // suspectShare, in tenths of the heartbeat threshold (see suspect).
@@ -346,13 +449,14 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 	}
 	if e != nil && !e.renewed.IsZero() {
 		s.RenewedSeen = later(e.renewed, f)
+		s.HeartbeatFloor = HeartbeatFloor(e.leaseFor)
 	}
 	return s
 }
 
 // heartbeatLapsed: s (decorated) is past the heartbeat threshold now.
 func (l *Liveness) heartbeatLapsed(s NodeState) bool {
-	return l.cfg.HeartbeatThreshold > 0 && !s.RenewedSeen.IsZero() && l.clock.Now().Sub(s.RenewedSeen) > l.cfg.HeartbeatThreshold
+	return l.cfg.HeartbeatThreshold > 0 && !s.RenewedSeen.IsZero() && l.clock.Now().Sub(s.RenewedSeen) > l.cfg.HeartbeatThresholdOf(s)
 }
 
 // confirmLive times s, a live read of node name, and when its heartbeat
@@ -371,7 +475,7 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 	case err != nil:
 		return NodeState{}, fmt.Errorf("reading node %s's heartbeat Lease: %w", name, err)
 	default:
-		l.observeLease(name, lease.ResourceVersion)
+		l.observeLease(name, lease.ResourceVersion, leaseDuration(lease))
 	}
 	return l.Decorate(name, s), nil
 }
@@ -382,7 +486,12 @@ func (l *Liveness) HeartbeatLost(s NodeState) bool { return l != nil && l.heartb
 
 // Recovered reports whether node name, as s shows it, has been seen
 // healthy (Ready, its heartbeat within the threshold) for the recovery
-// period, and if not, how long until it may be.
+// period, and if not, how long until it may be. Healthy since the later
+// of its turning Ready and its heartbeat's return after a lapse: a node
+// whose Lease lapsed while its Ready condition stayed True (the kubelet
+// stalled for less than kube-controller-manager's grace) is not healthy
+// from the moment it renews again, or a flapping node's taint would come
+// and go with every lapse.
 func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 	if !s.Exists || !s.Ready {
 		return false, 0
@@ -394,10 +503,14 @@ func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 	if e == nil || e.readyAt.IsZero() {
 		return false, 0
 	}
-	if l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(e.renewed) > l.cfg.HeartbeatThreshold {
+	if l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(e.renewed) > l.heartbeatThreshold(e) {
 		return false, 0
 	}
-	if wait := l.recoveryPeriod() - now.Sub(later(e.readyAt, l.floor())); wait > 0 {
+	since := e.readyAt
+	if e.resumed.After(since) {
+		since = e.resumed
+	}
+	if wait := l.recoveryPeriod(e) - now.Sub(later(since, l.floor())); wait > 0 {
 		return false, wait
 	}
 	return true, 0

@@ -27,13 +27,35 @@ import (
 // is decided the way the fencer decides one: the node as the Liveness
 // times it, confirmed by a live read (which fails while the API is down,
 // and then nothing is fenced). Invariant: no node is fenced for a lost
-// heartbeat whose Lease the API shows renewed within the threshold.
+// heartbeat whose Lease the API shows renewed within the threshold. Seeds
+// 9 to 16 run the opt-in fast threshold (6 s) over kubelets at their own
+// cadence, four with Leases of 10 s (fast) and one of 40 s (the default):
+// there a node's threshold is its own, never below two of its renewals
+// (20 s for 40).
 func TestHeartbeatModel(t *testing.T) {
-	const threshold = 20 * time.Second
 	total := 0
-	for seed := int64(1); seed <= 8; seed++ {
+	for seed := int64(1); seed <= 16; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		clock := clocktesting.NewFakeClock(t0)
+		threshold := 20 * time.Second
+		leaseFor := map[string]time.Duration{} // 0: none stated
+		if seed > 8 {
+			threshold = 6 * time.Second
+			// A fast pool with one kubelet not yet reconfigured (more
+			// slow ones would look suspect together and hold the guard).
+			for _, n := range []string{"n0", "n1", "n2", "n3", "n4"} {
+				leaseFor[n] = 10 * time.Second
+			}
+			leaseFor["n"+strconv.Itoa(rng.Intn(5))] = 40 * time.Second
+		}
+		// Each node's own threshold, as the kubelet's cadence bounds it.
+		own := func(n string) time.Duration {
+			d := leaseFor[n]
+			if d == 0 {
+				d = 40 * time.Second
+			}
+			return max(threshold, d/2)
+		}
 		cfg := fencing.Config{HeartbeatThreshold: threshold}
 		l := NewLiveness(clock, cfg, DefaultGuardShare)
 		nodes := []string{"n0", "n1", "n2", "n3", "n4"}
@@ -65,13 +87,21 @@ func TestHeartbeatModel(t *testing.T) {
 		client.PrependReactor("create", "leases", stamp)
 		client.PrependReactor("update", "leases", stamp)
 		leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
-		type event struct{ node, rv string }
+		type event struct {
+			node, rv string
+			leaseFor time.Duration
+		}
 		var pending []event
 		renew := func(n string) {
 			ctx := context.Background()
 			cur, err := leases.Get(ctx, n, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				cur, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+				lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n}}
+				if d := leaseFor[n]; d > 0 {
+					secs := int32(d / time.Second)
+					lease.Spec.LeaseDurationSeconds = &secs
+				}
+				cur, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 			} else if err == nil {
 				cur.Spec.HolderIdentity = &n
 				cur.ResourceVersion = ""
@@ -81,7 +111,7 @@ func TestHeartbeatModel(t *testing.T) {
 				return // the API is down: the renewal never reached it
 			}
 			renewedAt[n] = clock.Now()
-			pending = append(pending, event{n, cur.ResourceVersion})
+			pending = append(pending, event{n, cur.ResourceVersion, leaseFor[n]})
 		}
 		for _, n := range nodes {
 			l.observeNode(n, NodeState{Exists: true, UID: n, Ready: true})
@@ -90,11 +120,27 @@ func TestHeartbeatModel(t *testing.T) {
 		c := NewClaims(client, driver)
 		c.TimeWith(l)
 		dead := map[string]bool{}
+		next := map[string]time.Time{} // a kubelet's next renewal, at its cadence
 		fences, checks := 0, 0
 		for step := 0; step < 2500; step++ {
 			switch r := rng.Intn(100); {
 			case r < 30:
 				clock.Step(time.Duration(rng.Intn(3000)) * time.Millisecond)
+			case r < 55 && len(leaseFor) > 0:
+				// Kubelets at their own cadence: a quarter of the Lease,
+				// up to 4 % jitter, now and then a renewal late by up to
+				// most of an interval.
+				for _, n := range nodes {
+					if dead[n] || clock.Now().Before(next[n]) {
+						continue
+					}
+					renew(n)
+					every := leaseFor[n] / 4
+					next[n] = clock.Now().Add(every + time.Duration(rng.Int63n(int64(every/25))))
+					if rng.Intn(10) == 0 {
+						next[n] = next[n].Add(time.Duration(rng.Int63n(int64(every * 9 / 10))))
+					}
+				}
 			case r < 55:
 				n := nodes[rng.Intn(len(nodes))]
 				if !dead[n] {
@@ -105,7 +151,7 @@ func TestHeartbeatModel(t *testing.T) {
 				k := 1 + rng.Intn(len(pending))
 				rng.Shuffle(k, func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
 				for _, ev := range pending[:k] {
-					l.observeLease(ev.node, ev.rv)
+					l.observeLease(ev.node, ev.rv, ev.leaseFor)
 				}
 				pending = pending[k:]
 			case r < 78:
@@ -153,9 +199,9 @@ func TestHeartbeatModel(t *testing.T) {
 					continue
 				}
 				fences++
-				if reason == fencing.FenceHeartbeatLost && clock.Now().Sub(renewedAt[n]) <= threshold {
-					t.Fatalf("seed %d step %d: node %s fenced (%s) although the API shows its Lease renewed %s ago (threshold %s)",
-						seed, step, n, reason, clock.Now().Sub(renewedAt[n]), threshold)
+				if reason == fencing.FenceHeartbeatLost && clock.Now().Sub(renewedAt[n]) <= own(n) {
+					t.Fatalf("seed %d step %d: node %s fenced (%s) although the API shows its Lease renewed %s ago (its threshold %s, Lease %s)",
+						seed, step, n, reason, clock.Now().Sub(renewedAt[n]), own(n), leaseFor[n])
 				}
 			}
 		}

@@ -147,7 +147,7 @@ func TestRestoredViewTimesFromTheReconnect(t *testing.T) {
 	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second, NotReadyThreshold: 20 * time.Second}, 0)
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	l.observeNode("n", up)
-	l.observeLease("n", "1")
+	l.observeLease("n", "1", 0)
 	clock.Step(time.Minute)
 	if s := l.Decorate("n", up); !s.RenewedSeen.Equal(t0) {
 		t.Fatalf("RenewedSeen %v; want %v", s.RenewedSeen, t0)
@@ -201,7 +201,7 @@ func TestTaintAfterAHeartbeatFence(t *testing.T) {
 	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 0)
 	client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"))
 	l.observeNode("node-a", nodeState(node("node-a", true, t0)))
-	l.observeLease("node-a", "7")
+	l.observeLease("node-a", "7", 0)
 	tt := NewTainter(client, driver)
 	tt.TimeWith(l)
 	if err := tt.TaintOutOfService(context.Background(), "node-a"); !errors.Is(err, fencing.ErrNotTainted) {
@@ -224,7 +224,7 @@ func TestLiveLeaseReadClearsALostHeartbeat(t *testing.T) {
 	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 0)
 	client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "8"))
 	l.observeNode("node-a", nodeState(node("node-a", true, t0)))
-	l.observeLease("node-a", "7")
+	l.observeLease("node-a", "7", 0)
 	clock.Step(21 * time.Second)
 	c := NewClaims(client, driver)
 	c.TimeWith(l)
@@ -247,10 +247,10 @@ func TestSilentHeartbeatsAreAGap(t *testing.T) {
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	for _, n := range []string{"a", "b"} {
 		l.observeNode(n, up)
-		l.observeLease(n, "1")
+		l.observeLease(n, "1", 0)
 	}
 	clock.Step(time.Minute)
-	l.observeLease("b", "2") // the first renewal after the silence
+	l.observeLease("b", "2", 0) // the first renewal after the silence
 	if _, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
 		t.Fatal("node a timed out across a silence of every heartbeat")
 	}
@@ -271,7 +271,7 @@ func TestHeartbeatFlaps(t *testing.T) {
 	l.observeNode("a", up)
 	l.observeNode("b", up)
 	rv := 0
-	renew := func(n string) { rv++; l.observeLease(n, itoa(rv%10)+n) }
+	renew := func(n string) { rv++; l.observeLease(n, itoa(rv%10)+n, 0) }
 	renew("a")
 	renew("b")
 	for i := 0; i < 3; i++ { // a lapses, b keeps renewing

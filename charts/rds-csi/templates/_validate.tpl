@@ -183,7 +183,7 @@ arg, seconds) for the checks across flags. */}}
   "attach-grace-period" (list true 0.0 1e12 "not negative")
   "not-ready-threshold" (list true 0.0 1e12 "not negative (0: never)")
   "orphaned-claim-threshold" (list true 0.0 1e12 "not negative (0: never)")
-  "heartbeat-threshold" (list true 15.0 1e12 "0 (never) or at least 15s")
+  "heartbeat-threshold" (list true 5.0 1e12 "0 (never) or at least 5s")
   "migration-timeout" (list false 1e-9 1e12 "positive")
   "watch-disconnect-threshold" (list false 1e-9 1e12 "positive")
   "fence-call-timeout" (list false 1e-9 1e12 "positive")
