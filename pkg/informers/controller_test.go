@@ -3,14 +3,17 @@ package informers
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -282,14 +285,55 @@ func TestNodeFailureReactions(t *testing.T) {
 	}
 }
 
-func TestTrimKeepsOnlyWhatTheIndexNeeds(t *testing.T) {
-	n, _ := trim(node("n", true, t0))
-	if len(n.(*corev1.Node).Status.Images) != 0 || len(n.(*corev1.Node).Status.Conditions) != 1 {
-		t.Errorf("node not trimmed: %+v", n)
+// The caches hold records of what the syncs read: the key functions of
+// the informers and their stores work on them, the transform is
+// idempotent, and what repeats is stored once.
+func TestRecordsKeepWhatTheSyncsRead(t *testing.T) {
+	m := newRecordMaker(driver)
+	n := node("n", false, t0, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue})
+	n.UID = "u-n"
+	rec, _ := m.record(n)
+	nr := rec.(*nodeRecord)
+	if want := (NodeState{Exists: true, UID: "u-n", NotReadySince: t0, OutOfService: true}); nr.state != want || !nr.driverTaint {
+		t.Errorf("node record %+v; want state %+v and the driver's taint", nr, want)
 	}
-	p, _ := trim(pv("p", "h", corev1.ReadWriteOnce, `{"a":"2026-11-22T12:00:00Z"}`))
-	if a := p.(*corev1.PersistentVolume).Annotations; len(a) != 1 || a[ClaimsAnnotation] == "" {
-		t.Errorf("PV annotations %v", a)
+	p := pv("p", "h", corev1.ReadWriteOnce, `{"a":"2026-11-22T12:00:00Z"}`)
+	p.Annotations[RetiringAnnotation] = "[]"
+	p.Status.Phase = corev1.VolumeBound
+	p.CreationTimestamp = metav1.NewTime(t0)
+	block := corev1.PersistentVolumeBlock
+	p.Spec.VolumeMode = &block
+	rec, _ = m.record(p)
+	pr := rec.(*pvRecord)
+	if pr.foreign || pr.handle != "h" || pr.claims != p.Annotations[ClaimsAnnotation] || pr.retiring != "[]" || !pr.block || !pr.bound ||
+		!pr.created.Equal(t0) || pr.resourceVersion != "1" || *pr.claimRef != *p.Spec.ClaimRef || len(pr.accessModes) != 1 {
+		t.Errorf("PV record %+v", pr)
+	}
+	if again, _ := m.record(pr); again != any(pr) {
+		t.Error("the transform is not idempotent on a record")
+	}
+	other := pv("q", "h2", corev1.ReadWriteOnce, "")
+	other.Spec.CSI.Driver = "other.csi"
+	if rec, _ := m.record(other); !rec.(*pvRecord).foreign || rec.(*pvRecord).handle != "" {
+		t.Errorf("another driver's PV: %+v", rec)
+	}
+	a, _ := m.record(va("va-1", "p", "node-a", true, t0))
+	b, _ := m.record(va("va-2", "q", "node-a", false, t0))
+	if a.(*vaRecord).node != b.(*vaRecord).node || unsafe.StringData(a.(*vaRecord).node.Value()) != unsafe.StringData(b.(*vaRecord).node.Value()) {
+		t.Error("a node name is stored once per VolumeAttachment, not once")
+	}
+	if q, _ := m.record(pv("r", "h3", corev1.ReadWriteOnce, "")); &q.(*pvRecord).accessModes[0] != &pr.accessModes[0] {
+		t.Error("an access-mode list is stored once per PV, not once")
+	}
+	// What the informers and their stores key records by.
+	for _, obj := range []any{nr, pr, a, &leaseRecord{objectName: objectName{name: "l", namespace: NodeLeaseNamespace}}} {
+		want, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil || want == "" {
+			t.Fatalf("no key for %T: %v", obj, err)
+		}
+		if got, err := cache.DeletionHandlingMetaNamespaceKeyFunc(cache.DeletedFinalStateUnknown{Key: want, Obj: obj}); got != want || err != nil {
+			t.Errorf("tombstone of %T keyed %q, %v", obj, got, err)
+		}
 	}
 }
 
@@ -318,6 +362,71 @@ func TestRunSyncsAndReportsReady(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// queueAdds counts what is added to the index's work queue.
+type queueAdds struct{ n atomic.Int64 }
+
+type addCounter struct{ n *atomic.Int64 }
+
+func (a addCounter) Inc() { a.n.Add(1) }
+
+type noMetric struct{}
+
+func (noMetric) Inc()            {}
+func (noMetric) Dec()            {}
+func (noMetric) Set(float64)     {}
+func (noMetric) Observe(float64) {}
+
+func (q *queueAdds) NewDepthMetric(string) workqueue.GaugeMetric { return noMetric{} }
+func (q *queueAdds) NewAddsMetric(name string) workqueue.CounterMetric {
+	return addCounter{&q.n}
+}
+func (q *queueAdds) NewLatencyMetric(string) workqueue.HistogramMetric      { return noMetric{} }
+func (q *queueAdds) NewWorkDurationMetric(string) workqueue.HistogramMetric { return noMetric{} }
+func (q *queueAdds) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+func (q *queueAdds) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+func (q *queueAdds) NewRetriesMetric(string) workqueue.CounterMetric { return noMetric{} }
+
+// TestStartupListBypassesTheQueue: what the informers list at start-up is
+// indexed from their caches, not through the work queue, whose sets would
+// keep a key's worth of memory per listed object for good; the index is
+// complete when it reports synced all the same.
+func TestStartupListBypassesTheQueue(t *testing.T) {
+	var objs []runtime.Object
+	for i := 0; i < 50; i++ {
+		objs = append(objs, pv(fmt.Sprintf("pv-%d", i), fmt.Sprintf("vol-%d", i), corev1.ReadWriteOnce, ""),
+			va(fmt.Sprintf("va-%d", i), fmt.Sprintf("pv-%d", i), fmt.Sprintf("node-%d", i%5), true, t0))
+	}
+	for i := 0; i < 5; i++ {
+		objs = append(objs, node(fmt.Sprintf("node-%d", i), true, t0))
+	}
+	adds := &queueAdds{}
+	index := NewAttachmentIndex()
+	c, err := NewController(fake.NewClientset(objs...), index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), queueMetrics: adds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !c.WaitForSync(ctx) {
+		t.Fatal("never synced")
+	}
+	if s := index.Stats(); s != (Stats{Volumes: 50, Attachments: 50, Nodes: 5}) {
+		t.Fatalf("synced with %+v in the index", s)
+	}
+	if v := index.Volume("vol-7"); v == nil || !v.Indexed() || len(v.Attachments) != 1 || !index.Node("node-2").Exists {
+		t.Fatalf("vol-7 indexed as %+v", v)
+	}
+	if n := adds.n.Load(); n != 0 {
+		t.Errorf("the start-up list went through the work queue: %d adds for 105 listed objects", n)
+	}
 }
 
 // TestRefenceStaleAfterFailover: a replica that was not leader when a node
