@@ -433,7 +433,7 @@ func (s *ControllerServer) standsOnAttachment(handle, node string) bool {
 	if v == nil {
 		return false
 	}
-	_, ok := v.Attachments[node]
+	_, ok := v.AttachmentOn(node)
 	return ok
 }
 

@@ -733,7 +733,7 @@ func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
 	var errs []error
 	if v != nil {
 		for node := range v.Claims {
-			if _, attached := v.Attachments[node]; attached {
+			if _, attached := v.AttachmentOn(node); attached {
 				continue
 			}
 			k := prefix + node

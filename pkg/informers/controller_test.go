@@ -145,7 +145,7 @@ func TestIndexFollowsObjects(t *testing.T) {
 	}
 	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T11:00:00Z"}`))
 	v := h.index.Volume("vol-1")
-	if v == nil || v.PVName != "pv-1" || len(v.Attachments) != 1 || !v.Attachments["node-a"].Attached {
+	if v == nil || v.PVName != "pv-1" || len(v.Attachments) != 1 || !v.Attachments[0].Attached || v.Attachments[0].Node != "node-a" {
 		t.Fatalf("entry %+v", v)
 	}
 	if got := v.Claims["node-a"].At; !got.Equal(t0.Add(-time.Hour)) {
@@ -165,7 +165,7 @@ func TestIndexFollowsObjects(t *testing.T) {
 	}
 	// Deleting a VA removes only that attachment.
 	h.remove(va("va-1", "pv-1", "node-a", true, t0))
-	if got := h.index.Volume("vol-1"); len(got.Attachments) != 1 || got.Attachments["node-b"].VAName != "va-2" {
+	if got := h.index.Volume("vol-1"); len(got.Attachments) != 1 || got.Attachments[0].Node != "node-b" || got.Attachments[0].VAName != "va-2" {
 		t.Fatalf("after VA delete: %+v", got)
 	}
 	// Other drivers' objects never count.
