@@ -326,7 +326,7 @@ func TestRecordsKeepWhatTheSyncsRead(t *testing.T) {
 		t.Error("an access-mode list is stored once per PV, not once")
 	}
 	// What the informers and their stores key records by.
-	for _, obj := range []any{nr, pr, a, &leaseRecord{objectName: objectName{name: "l", namespace: NodeLeaseNamespace}}} {
+	for _, obj := range []any{nr, pr, a, &leaseRecord{name: "l", namespace: NodeLeaseNamespace}} {
 		want, err := cache.MetaNamespaceKeyFunc(obj)
 		if err != nil || want == "" {
 			t.Fatalf("no key for %T: %v", obj, err)

@@ -20,18 +20,12 @@ import (
 // stored; strings that repeat across objects (node names, the driver
 // name, access modes) are stored once.
 
-// objectName gives a record the metadata the informers' key functions
-// read (cache.MetaNamespaceKeyFunc): its name, and a namespace for
-// namespaced kinds.
-type objectName struct {
-	name      string
-	namespace string
-}
+// objectName gives a record of a cluster-scoped object the metadata the
+// informers' key functions read (cache.MetaNamespaceKeyFunc): its name.
+type objectName struct{ name string }
 
 // GetObjectMeta implements metav1.ObjectMetaAccessor (meta.Accessor).
-func (o *objectName) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: o.name, Namespace: o.namespace}
-}
+func (o *objectName) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: o.name} }
 
 // vaRecord is a VolumeAttachment as syncVA reads it.
 type vaRecord struct {
@@ -41,10 +35,10 @@ type vaRecord struct {
 	attacher unique.Handle[string]
 	node     unique.Handle[string]
 	pv       string // spec.source.persistentVolumeName
-	hasPV    bool   // false: an inline volume, not of a PV
-	attached bool
 	created  time.Time
 	deleting time.Time // deletionTimestamp; zero while not being deleted
+	hasPV    bool      // false: an inline volume, not of a PV
+	attached bool
 }
 
 // pvRecord is a PersistentVolume as syncPV reads it; a PV of another
@@ -52,16 +46,16 @@ type vaRecord struct {
 type pvRecord struct {
 	objectName
 	resourceVersion string
-	foreign         bool // not a CSI volume of this driver
 	handle          string
 	// claims and retiring are the raw ClaimsAnnotation and
 	// RetiringAnnotation: decoding them is syncPV's decision.
 	claims, retiring string
 	accessModes      []corev1.PersistentVolumeAccessMode // interned, shared
-	block            bool
-	claimRef         *corev1.ObjectReference // kind, namespace, name, UID
-	bound            bool                    // claimRef set and phase Bound
+	claimRef         *corev1.ObjectReference             // kind, namespace, name, UID
 	created          time.Time
+	foreign          bool // not a CSI volume of this driver
+	block            bool
+	bound            bool // claimRef set and phase Bound
 }
 
 // nodeRecord is a Node as syncNode reads it.
@@ -74,8 +68,12 @@ type nodeRecord struct {
 // leaseRecord is a kubelet's Lease: only that it changed matters
 // (Liveness).
 type leaseRecord struct {
-	objectName
-	resourceVersion string
+	name, namespace, resourceVersion string
+}
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor (meta.Accessor).
+func (l *leaseRecord) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: l.name, Namespace: l.namespace}
 }
 
 // recordMaker turns API objects into records (the informers' transform).
@@ -148,7 +146,7 @@ func (m *recordMaker) record(obj any) (any, error) {
 		if ns == NodeLeaseNamespace {
 			ns = NodeLeaseNamespace // one copy
 		}
-		return &leaseRecord{objectName: objectName{name: o.Name, namespace: ns}, resourceVersion: o.ResourceVersion}, nil
+		return &leaseRecord{name: o.Name, namespace: ns, resourceVersion: o.ResourceVersion}, nil
 	}
 	return obj, nil
 }
