@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -516,4 +517,103 @@ func TestWaitForChange(t *testing.T) {
 	if v := h.index.WaitForChange(context.Background(), "vol-1", first); v.ResourceVersion != "2" {
 		t.Fatalf("did not return at once: %+v", v)
 	}
+}
+
+// The index built from the compact records holds, for every field a
+// decision reads, what the API objects say: variations of each field go
+// through the Feed (as through the informers) and the entries are
+// compared with the objects themselves.
+func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	deleting := metav1.NewTime(t0.Add(time.Minute))
+	rwx := pv("pv-rwx", "vol-rwx", corev1.ReadWriteMany, `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"u-a","cap":"block/MULTI_NODE_MULTI_WRITER","gen":3,"n":"nonce"}}`)
+	rwx.Spec.VolumeMode, rwx.Status.Phase = &block, corev1.VolumeBound
+	rwx.Spec.AccessModes = append(rwx.Spec.AccessModes, corev1.ReadOnlyMany)
+	rwx.Annotations[RetiringAnnotation] = `[{"node":"node-b","n":"old","at":"2026-11-22T11:00:00Z"}]`
+	rwo := pv("pv-rwo", "vol-rwo", corev1.ReadWriteOncePod, "")
+	rwo.Spec.VolumeMode, rwo.Status.Phase, rwo.ResourceVersion = &fs, corev1.VolumeReleased, "7"
+	unbound := pv("pv-unbound", "vol-unbound", corev1.ReadWriteOnce, "")
+	unbound.Spec.ClaimRef = nil
+	foreign := pv("pv-foreign", "vol-foreign", corev1.ReadWriteOnce, "")
+	foreign.Spec.CSI.Driver = "other.csi"
+	noCSI := pv("pv-nocsi", "vol-nocsi", corev1.ReadWriteOnce, "")
+	noCSI.Spec.CSI = nil
+	pvs := []*corev1.PersistentVolume{rwx, rwo, unbound, foreign, noCSI}
+
+	detaching := va("va-det", "pv-rwx", "node-b", true, t0.Add(time.Second))
+	detaching.DeletionTimestamp = &deleting
+	otherAttacher := va("va-other", "pv-rwo", "node-c", true, t0)
+	otherAttacher.Spec.Attacher = "other.csi"
+	inline := va("va-inline", "", "node-c", true, t0)
+	inline.Spec.Source.PersistentVolumeName = nil
+	vas := []*storagev1.VolumeAttachment{va("va-a", "pv-rwx", "node-a", true, t0), detaching, va("va-req", "pv-rwo", "node-a", false, t0.Add(2*time.Second)), otherAttacher, inline}
+
+	nodes := []*corev1.Node{
+		node("node-a", true, t0),
+		node("node-b", false, t0.Add(-time.Hour), corev1.Taint{Key: OutOfServiceTaint, Value: "other", Effect: corev1.TaintEffectNoExecute}),
+		node("node-c", true, t0, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}),
+	}
+	nodes[0].UID, nodes[1].UID = "u-a", "u-b"
+
+	h := newHarness(t, fencing.DefaultConfig())
+	for _, o := range nodes {
+		h.put(o)
+	}
+	for _, o := range pvs {
+		h.put(o)
+	}
+	for _, o := range vas {
+		h.put(o)
+	}
+
+	for _, p := range pvs {
+		v := h.index.volumeByPV(p.Name)
+		if p.Spec.CSI == nil || p.Spec.CSI.Driver != driver {
+			if v != nil {
+				t.Errorf("%s: another driver's PV indexed: %+v", p.Name, v)
+			}
+			continue
+		}
+		wantClaims, _ := ParseClaims(p.Annotations[ClaimsAnnotation])
+		wantRetiring, _ := ParseRetiring(p.Annotations[RetiringAnnotation])
+		if v == nil || v.PVName != p.Name || v.Handle != p.Spec.CSI.VolumeHandle || v.ResourceVersion != p.ResourceVersion || !reflect.DeepEqual(v.AccessModes, p.Spec.AccessModes) ||
+			v.Block != (p.Spec.VolumeMode != nil && *p.Spec.VolumeMode == block) || !reflect.DeepEqual(v.Claims, wantClaims) ||
+			!reflect.DeepEqual(v.Retiring, wantRetiring) || !reflect.DeepEqual(v.ClaimRef, p.Spec.ClaimRef) ||
+			v.bound != (p.Spec.ClaimRef != nil && p.Status.Phase == corev1.VolumeBound) || !v.created.Equal(p.CreationTimestamp.Time) {
+			t.Errorf("%s: index entry %+v does not say what the PV says", p.Name, v)
+		}
+	}
+	for _, a := range vas {
+		var got []Attachment
+		if a.Spec.Source.PersistentVolumeName != nil {
+			if v := h.index.volumeByPV(*a.Spec.Source.PersistentVolumeName); v != nil {
+				got = v.Attachments
+			}
+		}
+		found := false
+		for _, at := range got {
+			if at.VAName != a.Name {
+				continue
+			}
+			found = true
+			want := Attachment{Node: a.Spec.NodeName, VAName: a.Name, Attached: a.Status.Attached, Since: a.CreationTimestamp.Time}
+			if a.DeletionTimestamp != nil {
+				want.DetachingSince = a.DeletionTimestamp.Time
+			}
+			if at.Node != want.Node || at.Attached != want.Attached || !at.Since.Equal(want.Since) || !at.DetachingSince.Equal(want.DetachingSince) {
+				t.Errorf("%s: attachment %+v, want %+v", a.Name, at, want)
+			}
+		}
+		if ours := a.Spec.Attacher == driver && a.Spec.Source.PersistentVolumeName != nil; found != ours {
+			t.Errorf("%s: indexed %v, want %v", a.Name, found, ours)
+		}
+	}
+	for _, n := range nodes {
+		if got := h.index.Node(n.Name); got.Exists != true || got.UID != string(n.UID) || got.Ready != nodeState(n).Ready ||
+			!got.NotReadySince.Equal(nodeState(n).NotReadySince) || got.OutOfService != nodeState(n).OutOfService {
+			t.Errorf("%s: index says %+v, the Node %+v", n.Name, got, nodeState(n))
+		}
+	}
+	// The driver's own out-of-service taint (what lifts it) goes through
+	// the records in TestRecoveryNeedsASteadyPeriod.
 }
