@@ -379,6 +379,9 @@ func (c *Controller) indexListed(ctx context.Context) {
 		store cache.Store
 	}{{kindNode, c.nodes}, {kindPV, c.pvs}, {kindVA, c.vas}} {
 		for _, name := range kinds.store.ListKeys() {
+			if ctx.Err() != nil {
+				return // stopping: never synced
+			}
 			listed++
 			k := key{kind: kinds.kind, name: name}
 			if err := c.sync(ctx, k); err != nil {
