@@ -348,7 +348,7 @@ func TestPublishWaitsForCompletedDetach(t *testing.T) {
 	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the completed detach in the index", func() bool { return !e.index.Volume(id).Attachments["node-a"].Attached })
+	waitFor(t, "the completed detach in the index", func() bool { a, _ := e.index.Volume(id).AttachmentOn("node-a"); return !a.Attached })
 	if _, err := e.publish(id, "node-b", rwo); err != nil {
 		t.Fatalf("publish to node-b after node-a's detach completed: %v", err)
 	}

@@ -37,7 +37,7 @@ func TestReconcileChecksTheAttachmentLiveWhenTheIndexLags(t *testing.T) {
 	}
 	host := a.hostOf(id, "node-a")
 	b.waitClaims(id, "node-a")
-	if _, ok := b.index.Volume(id).Attachments["node-a"]; ok {
+	if _, ok := b.index.Volume(id).AttachmentOn("node-a"); ok {
 		t.Fatal("b's index saw the VolumeAttachment through a held watch")
 	}
 	d := a.disk(id)

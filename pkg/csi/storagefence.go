@@ -437,7 +437,7 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (l
 // behind the attach the claim came with), on the API server.
 func (s *ControllerServer) standsOnAttachment(ctx context.Context, handle, node string) (bool, error) {
 	if v := s.pub.Index.Volume(handle); v != nil {
-		if _, ok := v.Attachments[node]; ok {
+		if _, ok := v.AttachmentOn(node); ok {
 			return true, nil
 		}
 	}

@@ -13,15 +13,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -41,10 +38,6 @@ const (
 	kindVA kind = iota
 	kindPV
 	kindNode
-	// kindSynced marks the end of the initial list in the queue: when the
-	// single worker reaches it, every object listed at start-up is in the
-	// index.
-	kindSynced
 
 	// Reactions, on their own queue (see Controller.reactions).
 
@@ -68,7 +61,7 @@ const (
 )
 
 // key is a workqueue item: handlers enqueue keys, the worker reads the
-// objects from the informer caches.
+// records from the informer caches.
 type key struct {
 	kind kind
 	name string
@@ -123,6 +116,9 @@ type Config struct {
 	// Malformed, when set, collects the objects the index skips as
 	// unreadable (reported once per resourceVersion, never retried).
 	Malformed *MalformedSet
+
+	// queueMetrics, when set, observes the index's work queue (tests).
+	queueMetrics workqueue.MetricsProvider
 }
 
 // Controller keeps an AttachmentIndex in step with the API server.
@@ -135,10 +131,13 @@ type Controller struct {
 	// may hang never hold up the index.
 	reactions workqueue.TypedRateLimitingInterface[key]
 	// reacting counts reactions being run (ReactionsIdle).
-	reacting  atomic.Int32
-	vas       storagelisters.VolumeAttachmentLister
-	pvs       corelisters.PersistentVolumeLister
-	nodes     corelisters.NodeLister
+	reacting atomic.Int32
+	// records makes the records the caches hold (records.go); vas, pvs
+	// and nodes are the caches, by name.
+	records   *recordMaker
+	vas       cache.Store
+	pvs       cache.Store
+	nodes     cache.Store
 	synced    []cache.InformerSynced
 	informers []cache.SharedIndexInformer
 	streams   *StreamHealth
@@ -181,7 +180,8 @@ func newController(index *AttachmentIndex, cfg Config) *Controller {
 		cfg:         cfg,
 		index:       index,
 		live:        live,
-		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock}),
+		records:     newRecordMaker(cfg.DriverName),
+		queue:       workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-attachments", Clock: cfg.Clock, MetricsProvider: cfg.queueMetrics}),
 		reactions:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[key]{Name: "rds-csi-reactions", Clock: cfg.Clock}),
 		clock:       cfg.Clock,
 		reacted:     map[string]fencing.FenceReason{},
@@ -203,7 +203,7 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 	}
 	newInformer := func(stream string, example runtime.Object, lw cache.ListerWatcher) cache.SharedIndexInformer {
 		inf := cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
-		_ = inf.SetTransform(trim) // only fails once started
+		_ = inf.SetTransform(c.records.record) // only fails once started
 		return inf
 	}
 	vaInf := newInformer("volumeattachments", &storagev1.VolumeAttachment{}, c.streams.listWatch("volumeattachments", client,
@@ -232,9 +232,7 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 			return nil, err
 		}
 	}
-	c.vas = storagelisters.NewVolumeAttachmentLister(vaInf.GetIndexer())
-	c.pvs = corelisters.NewPersistentVolumeLister(pvInf.GetIndexer())
-	c.nodes = corelisters.NewNodeLister(nodeInf.GetIndexer())
+	c.vas, c.pvs, c.nodes = vaInf.GetStore(), pvInf.GetStore(), nodeInf.GetStore()
 	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf: kindVA, pvInf: kindPV, nodeInf: kindNode} {
 		enqueue := func(obj any) {
 			// Cluster-scoped objects: the key is the name; tombstones of
@@ -243,8 +241,14 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 				c.queue.Add(key{kind: k, name: name})
 			}
 		}
-		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    enqueue,
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			// The initial list is not queued: Run indexes it from the
+			// caches (indexListed).
+			AddFunc: func(obj any, initial bool) {
+				if !initial {
+					enqueue(obj)
+				}
+			},
 			UpdateFunc: func(_, obj any) { enqueue(obj) },
 			DeleteFunc: enqueue,
 		})
@@ -252,7 +256,8 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 			return nil, err
 		}
 		// The registration has synced once this handler has been given
-		// every object of the initial list, i.e. every key is queued.
+		// every object of the initial list: each is in the cache, and
+		// every later change is queued.
 		c.synced = append(c.synced, reg.HasSynced)
 		c.informers = append(c.informers, inf)
 	}
@@ -275,8 +280,8 @@ func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(s
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if l, ok := obj.(*coordinationv1.Lease); ok {
-				c.live.forgetLease(l.Name)
+			if l, ok := obj.(*leaseRecord); ok {
+				c.live.forgetLease(l.name)
 			}
 		},
 	})
@@ -287,12 +292,12 @@ func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(s
 // leaseSeen records a kubelet Lease as seen; a renewal brings the node
 // back to the worker when its heartbeat would pass the threshold.
 func (c *Controller) leaseSeen(obj any) {
-	l, ok := obj.(*coordinationv1.Lease)
+	l, ok := obj.(*leaseRecord)
 	if !ok {
 		return
 	}
-	if c.live.observeLease(l.Name, l.ResourceVersion, leaseDuration(l)) {
-		c.queue.AddAfter(key{kind: kindNode, name: l.Name}, c.live.HeartbeatThreshold(l.Name)+time.Millisecond)
+	if c.live.observeLease(l.name, l.resourceVersion, l.duration) {
+		c.queue.AddAfter(key{kind: kindNode, name: l.name}, c.live.HeartbeatThreshold(l.name)+time.Millisecond)
 	}
 }
 
@@ -302,7 +307,6 @@ func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	defer c.reactions.ShutDown()
-	logger := klog.FromContext(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, inf := range c.informers {
@@ -312,8 +316,7 @@ func (c *Controller) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	logger.V(2).Info("informers synced; indexing what they listed", "queued", c.queue.Len())
-	c.queue.Add(key{kind: kindSynced})
+	c.indexListed(ctx)
 	// One worker: the index has one writer.
 	go wait.UntilWithContext(ctx, c.runWorker, time.Second)
 	go wait.UntilWithContext(ctx, c.runReactions, time.Second)
@@ -363,6 +366,37 @@ func (c *Controller) WaitForSync(ctx context.Context) bool {
 	case <-ctx.Done():
 		return c.Synced()
 	}
+}
+
+// indexListed indexes what the informers listed at start-up, straight
+// from their caches, and marks the index synced. It runs before the
+// worker starts, so the index keeps one writer. The initial list never
+// passes through the work queue: a queue that once held a key per object
+// keeps sets of that size for good (Go maps do not shrink), at 100k
+// volumes megabytes of nothing. Changes since the list are queued by the
+// handlers and indexed after (indexing an object twice changes nothing).
+func (c *Controller) indexListed(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	listed := 0
+	for _, kinds := range []struct {
+		kind  kind
+		store cache.Store
+	}{{kindNode, c.nodes}, {kindPV, c.pvs}, {kindVA, c.vas}} {
+		for _, name := range kinds.store.ListKeys() {
+			if ctx.Err() != nil {
+				return // stopping: never synced
+			}
+			listed++
+			k := key{kind: kinds.kind, name: name}
+			if err := c.sync(ctx, k); err != nil {
+				logger.Error(err, "syncing attachment index", "key", k.String())
+				c.queue.AddRateLimited(k)
+			}
+		}
+	}
+	c.indexed.Store(true)
+	close(c.indexedCh)
+	logger.Info("attachment index synced", "listed", listed, "stats", c.index.Stats())
 }
 
 // queueLen lets tests drain the queue deterministically.
@@ -442,35 +476,36 @@ func (c *Controller) sync(ctx context.Context, k key) error {
 		return c.syncPV(k.name)
 	case kindNode:
 		return c.syncNode(k.name)
-	case kindSynced:
-		if c.indexed.CompareAndSwap(false, true) {
-			close(c.indexedCh)
-			klog.FromContext(ctx).Info("attachment index synced", "stats", c.index.Stats())
-		}
 	}
 	return nil
 }
 
-func (c *Controller) syncVA(name string) error {
-	va, err := c.vas.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.forgetAttachment(name)
-		return nil
+// cached returns the record of name in an informer's cache, or nil.
+func cached[T any](store cache.Store, name string) (T, error) {
+	var none T
+	obj, exists, err := store.GetByKey(name)
+	if err != nil || !exists {
+		return none, err
 	}
+	r, ok := obj.(T)
+	if !ok {
+		return none, fmt.Errorf("informer cache holds a %T for %s, not a record", obj, name)
+	}
+	return r, nil
+}
+
+func (c *Controller) syncVA(name string) error {
+	va, err := cached[*vaRecord](c.vas, name)
 	if err != nil {
 		return err
 	}
-	pvName := va.Spec.Source.PersistentVolumeName
-	if va.Spec.Attacher != c.cfg.DriverName || pvName == nil {
+	if va == nil || va.attacher != c.records.driver || !va.hasPV {
 		c.forgetAttachment(name)
 		return nil
 	}
-	a := Attachment{Node: va.Spec.NodeName, VAName: name, Attached: va.Status.Attached, Since: va.CreationTimestamp.Time}
-	if va.DeletionTimestamp != nil {
-		a.DetachingSince = va.DeletionTimestamp.Time
-	}
-	c.index.setAttachment(name, *pvName, a)
-	c.recheck(*pvName, "")
+	a := Attachment{Node: va.node.Value(), VAName: name, Attached: va.attached, Since: va.created, DetachingSince: va.deleting}
+	c.index.setAttachment(name, va.pv, a)
+	c.recheck(va.pv, "")
 	return nil
 }
 
@@ -479,24 +514,18 @@ func (c *Controller) syncPV(name string) error {
 	if old := c.index.volumeByPV(name); old != nil {
 		handle = old.Handle
 	}
-	pv, err := c.pvs.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.index.deletePV(name)
-		c.malformedPV(name, nil, nil, nil)
-		c.recheck(name, handle)
-		return nil
-	}
+	pv, err := cached[*pvRecord](c.pvs, name)
 	if err != nil {
 		return err
 	}
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
+	if pv == nil || pv.foreign {
 		c.index.deletePV(name)
 		c.malformedPV(name, nil, nil, nil)
 		c.recheck(name, handle)
 		return nil
 	}
-	claims, err := decodeClaims(pv.Annotations)
-	retiring, retiringErr := ParseRetiring(pv.Annotations[RetiringAnnotation])
+	claims, err := ParseClaims(pv.claims)
+	retiring, retiringErr := ParseRetiring(pv.retiring)
 	// Skipped and reported once per resourceVersion, never retried: the
 	// same version parses the same way, and a fixed one comes back here.
 	c.malformedPV(name, pv, err, retiringErr)
@@ -512,15 +541,15 @@ func (c *Controller) syncPV(name string) error {
 		retiring = nil
 	}
 	c.index.setPV(name, func(v *Volume) {
-		v.Handle = pv.Spec.CSI.VolumeHandle
-		v.AccessModes = pv.Spec.AccessModes
-		v.Block = pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock
-		v.ClaimRef = pv.Spec.ClaimRef
-		v.ResourceVersion = pv.ResourceVersion
+		v.Handle = pv.handle
+		v.AccessModes = pv.accessModes
+		v.Block = pv.block
+		v.ClaimRef = pv.claimRef
+		v.ResourceVersion = pv.resourceVersion
 		v.Claims = claims
 		v.Retiring = retiring
-		v.created = pv.CreationTimestamp.Time
-		v.bound = pv.Spec.ClaimRef != nil && pv.Status.Phase == corev1.VolumeBound
+		v.created = pv.created
+		v.bound = pv.bound
 	})
 	c.recheck(name, handle)
 	return nil
@@ -545,20 +574,20 @@ func (c *Controller) staleOn(node string, now time.Time) (fencing.FenceReason, b
 }
 
 func (c *Controller) syncNode(name string) error {
-	node, err := c.nodes.Get(name)
+	node, err := cached[*nodeRecord](c.nodes, name)
 	prev := c.index.Node(name)
 	var cur NodeState
 	switch {
-	case apierrors.IsNotFound(err):
-		c.index.deleteNode(name)
-		c.live.observeNode(name, cur)
 	case err != nil:
 		return err
+	case node == nil:
+		c.index.deleteNode(name)
+		c.live.observeNode(name, cur)
 	default:
-		cur = nodeState(node)
+		cur = node.state
 		c.index.setNode(name, cur)
 		c.live.observeNode(name, cur)
-		if cur.Ready && hasDriverTaint(node) {
+		if cur.Ready && node.driverTaint {
 			// The driver's taint is lifted once the node has stayed
 			// healthy for the recovery period (hysteresis: a flapping
 			// node is not fenced and unfenced in a loop).
@@ -714,7 +743,7 @@ func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
 	var errs []error
 	if v != nil {
 		for node := range v.Claims {
-			if _, attached := v.Attachments[node]; attached {
+			if _, attached := v.AttachmentOn(node); attached {
 				continue
 			}
 			k := prefix + node
@@ -767,60 +796,4 @@ func nodeState(n *corev1.Node) NodeState {
 		}
 	}
 	return s
-}
-
-// trim keeps only what the index needs of each object, so the caches stay
-// small at 10k+ objects: no managed fields, no foreign annotations, no node
-// images or addresses.
-func trim(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *storagev1.VolumeAttachment:
-		o.ManagedFields = nil
-		o.Annotations = nil
-		o.Labels = nil
-		o.Status.AttachmentMetadata = nil
-		o.Status.AttachError = nil
-		o.Status.DetachError = nil
-		o.Spec.Source.InlineVolumeSpec = nil
-	case *corev1.PersistentVolume:
-		o.ManagedFields = nil
-		o.Labels = nil
-		var kept map[string]string
-		for _, k := range []string{ClaimsAnnotation, RetiringAnnotation} {
-			if v, ok := o.Annotations[k]; ok {
-				if kept == nil {
-					kept = map[string]string{}
-				}
-				kept[k] = v
-			}
-		}
-		o.Annotations = kept
-		o.Spec.MountOptions = nil
-		o.Spec.NodeAffinity = nil
-		if o.Spec.CSI != nil {
-			o.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: o.Spec.CSI.Driver, VolumeHandle: o.Spec.CSI.VolumeHandle}
-		}
-		if o.Spec.ClaimRef != nil {
-			o.Spec.ClaimRef = &corev1.ObjectReference{Kind: o.Spec.ClaimRef.Kind, Namespace: o.Spec.ClaimRef.Namespace, Name: o.Spec.ClaimRef.Name, UID: o.Spec.ClaimRef.UID}
-		}
-		o.Status = corev1.PersistentVolumeStatus{Phase: o.Status.Phase}
-	case *coordinationv1.Lease:
-		// That it changed, and its duration (the kubelet's cadence), are
-		// what Liveness reads.
-		*o = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace, ResourceVersion: o.ResourceVersion},
-			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: o.Spec.LeaseDurationSeconds}}
-	case *corev1.Node:
-		o.ManagedFields = nil
-		o.Annotations = nil
-		o.Labels = nil
-		var ready []corev1.NodeCondition
-		for _, c := range o.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				ready = append(ready, corev1.NodeCondition{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
-			}
-		}
-		o.Status = corev1.NodeStatus{Conditions: ready}
-		o.Spec = corev1.NodeSpec{Taints: o.Spec.Taints}
-	}
-	return obj, nil
 }

@@ -3,14 +3,18 @@ package informers
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -142,7 +146,7 @@ func TestIndexFollowsObjects(t *testing.T) {
 	}
 	h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T11:00:00Z"}`))
 	v := h.index.Volume("vol-1")
-	if v == nil || v.PVName != "pv-1" || len(v.Attachments) != 1 || !v.Attachments["node-a"].Attached {
+	if v == nil || v.PVName != "pv-1" || len(v.Attachments) != 1 || !v.Attachments[0].Attached || v.Attachments[0].Node != "node-a" {
 		t.Fatalf("entry %+v", v)
 	}
 	if got := v.Claims["node-a"].At; !got.Equal(t0.Add(-time.Hour)) {
@@ -162,7 +166,7 @@ func TestIndexFollowsObjects(t *testing.T) {
 	}
 	// Deleting a VA removes only that attachment.
 	h.remove(va("va-1", "pv-1", "node-a", true, t0))
-	if got := h.index.Volume("vol-1"); len(got.Attachments) != 1 || got.Attachments["node-b"].VAName != "va-2" {
+	if got := h.index.Volume("vol-1"); len(got.Attachments) != 1 || got.Attachments[0].Node != "node-b" || got.Attachments[0].VAName != "va-2" {
 		t.Fatalf("after VA delete: %+v", got)
 	}
 	// Other drivers' objects never count.
@@ -277,14 +281,55 @@ func TestNodeFailureReactions(t *testing.T) {
 	}
 }
 
-func TestTrimKeepsOnlyWhatTheIndexNeeds(t *testing.T) {
-	n, _ := trim(node("n", true, t0))
-	if len(n.(*corev1.Node).Status.Images) != 0 || len(n.(*corev1.Node).Status.Conditions) != 1 {
-		t.Errorf("node not trimmed: %+v", n)
+// The caches hold records of what the syncs read: the key functions of
+// the informers and their stores work on them, the transform is
+// idempotent, and what repeats is stored once.
+func TestRecordsKeepWhatTheSyncsRead(t *testing.T) {
+	m := newRecordMaker(driver)
+	n := node("n", false, t0, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue})
+	n.UID = "u-n"
+	rec, _ := m.record(n)
+	nr := rec.(*nodeRecord)
+	if want := (NodeState{Exists: true, UID: "u-n", NotReadySince: t0, OutOfService: true}); nr.state != want || !nr.driverTaint {
+		t.Errorf("node record %+v; want state %+v and the driver's taint", nr, want)
 	}
-	p, _ := trim(pv("p", "h", corev1.ReadWriteOnce, `{"a":"2026-11-22T12:00:00Z"}`))
-	if a := p.(*corev1.PersistentVolume).Annotations; len(a) != 1 || a[ClaimsAnnotation] == "" {
-		t.Errorf("PV annotations %v", a)
+	p := pv("p", "h", corev1.ReadWriteOnce, `{"a":"2026-11-22T12:00:00Z"}`)
+	p.Annotations[RetiringAnnotation] = "[]"
+	p.Status.Phase = corev1.VolumeBound
+	p.CreationTimestamp = metav1.NewTime(t0)
+	block := corev1.PersistentVolumeBlock
+	p.Spec.VolumeMode = &block
+	rec, _ = m.record(p)
+	pr := rec.(*pvRecord)
+	if pr.foreign || pr.handle != "h" || pr.claims != p.Annotations[ClaimsAnnotation] || pr.retiring != "[]" || !pr.block || !pr.bound ||
+		!pr.created.Equal(t0) || pr.resourceVersion != "1" || *pr.claimRef != *p.Spec.ClaimRef || len(pr.accessModes) != 1 {
+		t.Errorf("PV record %+v", pr)
+	}
+	if again, _ := m.record(pr); again != any(pr) {
+		t.Error("the transform is not idempotent on a record")
+	}
+	other := pv("q", "h2", corev1.ReadWriteOnce, "")
+	other.Spec.CSI.Driver = "other.csi"
+	if rec, _ := m.record(other); !rec.(*pvRecord).foreign || rec.(*pvRecord).handle != "" {
+		t.Errorf("another driver's PV: %+v", rec)
+	}
+	a, _ := m.record(va("va-1", "p", "node-a", true, t0))
+	b, _ := m.record(va("va-2", "q", "node-a", false, t0))
+	if a.(*vaRecord).node != b.(*vaRecord).node || unsafe.StringData(a.(*vaRecord).node.Value()) != unsafe.StringData(b.(*vaRecord).node.Value()) {
+		t.Error("a node name is stored once per VolumeAttachment, not once")
+	}
+	if q, _ := m.record(pv("r", "h3", corev1.ReadWriteOnce, "")); &q.(*pvRecord).accessModes[0] != &pr.accessModes[0] {
+		t.Error("an access-mode list is stored once per PV, not once")
+	}
+	// What the informers and their stores key records by.
+	for _, obj := range []any{nr, pr, a, &leaseRecord{name: "l", namespace: NodeLeaseNamespace}} {
+		want, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil || want == "" {
+			t.Fatalf("no key for %T: %v", obj, err)
+		}
+		if got, err := cache.DeletionHandlingMetaNamespaceKeyFunc(cache.DeletedFinalStateUnknown{Key: want, Obj: obj}); got != want || err != nil {
+			t.Errorf("tombstone of %T keyed %q, %v", obj, got, err)
+		}
 	}
 }
 
@@ -313,6 +358,71 @@ func TestRunSyncsAndReportsReady(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// queueAdds counts what is added to the index's work queue.
+type queueAdds struct{ n atomic.Int64 }
+
+type addCounter struct{ n *atomic.Int64 }
+
+func (a addCounter) Inc() { a.n.Add(1) }
+
+type noMetric struct{}
+
+func (noMetric) Inc()            {}
+func (noMetric) Dec()            {}
+func (noMetric) Set(float64)     {}
+func (noMetric) Observe(float64) {}
+
+func (q *queueAdds) NewDepthMetric(string) workqueue.GaugeMetric { return noMetric{} }
+func (q *queueAdds) NewAddsMetric(name string) workqueue.CounterMetric {
+	return addCounter{&q.n}
+}
+func (q *queueAdds) NewLatencyMetric(string) workqueue.HistogramMetric      { return noMetric{} }
+func (q *queueAdds) NewWorkDurationMetric(string) workqueue.HistogramMetric { return noMetric{} }
+func (q *queueAdds) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+func (q *queueAdds) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return noMetric{}
+}
+func (q *queueAdds) NewRetriesMetric(string) workqueue.CounterMetric { return noMetric{} }
+
+// TestStartupListBypassesTheQueue: what the informers list at start-up is
+// indexed from their caches, not through the work queue, whose sets would
+// keep a key's worth of memory per listed object for good; the index is
+// complete when it reports synced all the same.
+func TestStartupListBypassesTheQueue(t *testing.T) {
+	var objs []runtime.Object
+	for i := 0; i < 50; i++ {
+		objs = append(objs, pv(fmt.Sprintf("pv-%d", i), fmt.Sprintf("vol-%d", i), corev1.ReadWriteOnce, ""),
+			va(fmt.Sprintf("va-%d", i), fmt.Sprintf("pv-%d", i), fmt.Sprintf("node-%d", i%5), true, t0))
+	}
+	for i := 0; i < 5; i++ {
+		objs = append(objs, node(fmt.Sprintf("node-%d", i), true, t0))
+	}
+	adds := &queueAdds{}
+	index := NewAttachmentIndex()
+	c, err := NewController(fake.NewClientset(objs...), index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), queueMetrics: adds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !c.WaitForSync(ctx) {
+		t.Fatal("never synced")
+	}
+	if s := index.Stats(); s != (Stats{Volumes: 50, Attachments: 50, Nodes: 5}) {
+		t.Fatalf("synced with %+v in the index", s)
+	}
+	if v := index.Volume("vol-7"); v == nil || !v.Indexed() || len(v.Attachments) != 1 || !index.Node("node-2").Exists {
+		t.Fatalf("vol-7 indexed as %+v", v)
+	}
+	if n := adds.n.Load(); n != 0 {
+		t.Errorf("the start-up list went through the work queue: %d adds for 105 listed objects", n)
+	}
 }
 
 // TestRefenceStaleAfterFailover: a replica that was not leader when a node
@@ -402,4 +512,103 @@ func TestWaitForChange(t *testing.T) {
 	if v := h.index.WaitForChange(context.Background(), "vol-1", first); v.ResourceVersion != "2" {
 		t.Fatalf("did not return at once: %+v", v)
 	}
+}
+
+// The index built from the compact records holds, for every field a
+// decision reads, what the API objects say: variations of each field go
+// through the Feed (as through the informers) and the entries are
+// compared with the objects themselves.
+func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
+	block, fs := corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem
+	deleting := metav1.NewTime(t0.Add(time.Minute))
+	rwx := pv("pv-rwx", "vol-rwx", corev1.ReadWriteMany, `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"u-a","cap":"block/MULTI_NODE_MULTI_WRITER","gen":3,"n":"nonce"}}`)
+	rwx.Spec.VolumeMode, rwx.Status.Phase = &block, corev1.VolumeBound
+	rwx.Spec.AccessModes = append(rwx.Spec.AccessModes, corev1.ReadOnlyMany)
+	rwx.Annotations[RetiringAnnotation] = `[{"node":"node-b","n":"old","at":"2026-11-22T11:00:00Z"}]`
+	rwo := pv("pv-rwo", "vol-rwo", corev1.ReadWriteOncePod, "")
+	rwo.Spec.VolumeMode, rwo.Status.Phase, rwo.ResourceVersion = &fs, corev1.VolumeReleased, "7"
+	unbound := pv("pv-unbound", "vol-unbound", corev1.ReadWriteOnce, "")
+	unbound.Spec.ClaimRef = nil
+	foreign := pv("pv-foreign", "vol-foreign", corev1.ReadWriteOnce, "")
+	foreign.Spec.CSI.Driver = "other.csi"
+	noCSI := pv("pv-nocsi", "vol-nocsi", corev1.ReadWriteOnce, "")
+	noCSI.Spec.CSI = nil
+	pvs := []*corev1.PersistentVolume{rwx, rwo, unbound, foreign, noCSI}
+
+	detaching := va("va-det", "pv-rwx", "node-b", true, t0.Add(time.Second))
+	detaching.DeletionTimestamp = &deleting
+	otherAttacher := va("va-other", "pv-rwo", "node-c", true, t0)
+	otherAttacher.Spec.Attacher = "other.csi"
+	inline := va("va-inline", "", "node-c", true, t0)
+	inline.Spec.Source.PersistentVolumeName = nil
+	vas := []*storagev1.VolumeAttachment{va("va-a", "pv-rwx", "node-a", true, t0), detaching, va("va-req", "pv-rwo", "node-a", false, t0.Add(2*time.Second)), otherAttacher, inline}
+
+	nodes := []*corev1.Node{
+		node("node-a", true, t0),
+		node("node-b", false, t0.Add(-time.Hour), corev1.Taint{Key: OutOfServiceTaint, Value: "other", Effect: corev1.TaintEffectNoExecute}),
+		node("node-c", true, t0, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}),
+	}
+	nodes[0].UID, nodes[1].UID = "u-a", "u-b"
+
+	h := newHarness(t, fencing.DefaultConfig())
+	for _, o := range nodes {
+		h.put(o)
+	}
+	for _, o := range pvs {
+		h.put(o)
+	}
+	for _, o := range vas {
+		h.put(o)
+	}
+
+	for _, p := range pvs {
+		v := h.index.volumeByPV(p.Name)
+		if p.Spec.CSI == nil || p.Spec.CSI.Driver != driver {
+			if v != nil {
+				t.Errorf("%s: another driver's PV indexed: %+v", p.Name, v)
+			}
+			continue
+		}
+		wantClaims, _ := ParseClaims(p.Annotations[ClaimsAnnotation])
+		wantRetiring, _ := ParseRetiring(p.Annotations[RetiringAnnotation])
+		if v == nil || v.PVName != p.Name || v.Handle != p.Spec.CSI.VolumeHandle || v.ResourceVersion != p.ResourceVersion || !reflect.DeepEqual(v.AccessModes, p.Spec.AccessModes) ||
+			v.Block != (p.Spec.VolumeMode != nil && *p.Spec.VolumeMode == block) || !reflect.DeepEqual(v.Claims, wantClaims) ||
+			!reflect.DeepEqual(v.Retiring, wantRetiring) || !reflect.DeepEqual(v.ClaimRef, p.Spec.ClaimRef) ||
+			v.bound != (p.Spec.ClaimRef != nil && p.Status.Phase == corev1.VolumeBound) || !v.created.Equal(p.CreationTimestamp.Time) {
+			t.Errorf("%s: index entry %+v does not say what the PV says", p.Name, v)
+		}
+	}
+	for _, a := range vas {
+		var got []Attachment
+		if a.Spec.Source.PersistentVolumeName != nil {
+			if v := h.index.volumeByPV(*a.Spec.Source.PersistentVolumeName); v != nil {
+				got = v.Attachments
+			}
+		}
+		found := false
+		for _, at := range got {
+			if at.VAName != a.Name {
+				continue
+			}
+			found = true
+			want := Attachment{Node: a.Spec.NodeName, VAName: a.Name, Attached: a.Status.Attached, Since: a.CreationTimestamp.Time}
+			if a.DeletionTimestamp != nil {
+				want.DetachingSince = a.DeletionTimestamp.Time
+			}
+			if at.Node != want.Node || at.Attached != want.Attached || !at.Since.Equal(want.Since) || !at.DetachingSince.Equal(want.DetachingSince) {
+				t.Errorf("%s: attachment %+v, want %+v", a.Name, at, want)
+			}
+		}
+		if ours := a.Spec.Attacher == driver && a.Spec.Source.PersistentVolumeName != nil; found != ours {
+			t.Errorf("%s: indexed %v, want %v", a.Name, found, ours)
+		}
+	}
+	for _, n := range nodes {
+		if got := h.index.Node(n.Name); got.Exists != true || got.UID != string(n.UID) || got.Ready != nodeState(n).Ready ||
+			!got.NotReadySince.Equal(nodeState(n).NotReadySince) || got.OutOfService != nodeState(n).OutOfService {
+			t.Errorf("%s: index says %+v, the Node %+v", n.Name, got, nodeState(n))
+		}
+	}
+	// The driver's own out-of-service taint (what lifts it) goes through
+	// the records in TestRecoveryNeedsASteadyPeriod.
 }

@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -35,9 +33,7 @@ func NewFedController(index *AttachmentIndex, cfg Config) (*Controller, *Feed) {
 		pvs:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 	}
-	c.vas = storagelisters.NewVolumeAttachmentLister(f.vas)
-	c.pvs = corelisters.NewPersistentVolumeLister(f.pvs)
-	c.nodes = corelisters.NewNodeLister(f.nodes)
+	c.vas, c.pvs, c.nodes = f.vas, f.pvs, f.nodes
 	c.indexed.Store(true)
 	close(c.indexedCh)
 	return c, f
@@ -57,22 +53,25 @@ func (f *Feed) store(obj runtime.Object) (kind, cache.Indexer, error) {
 	return 0, nil, fmt.Errorf("feed: unsupported object %T", obj)
 }
 
-// Apply delivers an added or updated object (a copy is kept, trimmed as
-// the informers trim).
+// Apply delivers an added or updated object (its record is kept, as the
+// informers keep it).
 func (f *Feed) Apply(obj runtime.Object) error {
 	k, store, err := f.store(obj)
 	if err != nil {
 		return err
 	}
-	if k == kindLease {
-		f.c.leaseSeen(obj)
-		return nil
-	}
-	cp, _ := trim(obj.DeepCopyObject())
-	if err := store.Update(cp); err != nil {
+	rec, err := f.c.records.record(obj)
+	if err != nil {
 		return err
 	}
-	name, err := cache.MetaNamespaceKeyFunc(cp)
+	if k == kindLease {
+		f.c.leaseSeen(rec)
+		return nil
+	}
+	if err := store.Update(rec); err != nil {
+		return err
+	}
+	name, err := cache.MetaNamespaceKeyFunc(rec)
 	if err != nil {
 		return err
 	}

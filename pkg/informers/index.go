@@ -2,6 +2,7 @@ package informers
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,7 +52,10 @@ type Volume struct {
 	// ResourceVersion of the primary PV.
 	ResourceVersion string
 	Claims          map[string]Claim
-	Attachments     map[string]Attachment
+	// Attachments: at most one per node, ordered by node (AttachmentOn).
+	// A slice, not a map: a volume has one or two, and a Go map of one
+	// entry costs several hundred bytes.
+	Attachments []Attachment
 	// Retiring: released attachments whose export change after the
 	// release is not known to be made (RetiringAnnotation), of every PV;
 	// PVRef.Retiring has them by PV.
@@ -112,6 +116,30 @@ func (v *Volume) Holders() []fencing.Holder {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
+}
+
+// AttachmentOn returns the VolumeAttachment of the volume on node, if
+// the index has one.
+func (v *Volume) AttachmentOn(node string) (Attachment, bool) {
+	for _, a := range v.Attachments {
+		if a.Node == node {
+			return a, true
+		}
+	}
+	return Attachment{}, false
+}
+
+// withAttachment returns a copy of as with a in place of node's
+// attachment (or added), ordered by node.
+func withAttachment(as []Attachment, a Attachment) []Attachment {
+	out := make([]Attachment, 0, len(as)+1)
+	for _, o := range as {
+		if o.Node != a.Node {
+			out = append(out, o)
+		}
+	}
+	i, _ := slices.BinarySearchFunc(out, a.Node, func(o Attachment, node string) int { return strings.Compare(o.Node, node) })
+	return slices.Insert(out, i, a)
 }
 
 // Grants reports whether the PV lists the access mode.
@@ -196,7 +224,7 @@ func (x *AttachmentIndex) volumeLocked(handle string) *Volume {
 // merge builds the entry of a handle with several PVs (or a PV and the
 // attachments of a deleted one).
 func merge(handle string, entries []*Volume) *Volume {
-	m := &Volume{Handle: handle, Claims: map[string]Claim{}, Attachments: map[string]Attachment{}}
+	m := &Volume{Handle: handle, Claims: map[string]Claim{}}
 	var primary *Volume
 	for _, e := range entries {
 		if e.ResourceVersion != "" {
@@ -219,8 +247,8 @@ func merge(handle string, entries []*Volume) *Volume {
 			}
 			m.Claims[n] = c
 		}
-		for n, a := range e.Attachments {
-			m.Attachments[n] = a
+		for _, a := range e.Attachments {
+			m.Attachments = withAttachment(m.Attachments, a)
 		}
 	}
 	if primary != nil {
@@ -306,7 +334,7 @@ func (x *AttachmentIndex) VolumesOnNode(node string) []*Volume {
 		if v.Handle == "" {
 			continue
 		}
-		if _, attached := v.Attachments[node]; attached || v.HasClaim(node) {
+		if _, attached := v.AttachmentOn(node); attached || v.HasClaim(node) {
 			handles[v.Handle] = true
 		}
 	}
@@ -439,8 +467,7 @@ func (x *AttachmentIndex) setAttachment(vaName, pvName string, a Attachment) {
 		x.deleteAttachment(vaName)
 	}
 	x.setPV(pvName, func(v *Volume) {
-		v.Attachments = cloneAttachments(v.Attachments)
-		v.Attachments[a.Node] = a
+		v.Attachments = withAttachment(v.Attachments, a)
 	})
 	x.mu.Lock()
 	x.vaToPV[vaName] = pvName
@@ -469,10 +496,10 @@ func (x *AttachmentIndex) deleteAttachment(vaName string) (pv string) {
 		return pvName
 	}
 	v := old.clone(pvName)
-	v.Attachments = map[string]Attachment{}
-	for n, a := range old.Attachments {
+	v.Attachments = nil
+	for _, a := range old.Attachments {
 		if a.VAName != vaName {
-			v.Attachments[n] = a
+			v.Attachments = append(v.Attachments, a)
 		}
 	}
 	if v.ResourceVersion == "" && len(v.Attachments) == 0 {
@@ -500,16 +527,8 @@ func (x *AttachmentIndex) deleteNode(name string) {
 
 func (v *Volume) clone(pvName string) *Volume {
 	if v == nil {
-		return &Volume{PVName: pvName, Attachments: map[string]Attachment{}}
+		return &Volume{PVName: pvName}
 	}
 	c := *v
 	return &c
-}
-
-func cloneAttachments(m map[string]Attachment) map[string]Attachment {
-	c := make(map[string]Attachment, len(m)+1)
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -178,7 +177,7 @@ func (s *MalformedSet) Counts() map[[2]string]int {
 // index could not read: claimsErr, retiringErr. Each problem is logged
 // and reported once per resourceVersion; a PV that reads again is
 // cleared.
-func (c *Controller) malformedPV(name string, pv *corev1.PersistentVolume, claimsErr, retiringErr error) {
+func (c *Controller) malformedPV(name string, pv *pvRecord, claimsErr, retiringErr error) {
 	if c.cfg.Malformed == nil {
 		c.cfg.Malformed = NewMalformedSet(nil)
 	}
@@ -190,11 +189,8 @@ func (c *Controller) malformedPV(name string, pv *corev1.PersistentVolume, claim
 		if p.err == nil || pv == nil {
 			continue
 		}
-		m := Malformed{Kind: MalformedKindPV, Name: name, ResourceVersion: pv.ResourceVersion,
-			Reason: p.reason, Annotation: p.annotation, Error: p.err.Error()}
-		if pv.Spec.CSI != nil {
-			m.Handle = pv.Spec.CSI.VolumeHandle
-		}
+		m := Malformed{Kind: MalformedKindPV, Name: name, ResourceVersion: pv.resourceVersion,
+			Reason: p.reason, Annotation: p.annotation, Error: p.err.Error(), Handle: pv.handle}
 		found = append(found, m)
 	}
 	c.cfg.Malformed.set(MalformedKindPV, name, found)

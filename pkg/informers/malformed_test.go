@@ -5,21 +5,21 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
-// countingPVs counts the index worker's reads of each PV: one read is one
-// sync attempt.
+// countingPVs counts the index worker's reads of each PV from its cache:
+// one read is one sync attempt.
 type countingPVs struct {
-	corelisters.PersistentVolumeLister
+	cache.Store
 	gets map[string]int
 }
 
-func (c *countingPVs) Get(name string) (*corev1.PersistentVolume, error) {
-	c.gets[name]++
-	return c.PersistentVolumeLister.Get(name)
+func (c *countingPVs) GetByKey(key string) (any, bool, error) {
+	c.gets[key]++
+	return c.Store.GetByKey(key)
 }
 
 // TestMalformedPVSkippedOncePerVersion: a PV whose claims annotation
@@ -31,7 +31,7 @@ func TestMalformedPVSkippedOncePerVersion(t *testing.T) {
 	var seen []Malformed
 	set := NewMalformedSet(func(m Malformed) { seen = append(seen, m) })
 	h := newHarnessWith(t, Config{Policy: fencing.DefaultConfig(), Malformed: set})
-	pvs := &countingPVs{PersistentVolumeLister: h.c.pvs, gets: map[string]int{}}
+	pvs := &countingPVs{Store: h.c.pvs, gets: map[string]int{}}
 	h.c.pvs = pvs
 	k := key{kind: kindPV, name: "pv-1"}
 

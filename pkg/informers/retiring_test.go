@@ -99,14 +99,14 @@ func TestRetiringIsOneAttachment(t *testing.T) {
 	}
 }
 
-// The informers' trim keeps the record, and the index lists the volume.
+// The informers' cache keeps the record, and the index lists the volume.
 func TestIndexListsRetiringVolumes(t *testing.T) {
 	p := pv("pv-1", "vol-1", corev1.ReadWriteOnce, "")
 	p.Annotations[RetiringAnnotation] = `[{"node":"node-a","n":"n1","at":"2026-11-22T12:00:00Z"}]`
 	p.Annotations["other"] = "dropped"
-	obj, _ := trim(p.DeepCopy())
-	if got := obj.(*corev1.PersistentVolume).Annotations; len(got) != 1 || got[RetiringAnnotation] == "" {
-		t.Fatalf("trimmed annotations %v; want the record alone", got)
+	obj, _ := newRecordMaker(driver).record(p.DeepCopy())
+	if got := obj.(*pvRecord); got.retiring != p.Annotations[RetiringAnnotation] || got.claims != "" {
+		t.Fatalf("cached record %+v; want the record of retiring attachments alone", got)
 	}
 	index := NewAttachmentIndex()
 	ctrl, feed := NewFedController(index, Config{DriverName: driver})
