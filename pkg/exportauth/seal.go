@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
@@ -75,8 +76,11 @@ type NodeKey struct {
 // The file outlives the node plugin's container, so the node keeps its key
 // (and its node ID) across restarts and upgrades; a node that loses it gets
 // a new one, and the controller seals its next attachments to that.
+//
+// A key file that is a symlink is refused: in the node plugin's container
+// it would resolve in the container's filesystem, not the host's.
 func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
-	b, err := os.ReadFile(path)
+	b, err := readNoFollow(path)
 	switch {
 	case err == nil:
 		raw, derr := b64.DecodeString(strings.TrimSpace(string(b)))
@@ -86,6 +90,8 @@ func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 		var priv [32]byte
 		copy(priv[:], raw)
 		return keyFrom(priv)
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("node key file %s is a symlink; it must be a regular file on the host (remove the link to make a new key)", path)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("reading the node key: %w", err)
 	}
@@ -96,14 +102,40 @@ func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating the node key's directory: %w", err)
 	}
+	// A fresh file (O_EXCL, which no symlink passes): one left over keeps
+	// its own mode, and a symlink would carry the key elsewhere.
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(b64.EncodeToString(k.private[:])+"\n"), 0o600); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("writing the node key: %w", err)
+	}
+	if err := writeNew(tmp, []byte(b64.EncodeToString(k.private[:])+"\n")); err != nil {
 		return nil, fmt.Errorf("writing the node key: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, fmt.Errorf("writing the node key: %w", err)
 	}
 	return k, nil
+}
+
+func readNoFollow(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // NewNodeKey makes a key pair from r.
