@@ -98,3 +98,36 @@ func TestNvmetHostKeyFollowsThePassword(t *testing.T) {
 		t.Fatalf("a password with any host allowed was accepted: %q", out)
 	}
 }
+
+// The password is a property of the disk like its allowed host: kept
+// across a restart and, under CopyFromInherit, taken by a copy together
+// with the allowed host. A copy that took the allowed host and not the
+// password would let that host in unauthenticated. (Assumed, as copy-from
+// itself, docs/routeros.md.)
+func TestPasswordPersistsAndGoesWithInheritedCopies(t *testing.T) {
+	ts := startSim(t, func(c *Config) { c.CopyFromProperties = CopyFromInherit })
+	ts.mustRun(addCmd("d1", "4M"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="pw-1"`)
+	before := secretInPrint.FindStringSubmatch(printed(ts))
+	if before == nil || before[1] == "" {
+		t.Fatal("no secret printed for a password")
+	}
+	ts.restart()
+	if after := secretInPrint.FindStringSubmatch(printed(ts)); after == nil || after[1] != before[1] {
+		t.Fatalf("after a restart the secret is %v, want the one before", after)
+	}
+	ts.mustRun(`/disk add type=file file-path="/storage-pool/k8s/d2.img" slot="d2" copy-from=[find slot="d1"]`)
+	var copied *DiskInfo
+	for _, d := range ts.srv.Disks() {
+		if d.Slot == "d2" {
+			copied = &d
+		}
+	}
+	if copied == nil || copied.AllowHostName != "nqn.2014-08.org.nvmexpress:uuid:a" {
+		t.Fatalf("the copy did not inherit the allowed host: %+v", copied)
+	}
+	out := regexp.MustCompile(`\n +`).ReplaceAllString(ts.run(`/disk print detail where slot="d2"`), "")
+	if m := secretInPrint.FindStringSubmatch(out); m == nil || m[1] != before[1] {
+		t.Fatalf("a copy inherited the allowed host but not the password (secret %v):\n%s", m, out)
+	}
+}
