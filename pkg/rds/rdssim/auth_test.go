@@ -131,3 +131,46 @@ func TestPasswordPersistsAndGoesWithInheritedCopies(t *testing.T) {
 		t.Fatalf("a copy inherited the allowed host but not the password (secret %v):\n%s", m, out)
 	}
 }
+
+// A password the nvmet backend refuses (any host allowed; a host without
+// a dhchap_key) fails the command and changes nothing, as a RouterOS
+// failure does: the disk keeps its export, key and allowed host, and the
+// commands after it still work.
+func TestRefusedPasswordChangesNothing(t *testing.T) {
+	root := fakeNvmetRoot(t)
+	ts := startNvmetSim(t, root)
+	const host, bare = "nqn.2014-08.org.nvmexpress:uuid:a", "nqn.2014-08.org.nvmexpress:uuid:b"
+	hostDir := filepath.Join(root, "hosts", host)
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	want := printed(ts)
+	for _, refused := range []string{
+		`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="" nvme-tcp-server-password="pw-2"`,
+		`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + bare + `" nvme-tcp-server-password="pw-3"`,
+		`/disk add type=file file-path="/storage-pool/k8s/d3.img" slot="d3" file-size=1G nvme-tcp-export=yes nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:d3" nvme-tcp-server-password="pw-4"`,
+	} {
+		if out, _ := ts.tryRun(refused); !strings.Contains(out, "failure:") {
+			t.Fatalf("%s: accepted: %q", refused, out)
+		}
+		if got := printed(ts); got != want {
+			t.Fatalf("%s: a refused command changed d1:\n%s\nwas:\n%s", refused, got, want)
+		}
+		if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != serverSecret("pw-1") {
+			t.Fatalf("%s: the allowed host's key is %q", refused, got)
+		}
+	}
+	for _, d := range ts.srv.Disks() {
+		if d.Slot == "d3" {
+			t.Fatalf("a refused add left its disk: %+v", d)
+		}
+	}
+	ts.mustRun(addCmd("d2", "1G"))
+	ts.restart()
+	ts.mustRun(addCmd("d4", "1G"))
+}
