@@ -174,3 +174,34 @@ func TestRefusedPasswordChangesNothing(t *testing.T) {
 	ts.restart()
 	ts.mustRun(addCmd("d4", "1G"))
 }
+
+// nvmet keeps one DH-HMAC-CHAP key per host, RouterOS (as assumed) one
+// password per disk. Two exports that allow one host with different keys
+// cannot both be had: the second is refused, never let to clear or swap
+// the key the first one's host must present.
+func TestOneHostCannotHaveTwoKeys(t *testing.T) {
+	root := fakeNvmetRoot(t)
+	ts := startNvmetSim(t, root)
+	const host = "nqn.2014-08.org.nvmexpress:uuid:a"
+	hostDir := filepath.Join(root, "hosts", host)
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	ts.mustRun(addCmd("d2", "1G"))
+	for _, pw := range []string{"", "pw-2"} {
+		out, _ := ts.tryRun(`/disk set [find slot="d2"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="` + pw + `"`)
+		if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != serverSecret("pw-1") {
+			t.Fatalf("password %q on a second disk of the host (%q): the host's key is now %q, not d1's", pw, out, got)
+		}
+		if !strings.Contains(out, "failure:") {
+			t.Fatalf("password %q on a second disk of the host: accepted", pw)
+		}
+	}
+	// The same password on both is one key: allowed.
+	ts.mustRun(`/disk set [find slot="d2"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+}
