@@ -179,7 +179,7 @@ func (k *NodeKey) Open(sealed string) (nvme.DHCHAPSecret, error) {
 	pub, priv := [32]byte(k.Public), k.private
 	plain, ok := box.OpenAnonymous(nil, raw, &pub, &priv)
 	if !ok {
-		return nvme.DHCHAPSecret{}, fmt.Errorf("%w %s (the node plugin's key changed since the publish, or the attachment belongs to another node); a new publish seals it to the current key", ErrWrongKey, k.Public)
+		return nvme.DHCHAPSecret{}, fmt.Errorf("%w %s (the node plugin's key changed since the publish, or the attachment belongs to another node); a new publish seals it to the current key, and Kubernetes publishes an attached volume only again after a detach: move the volume's pods off this node", ErrWrongKey, k.Public)
 	}
 	s, err := nvme.ParseDHCHAPSecret(string(plain))
 	if err != nil {
