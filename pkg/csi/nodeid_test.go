@@ -69,7 +69,9 @@ func TestNodeIDWithAKeyAtTheLengthLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := func(n int) string { return strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", n-128) }
+	name := func(n int) string {
+		return strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", n-128)
+	}
 	id, err := FormatNodeID(name(141), k.Public.String())
 	if err != nil || len(id) != MaxNodeIDLength {
 		t.Fatalf("a 141-byte name with a key: %d bytes, %v", len(id), err)
