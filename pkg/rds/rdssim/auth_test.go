@@ -205,3 +205,18 @@ func TestOneHostCannotHaveTwoKeys(t *testing.T) {
 	// The same password on both is one key: allowed.
 	ts.mustRun(`/disk set [find slot="d2"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
 }
+
+// The state file keeps the passwords (each one's secret follows from it),
+// so only the simulator's user may read it.
+func TestStateFileWithPasswordsIsPrivate(t *testing.T) {
+	ts := startSim(t, nil)
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="pw-1"`)
+	st, err := os.Stat(filepath.Join(ts.cfg.DataDir, stateFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("the state file, which holds the password, has mode %v", st.Mode().Perm())
+	}
+}
