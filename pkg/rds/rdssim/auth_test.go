@@ -5,7 +5,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
 )
@@ -218,5 +221,30 @@ func TestStateFileWithPasswordsIsPrivate(t *testing.T) {
 	}
 	if st.Mode().Perm()&0o077 != 0 {
 		t.Fatalf("the state file, which holds the password, has mode %v", st.Mode().Perm())
+	}
+}
+
+// The command log (verbosity 2) shows a password set as hidden, never the
+// password itself.
+func TestCommandLogHidesThePassword(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 2})
+	ts := startSim(t, func(c *Config) { c.Logger = logger })
+	ts.mustRun(addCmd("d1", "1G"))
+	const password = "correct-horse-battery"
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="` + password + `"`)
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password=` + password + `2 nvme-tcp-export=yes`)
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "nvme-tcp-server-password=") {
+		t.Fatalf("the command is not logged at all:\n%s", logged.String())
+	}
+	if strings.Contains(logged.String(), password) {
+		t.Fatalf("the log shows the password:\n%s", logged.String())
 	}
 }

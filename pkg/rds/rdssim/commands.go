@@ -43,7 +43,7 @@ func (s *Server) execute(seq int, line string, width int) (out string, failed bo
 		if !errors.As(err, &ce) {
 			// An error of the simulator itself (I/O on the data dir):
 			// report it as RouterOS would report a refusal.
-			s.log.Error(err, "command failed", "command", line)
+			s.log.Error(err, "command failed", "command", redactPasswords(line))
 			ce = failure(err.Error())
 		}
 		return string(ce) + "\n", true
