@@ -60,20 +60,8 @@ func TestPasswordPrintsASecretNeverThePassword(t *testing.T) {
 // or a password with any host allowed, is refused, never an export that
 // only looks protected.
 func TestNvmetHostKeyFollowsThePassword(t *testing.T) {
-	root := fakeNvmetRoot(t)
-	ts := startNvmetSim(t, root)
-	const host = "nqn.2014-08.org.nvmexpress:uuid:a"
-	hostDir := filepath.Join(root, "hosts", host)
-	// What configfs makes with the host's directory on a kernel with
-	// CONFIG_NVME_TARGET_AUTH.
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts.mustRun(addCmd("d1", "1G"))
-	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	ts, root, hostDir := nvmetDiskWithPassword(t, authHost, "pw-1")
+	const host = authHost
 	want := serverSecret("pw-1")
 	if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != want {
 		t.Fatalf("dhchap_key = %q, want the printed secret", got)
@@ -140,18 +128,8 @@ func TestPasswordPersistsAndGoesWithInheritedCopies(t *testing.T) {
 // failure does: the disk keeps its export, key and allowed host, and the
 // commands after it still work.
 func TestRefusedPasswordChangesNothing(t *testing.T) {
-	root := fakeNvmetRoot(t)
-	ts := startNvmetSim(t, root)
-	const host, bare = "nqn.2014-08.org.nvmexpress:uuid:a", "nqn.2014-08.org.nvmexpress:uuid:b"
-	hostDir := filepath.Join(root, "hosts", host)
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts.mustRun(addCmd("d1", "1G"))
-	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	ts, _, hostDir := nvmetDiskWithPassword(t, authHost, "pw-1")
+	const host, bare = authHost, "nqn.2014-08.org.nvmexpress:uuid:b"
 	want := printed(ts)
 	for _, refused := range []string{
 		`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="" nvme-tcp-server-password="pw-2"`,
@@ -183,18 +161,8 @@ func TestRefusedPasswordChangesNothing(t *testing.T) {
 // cannot both be had: the second is refused, never let to clear or swap
 // the key the first one's host must present.
 func TestOneHostCannotHaveTwoKeys(t *testing.T) {
-	root := fakeNvmetRoot(t)
-	ts := startNvmetSim(t, root)
-	const host = "nqn.2014-08.org.nvmexpress:uuid:a"
-	hostDir := filepath.Join(root, "hosts", host)
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts.mustRun(addCmd("d1", "1G"))
-	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	ts, _, hostDir := nvmetDiskWithPassword(t, authHost, "pw-1")
+	const host = authHost
 	ts.mustRun(addCmd("d2", "1G"))
 	for _, pw := range []string{"", "pw-2"} {
 		out, _ := ts.tryRun(`/disk set [find slot="d2"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="` + pw + `"`)
@@ -247,4 +215,33 @@ func TestCommandLogHidesThePassword(t *testing.T) {
 	if strings.Contains(logged.String(), password) {
 		t.Fatalf("the log shows the password:\n%s", logged.String())
 	}
+}
+
+// authHostDir makes host's directory in the fake nvmet root as configfs
+// makes it on a kernel with CONFIG_NVME_TARGET_AUTH (with dhchap_key).
+func authHostDir(t *testing.T, root, host string) string {
+	t.Helper()
+	dir := filepath.Join(root, "hosts", host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dhchap_key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// authHost is the allowed host of nvmetDiskWithPassword's disk.
+const authHost = "nqn.2014-08.org.nvmexpress:uuid:a"
+
+// nvmetDiskWithPassword starts a simulator on a fake nvmet root with disk
+// d1 exported to host with password; it returns the host's directory.
+func nvmetDiskWithPassword(t *testing.T, host, password string) (ts *testSim, root, hostDir string) {
+	t.Helper()
+	root = fakeNvmetRoot(t)
+	ts = startNvmetSim(t, root)
+	hostDir = authHostDir(t, root, host)
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="` + password + `"`)
+	return ts, root, hostDir
 }
