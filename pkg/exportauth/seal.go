@@ -80,62 +80,66 @@ type NodeKey struct {
 // A key file that is a symlink is refused: in the node plugin's container
 // it would resolve in the container's filesystem, not the host's.
 func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
-	b, err := readNoFollow(path)
-	switch {
-	case err == nil:
-		raw, derr := b64.DecodeString(strings.TrimSpace(string(b)))
-		if derr != nil || len(raw) != 32 {
-			return nil, fmt.Errorf("node key file %s does not hold a 32-byte base64url key; remove it to make a new one (the node's next attachments are sealed to the new key)", path)
-		}
-		var priv [32]byte
-		copy(priv[:], raw)
-		return keyFrom(priv)
-	case errors.Is(err, syscall.ELOOP):
-		return nil, fmt.Errorf("node key file %s is a symlink; it must be a regular file on the host (remove the link to make a new key)", path)
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("reading the node key: %w", err)
+	k, err := readNodeKey(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return k, err
 	}
-	k, err := NewNodeKey(rand.Reader)
-	if err != nil {
+	if k, err = NewNodeKey(rand.Reader); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the node key's directory: %w", err)
 	}
-	// A fresh file (O_EXCL, which no symlink passes): one left over keeps
-	// its own mode, and a symlink would carry the key elsewhere.
-	tmp := path + ".new"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// Written to a temporary file of its own (0600, never one left over or
+	// a symlink), then linked into place only where no key is yet: of two
+	// plugins starting at once, both keep the key the file holds.
+	tmp, err := os.CreateTemp(dir, ".node-key-*")
+	if err != nil {
 		return nil, fmt.Errorf("writing the node key: %w", err)
 	}
-	if err := writeNew(tmp, []byte(b64.EncodeToString(k.private[:])+"\n")); err != nil {
-		return nil, fmt.Errorf("writing the node key: %w", err)
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(b64.EncodeToString(k.private[:]) + "\n")
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return readNodeKey(path)
+	case err != nil:
 		return nil, fmt.Errorf("writing the node key: %w", err)
 	}
 	return k, nil
 }
 
-func readNoFollow(path string) ([]byte, error) {
+// readNodeKey reads the key at path; an error wrapping fs.ErrNotExist
+// when there is none.
+func readNodeKey(path string) (*NodeKey, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, err
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("node key file %s is a symlink; it must be a regular file on the host (remove the link to make a new key)", path)
+	case err != nil:
+		return nil, fmt.Errorf("reading the node key: %w", err)
 	}
 	defer f.Close()
-	return io.ReadAll(f)
-}
-
-func writeNew(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	b, err := io.ReadAll(f)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("reading the node key: %w", err)
 	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	raw, derr := b64.DecodeString(strings.TrimSpace(string(b)))
+	if derr != nil || len(raw) != 32 {
+		return nil, fmt.Errorf("node key file %s does not hold a 32-byte base64url key; remove it to make a new one (the node's next attachments are sealed to the new key)", path)
 	}
-	return err
+	return keyFrom([32]byte(raw))
 }
 
 // NewNodeKey makes a key pair from r.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/crypto/nacl/box"
@@ -190,5 +191,37 @@ func TestLoadOrCreateNodeKeyRefusesASymlink(t *testing.T) {
 	_, err := LoadOrCreateNodeKey(path)
 	if err == nil || !strings.Contains(err.Error(), "symlink") {
 		t.Fatalf("a key file that is a symlink: err = %v, want a refusal naming the symlink", err)
+	}
+}
+
+// Two node plugins starting at once on one node (a DaemonSet rolling
+// update with surge) must end up with the one key the file keeps: a
+// plugin that registered a key the file does not hold cannot open what is
+// sealed to it after its next restart.
+func TestLoadOrCreateNodeKeyConcurrentStartsAgree(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.key")
+	const plugins = 16
+	keys := make([]*NodeKey, plugins)
+	errs := make([]error, plugins)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range plugins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			keys[i], errs[i] = LoadOrCreateNodeKey(path)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	kept, err := LoadOrCreateNodeKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plugins {
+		if errs[i] == nil && keys[i].Public != kept.Public {
+			t.Fatalf("plugin %d uses key %s, the file keeps %s", i, keys[i].Public, kept.Public)
+		}
 	}
 }
