@@ -60,3 +60,32 @@ func TestNodeIDCarriesTheNodeKey(t *testing.T) {
 		t.Errorf("a name too long for a key: %v", err)
 	}
 }
+
+// A node name of 141 bytes still registers its key (192 bytes in all, the
+// CSINode limit); 142 bytes do not fit, and the node plugin then registers
+// its name alone and refuses authenticated attachments, saying why.
+func TestNodeIDWithAKeyAtTheLengthLimit(t *testing.T) {
+	k, err := exportauth.NewNodeKey(bytes.NewReader(bytes.Repeat([]byte{5}, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := func(n int) string {
+		return strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", n-128)
+	}
+	id, err := FormatNodeID(name(141), k.Public.String())
+	if err != nil || len(id) != MaxNodeIDLength {
+		t.Fatalf("a 141-byte name with a key: %d bytes, %v", len(id), err)
+	}
+	if got, err := ParseNodeID(id); err != nil || got.Key == nil || *got.Key != k.Public || got.Name != name(141) {
+		t.Fatalf("ParseNodeID of the longest ID: %+v, %v", got, err)
+	}
+	d := NewDriver(Options{DriverName: DefaultDriverName, NodeID: name(142)}, nil)
+	ns := NewNodeServer(d, nil, nil)
+	ns.SetNodeKey(k, "")
+	if why := ns.AuthUnavailable(); !strings.Contains(why, "at most 141 bytes") {
+		t.Fatalf("a 142-byte name with a key: AuthUnavailable = %q", why)
+	}
+	if id, err := ns.NodeID(); err != nil || id != name(142) {
+		t.Fatalf("a 142-byte name registers %q, %v; want its name alone", id, err)
+	}
+}

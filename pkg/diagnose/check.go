@@ -69,6 +69,9 @@ func Check(c *Cluster) Report {
 	}
 	handles := map[string]string{} // volume handle -> PV
 	claimed := map[string][]ClaimFact{}
+	// Handles with a PV whose claims cannot be read: who holds them is
+	// not known, so their export is not judged against the claims.
+	unreadable := map[string]bool{}
 	for i := range c.PVs {
 		pv := &c.PVs[i]
 		if !c.ours(pv) {
@@ -80,6 +83,7 @@ func Check(c *Cluster) Report {
 		claims, err := claimsOf(pv, atts)
 		claimed[pv.Spec.CSI.VolumeHandle] = append(claimed[pv.Spec.CSI.VolumeHandle], claims...)
 		if err != nil {
+			unreadable[pv.Spec.CSI.VolumeHandle] = true
 			add(FindingClaimsUnreadable, "pv/"+pv.Name, unreadableNext(pv, informers.ClaimsAnnotation),
 				"%v: the driver cannot tell which nodes hold volume %s, skips the PV and refuses every publish and unpublish of it until the annotation is fixed; %s",
 				err, pv.Spec.CSI.VolumeHandle, attachedWhere(atts))
@@ -156,6 +160,9 @@ func Check(c *Cluster) Report {
 			if !ok || d.Kind != inventory.KindVolume {
 				add(FindingMissingDisk, "pv/"+handles[h], "kubectl rds why pv "+handles[h],
 					"PV %s has no disk %s on the RDS", handles[h], h)
+				continue
+			}
+			if unreadable[h] {
 				continue
 			}
 			if why := c.exportMismatch(d, handles[h], claimed[h]); why != "" {

@@ -88,6 +88,19 @@ func TestCheck(t *testing.T) {
 			next: "kubectl annotate pv pv-2 rds.csi.srvlab.io/claims-",
 		},
 		{
+			// Its claims cannot be read, so check cannot say it is
+			// unclaimed: "no node claims it" would have the operator
+			// close the export under a live holder.
+			name: "an unreadable claims annotation, its export open to a host",
+			world: func() *world {
+				w := held("True", time.Hour).snapshots()
+				w.c.PVs[0].Annotations[informers.ClaimsAnnotation] = "not json"
+				w.c.Inventory.Disks[0].AllowHost = inventory.HostFingerprint(hostA1)
+				return w
+			}(),
+			want: map[string]int{FindingClaimsUnreadable: 1},
+		},
+		{
 			name: "claims naming no time",
 			world: held("True", time.Hour).volume("other", "pv-2", `{"node-a": "yesterday", "": "2024-01-01T00:00:00Z"}`).
 				disks("pv-1", "pv-2").snapshots(),

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
@@ -75,35 +76,70 @@ type NodeKey struct {
 // The file outlives the node plugin's container, so the node keeps its key
 // (and its node ID) across restarts and upgrades; a node that loses it gets
 // a new one, and the controller seals its next attachments to that.
+//
+// A key file that is a symlink is refused: in the node plugin's container
+// it would resolve in the container's filesystem, not the host's.
 func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		raw, derr := b64.DecodeString(strings.TrimSpace(string(b)))
-		if derr != nil || len(raw) != 32 {
-			return nil, fmt.Errorf("node key file %s does not hold a 32-byte base64url key; remove it to make a new one (the node's next attachments are sealed to the new key)", path)
-		}
-		var priv [32]byte
-		copy(priv[:], raw)
-		return keyFrom(priv)
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("reading the node key: %w", err)
+	k, err := readNodeKey(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return k, err
 	}
-	k, err := NewNodeKey(rand.Reader)
-	if err != nil {
+	if k, err = NewNodeKey(rand.Reader); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the node key's directory: %w", err)
 	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(b64.EncodeToString(k.private[:])+"\n"), 0o600); err != nil {
+	// Written to a temporary file of its own (0600, never one left over or
+	// a symlink), then linked into place only where no key is yet: of two
+	// plugins starting at once, both keep the key the file holds.
+	tmp, err := os.CreateTemp(dir, ".node-key-*")
+	if err != nil {
 		return nil, fmt.Errorf("writing the node key: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(b64.EncodeToString(k.private[:]) + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return readNodeKey(path)
+	case err != nil:
 		return nil, fmt.Errorf("writing the node key: %w", err)
 	}
 	return k, nil
+}
+
+// readNodeKey reads the key at path; an error wrapping fs.ErrNotExist
+// when there is none.
+func readNodeKey(path string) (*NodeKey, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("node key file %s is a symlink; it must be a regular file on the host (remove the link to make a new key)", path)
+	case err != nil:
+		return nil, fmt.Errorf("reading the node key: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading the node key: %w", err)
+	}
+	raw, derr := b64.DecodeString(strings.TrimSpace(string(b)))
+	if derr != nil || len(raw) != 32 {
+		return nil, fmt.Errorf("node key file %s does not hold a 32-byte base64url key; remove it to make a new one (the node's next attachments are sealed to the new key)", path)
+	}
+	return keyFrom([32]byte(raw))
 }
 
 // NewNodeKey makes a key pair from r.
@@ -147,7 +183,7 @@ func (k *NodeKey) Open(sealed string) (nvme.DHCHAPSecret, error) {
 	pub, priv := [32]byte(k.Public), k.private
 	plain, ok := box.OpenAnonymous(nil, raw, &pub, &priv)
 	if !ok {
-		return nvme.DHCHAPSecret{}, fmt.Errorf("%w %s (the node plugin's key changed since the publish, or the attachment belongs to another node); a new publish seals it to the current key", ErrWrongKey, k.Public)
+		return nvme.DHCHAPSecret{}, fmt.Errorf("%w %s (the node plugin's key changed since the publish, or the attachment belongs to another node); a new publish seals it to the current key, and Kubernetes publishes an attached volume only again after a detach: move the volume's pods off this node", ErrWrongKey, k.Public)
 	}
 	s, err := nvme.ParseDHCHAPSecret(string(plain))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/crypto/nacl/box"
@@ -135,5 +136,92 @@ func TestLoadOrCreateNodeKeyKeepsTheKey(t *testing.T) {
 	}
 	if _, err := LoadOrCreateNodeKey(path); err == nil || !strings.Contains(err.Error(), "remove it") {
 		t.Fatalf("a damaged key file: %v", err)
+	}
+}
+
+// The key file is written through a temporary file beside it. One left
+// over (a crash between write and rename) or planted there must neither
+// lend the key its mode nor, as a symlink, carry the key elsewhere.
+func TestLoadOrCreateNodeKeyIgnoresALeftoverTemporaryFile(t *testing.T) {
+	t.Run("world-readable", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "node.key")
+		if err := os.WriteFile(path+".new", []byte("left over\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadOrCreateNodeKey(path); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("key file mode %v (%v), want 0600", st.Mode(), err)
+		}
+	})
+	t.Run("symlink", func(t *testing.T) {
+		dir := t.TempDir()
+		path, elsewhere := filepath.Join(dir, "node.key"), filepath.Join(dir, "elsewhere")
+		if err := os.WriteFile(elsewhere, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(elsewhere, path+".new"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadOrCreateNodeKey(path); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(elsewhere); len(b) != 0 {
+			t.Fatalf("the private key was written through a symlink to %s", elsewhere)
+		}
+		if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+			t.Fatalf("key file %v (%v), want a regular file of mode 0600", st.Mode(), err)
+		}
+	})
+}
+
+// A key file that is a symlink is refused, not followed: inside the node
+// plugin's container it resolves in the container's filesystem, not the
+// host's, and a link to a file others can write hands them the key.
+func TestLoadOrCreateNodeKeyRefusesASymlink(t *testing.T) {
+	dir := t.TempDir()
+	real, path := filepath.Join(dir, "real.key"), filepath.Join(dir, "node.key")
+	if _, err := LoadOrCreateNodeKey(real); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, path); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadOrCreateNodeKey(path)
+	if err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("a key file that is a symlink: err = %v, want a refusal naming the symlink", err)
+	}
+}
+
+// Two node plugins starting at once on one node (a DaemonSet rolling
+// update with surge) must end up with the one key the file keeps: a
+// plugin that registered a key the file does not hold cannot open what is
+// sealed to it after its next restart.
+func TestLoadOrCreateNodeKeyConcurrentStartsAgree(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.key")
+	const plugins = 16
+	keys := make([]*NodeKey, plugins)
+	errs := make([]error, plugins)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range plugins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			keys[i], errs[i] = LoadOrCreateNodeKey(path)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	kept, err := LoadOrCreateNodeKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plugins {
+		if errs[i] == nil && keys[i].Public != kept.Public {
+			t.Fatalf("plugin %d uses key %s, the file keeps %s", i, keys[i].Public, kept.Public)
+		}
 	}
 }

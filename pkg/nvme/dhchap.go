@@ -57,8 +57,10 @@ func ParseDHCHAPSecret(s string) (DHCHAPSecret, error) {
 	if !ok || strings.Contains(b64, ":") {
 		return bad("the key must end with one ':'")
 	}
+	// Go's decoder skips \r and \n, even Strict; the kernel splits its
+	// connect options at them, so they must not pass.
 	raw, err := base64.StdEncoding.Strict().DecodeString(b64)
-	if err != nil {
+	if err != nil || strings.ContainsAny(b64, "\r\n") {
 		return bad("the key is not standard base64")
 	}
 	key := len(raw) - 4

@@ -73,7 +73,10 @@ func TestConnectWithSecretRefusedWithoutKernelAuth(t *testing.T) {
 		{"6.7+ built without CONFIG_NVME_HOST_AUTH", fabricsTokensBase + "\n", "", "does not accept dhchap_secret"},
 		{"6.0-6.6 listing the option without CONFIG_NVME_AUTH", fabricsTokensAuth, "", "neither nvme_auth nor nvme_common"},
 		{"before 5.17: no option list", "", "", "lists no connect options"},
-		{"6.0-6.6 with CONFIG_NVME_AUTH", fabricsTokensAuth, "nvme_common", ""},
+		{"6.0-6.6 with CONFIG_NVME_AUTH", fabricsTokensAuth, "nvme_common/holders/nvme_core", ""},
+		// NVME_TARGET_AUTH selects nvme_common too: loaded for nvmet only,
+		// it says nothing of the host.
+		{"6.0-6.6 with target authentication only", fabricsTokensAuth, "nvme_common/holders/nvmet", "neither nvme_auth nor nvme_common"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFakeHost(t)

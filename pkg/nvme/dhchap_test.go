@@ -48,6 +48,10 @@ func TestParseDHCHAPSecretRefuses(t *testing.T) {
 		{"sha384 field with a 32-byte key", "DHHC-1:02:" + good[10:], "32-byte key with hash field 02"},
 		{"bad crc (blktests)", externalBadCRCSecret, "CRC-32"},
 		{"a comma (option injection)", "DHHC-1:00:" + good[10:len(good)-1] + ",nqn=x:", "base64"},
+		// Go's base64 skips \n and \r, even Strict; the kernel splits its
+		// connect options at ",\n", so a newline would start a new option.
+		{"a newline (option injection)", "DHHC-1:00:" + good[10:30] + "\n" + good[30:len(good)-1] + ":", "not standard base64"},
+		{"a carriage return", "DHHC-1:00:" + good[10:30] + "\r" + good[30:len(good)-1] + ":", "not standard base64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseDHCHAPSecret(tc.in)

@@ -586,12 +586,16 @@ func (c *TCPConnector) AuthUnsupported() string {
 	if !strings.Contains(string(buf[:n]), "dhchap_secret=") {
 		return fmt.Sprintf("the kernel does not accept dhchap_secret (%s): it was built without CONFIG_NVME_HOST_AUTH (Linux 6.7+) or CONFIG_NVME_AUTH (6.0 to 6.6), as Debian's 6.1 kernel is; boot a kernel with it, e.g. Debian bookworm's 6.12 from bookworm-security", c.cfg.FabricsPath)
 	}
-	for _, m := range []string{"nvme_auth", "nvme_common"} {
+	// nvme_common (6.0 to 6.6) is also what nvmet's authentication
+	// (CONFIG_NVME_TARGET_AUTH) loads: only nvme-core holding it shows
+	// the host's. From 6.7 the option is listed only with host
+	// authentication, so nvme_auth loaded is enough.
+	for _, m := range []string{"nvme_auth", filepath.Join("nvme_common", "holders", "nvme_core")} {
 		if _, err := os.Stat(filepath.Join(c.cfg.SysRoot, "module", m)); err == nil {
 			return ""
 		}
 	}
-	return "the kernel lists dhchap_secret but neither nvme_auth nor nvme_common is loaded: it was built without host authentication (CONFIG_NVME_AUTH on Linux 6.0 to 6.6)"
+	return "the kernel lists dhchap_secret but neither nvme_auth nor nvme_common is loaded for nvme-core: it was built without host authentication (CONFIG_NVME_AUTH on Linux 6.0 to 6.6)"
 }
 
 // kernelSeconds rounds up to whole seconds; negative means "forever" (-1).

@@ -184,3 +184,31 @@ func TestCopyNeverInheritsExport(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyDiskClearsThePassword: under copy-from inherit (as RouterOS's
+// manual describes it) a copy takes the source's nvme-tcp-server-password
+// with the rest; the copy's export must not (a clone handed to another
+// node would need the source's secret, and one open to any host with a
+// password is refused by the nvmet backend). Assumed like the password.
+func TestCopyDiskClearsThePassword(t *testing.T) {
+	t.Skip("hole: CopyDisk resets the allowed host (copyExportArgs) but not nvme-tcp-server-password; pkg/rds is outside review 24b's files. Fix: add nvme-tcp-server-password=\"\" to copyExportArgs once the password's add syntax is confirmed (docs/routeros.md)")
+	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit })
+	c := env.client(t, nil)
+	ctx := context.Background()
+	if _, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.exec(ctx, "/disk set [find slot=%s] nvme-tcp-server-allow-host-name=%s nvme-tcp-server-password=%s", "pvc-src", "nqn.2014-08.org.nvmexpress:uuid:a", "pw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CopyDisk(ctx, CopyDiskRequest{Slot: "snap-1", FilePath: "/storage-pool/k8s/snap-1.img", SourceSlot: "pvc-src"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.exec(ctx, "/disk print detail where slot=%s", "snap-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "nvme-tcp-server-secret") {
+		t.Fatalf("the copy kept the source's password:\n%s", out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
+	"regexp"
 )
 
 // serverSecret is the read-only nvme-tcp-server-secret RouterOS shows for
@@ -23,4 +24,14 @@ func serverSecret(password string) string {
 	sum := sha256.Sum256([]byte("rdssim nvme-tcp-server-secret\x00" + password))
 	raw := binary.LittleEndian.AppendUint32(sum[:], crc32.ChecksumIEEE(sum[:]))
 	return "DHHC-1:00:" + base64.StdEncoding.EncodeToString(raw) + ":"
+}
+
+// passwordArg matches a password's value in a command line, quoted (with
+// escapes) or bare.
+var passwordArg = regexp.MustCompile(`(nvme-tcp-server-password=)("(?:[^"\\]|\\.)*"?|\S*)`)
+
+// redactPasswords is line as the simulator logs it: every password's
+// value hidden, as RouterOS hides sensitive values.
+func redactPasswords(line string) string {
+	return passwordArg.ReplaceAllString(line, "${1}<hidden>")
 }

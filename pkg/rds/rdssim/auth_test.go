@@ -5,7 +5,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
 )
@@ -57,20 +60,8 @@ func TestPasswordPrintsASecretNeverThePassword(t *testing.T) {
 // or a password with any host allowed, is refused, never an export that
 // only looks protected.
 func TestNvmetHostKeyFollowsThePassword(t *testing.T) {
-	root := fakeNvmetRoot(t)
-	ts := startNvmetSim(t, root)
-	const host = "nqn.2014-08.org.nvmexpress:uuid:a"
-	hostDir := filepath.Join(root, "hosts", host)
-	// What configfs makes with the host's directory on a kernel with
-	// CONFIG_NVME_TARGET_AUTH.
-	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(hostDir, "dhchap_key"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts.mustRun(addCmd("d1", "1G"))
-	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+	ts, root, hostDir := nvmetDiskWithPassword(t, authHost, "pw-1")
+	const host = authHost
 	want := serverSecret("pw-1")
 	if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != want {
 		t.Fatalf("dhchap_key = %q, want the printed secret", got)
@@ -97,4 +88,160 @@ func TestNvmetHostKeyFollowsThePassword(t *testing.T) {
 	if out, _ := ts.tryRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="" nvme-tcp-server-password="pw-4"`); !strings.Contains(out, "needs an allowed host") {
 		t.Fatalf("a password with any host allowed was accepted: %q", out)
 	}
+}
+
+// The password is a property of the disk like its allowed host: kept
+// across a restart and, under CopyFromInherit, taken by a copy together
+// with the allowed host. A copy that took the allowed host and not the
+// password would let that host in unauthenticated. (Assumed, as copy-from
+// itself, docs/routeros.md.)
+func TestPasswordPersistsAndGoesWithInheritedCopies(t *testing.T) {
+	ts := startSim(t, func(c *Config) { c.CopyFromProperties = CopyFromInherit })
+	ts.mustRun(addCmd("d1", "4M"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="pw-1"`)
+	before := secretInPrint.FindStringSubmatch(printed(ts))
+	if before == nil || before[1] == "" {
+		t.Fatal("no secret printed for a password")
+	}
+	ts.restart()
+	if after := secretInPrint.FindStringSubmatch(printed(ts)); after == nil || after[1] != before[1] {
+		t.Fatalf("after a restart the secret is %v, want the one before", after)
+	}
+	ts.mustRun(`/disk add type=file file-path="/storage-pool/k8s/d2.img" slot="d2" copy-from=[find slot="d1"]`)
+	var copied *DiskInfo
+	for _, d := range ts.srv.Disks() {
+		if d.Slot == "d2" {
+			copied = &d
+		}
+	}
+	if copied == nil || copied.AllowHostName != "nqn.2014-08.org.nvmexpress:uuid:a" {
+		t.Fatalf("the copy did not inherit the allowed host: %+v", copied)
+	}
+	out := regexp.MustCompile(`\n +`).ReplaceAllString(ts.run(`/disk print detail where slot="d2"`), "")
+	if m := secretInPrint.FindStringSubmatch(out); m == nil || m[1] != before[1] {
+		t.Fatalf("a copy inherited the allowed host but not the password (secret %v):\n%s", m, out)
+	}
+}
+
+// A password the nvmet backend refuses (any host allowed; a host without
+// a dhchap_key) fails the command and changes nothing, as a RouterOS
+// failure does: the disk keeps its export, key and allowed host, and the
+// commands after it still work.
+func TestRefusedPasswordChangesNothing(t *testing.T) {
+	ts, _, hostDir := nvmetDiskWithPassword(t, authHost, "pw-1")
+	const host, bare = authHost, "nqn.2014-08.org.nvmexpress:uuid:b"
+	want := printed(ts)
+	for _, refused := range []string{
+		`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="" nvme-tcp-server-password="pw-2"`,
+		`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + bare + `" nvme-tcp-server-password="pw-3"`,
+		`/disk add type=file file-path="/storage-pool/k8s/d3.img" slot="d3" file-size=1G nvme-tcp-export=yes nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:d3" nvme-tcp-server-password="pw-4"`,
+	} {
+		if out, _ := ts.tryRun(refused); !strings.Contains(out, "failure:") {
+			t.Fatalf("%s: accepted: %q", refused, out)
+		}
+		if got := printed(ts); got != want {
+			t.Fatalf("%s: a refused command changed d1:\n%s\nwas:\n%s", refused, got, want)
+		}
+		if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != serverSecret("pw-1") {
+			t.Fatalf("%s: the allowed host's key is %q", refused, got)
+		}
+	}
+	for _, d := range ts.srv.Disks() {
+		if d.Slot == "d3" {
+			t.Fatalf("a refused add left its disk: %+v", d)
+		}
+	}
+	ts.mustRun(addCmd("d2", "1G"))
+	ts.restart()
+	ts.mustRun(addCmd("d4", "1G"))
+}
+
+// nvmet keeps one DH-HMAC-CHAP key per host, RouterOS (as assumed) one
+// password per disk. Two exports that allow one host with different keys
+// cannot both be had: the second is refused, never let to clear or swap
+// the key the first one's host must present.
+func TestOneHostCannotHaveTwoKeys(t *testing.T) {
+	ts, _, hostDir := nvmetDiskWithPassword(t, authHost, "pw-1")
+	const host = authHost
+	ts.mustRun(addCmd("d2", "1G"))
+	for _, pw := range []string{"", "pw-2"} {
+		out, _ := ts.tryRun(`/disk set [find slot="d2"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="` + pw + `"`)
+		if got := readAttrT(t, filepath.Join(hostDir, "dhchap_key")); got != serverSecret("pw-1") {
+			t.Fatalf("password %q on a second disk of the host (%q): the host's key is now %q, not d1's", pw, out, got)
+		}
+		if !strings.Contains(out, "failure:") {
+			t.Fatalf("password %q on a second disk of the host: accepted", pw)
+		}
+	}
+	// The same password on both is one key: allowed.
+	ts.mustRun(`/disk set [find slot="d2"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="pw-1"`)
+}
+
+// The state file keeps the passwords (each one's secret follows from it),
+// so only the simulator's user may read it.
+func TestStateFileWithPasswordsIsPrivate(t *testing.T) {
+	ts := startSim(t, nil)
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="pw-1"`)
+	st, err := os.Stat(filepath.Join(ts.cfg.DataDir, stateFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("the state file, which holds the password, has mode %v", st.Mode().Perm())
+	}
+}
+
+// The command log (verbosity 2) shows a password set as hidden, never the
+// password itself.
+func TestCommandLogHidesThePassword(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 2})
+	ts := startSim(t, func(c *Config) { c.Logger = logger })
+	ts.mustRun(addCmd("d1", "1G"))
+	const password = "correct-horse-battery"
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="nqn.2014-08.org.nvmexpress:uuid:a" nvme-tcp-server-password="` + password + `"`)
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-password=` + password + `2 nvme-tcp-export=yes`)
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "nvme-tcp-server-password=") {
+		t.Fatalf("the command is not logged at all:\n%s", logged.String())
+	}
+	if strings.Contains(logged.String(), password) {
+		t.Fatalf("the log shows the password:\n%s", logged.String())
+	}
+}
+
+// authHostDir makes host's directory in the fake nvmet root as configfs
+// makes it on a kernel with CONFIG_NVME_TARGET_AUTH (with dhchap_key).
+func authHostDir(t *testing.T, root, host string) string {
+	t.Helper()
+	dir := filepath.Join(root, "hosts", host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dhchap_key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// authHost is the allowed host of nvmetDiskWithPassword's disk.
+const authHost = "nqn.2014-08.org.nvmexpress:uuid:a"
+
+// nvmetDiskWithPassword starts a simulator on a fake nvmet root with disk
+// d1 exported to host with password; it returns the host's directory.
+func nvmetDiskWithPassword(t *testing.T, host, password string) (ts *testSim, root, hostDir string) {
+	t.Helper()
+	root = fakeNvmetRoot(t)
+	ts = startNvmetSim(t, root)
+	hostDir = authHostDir(t, root, host)
+	ts.mustRun(addCmd("d1", "1G"))
+	ts.mustRun(`/disk set [find slot="d1"] nvme-tcp-server-allow-host-name="` + host + `" nvme-tcp-server-password="` + password + `"`)
+	return ts, root, hostDir
 }

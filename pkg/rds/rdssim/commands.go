@@ -20,6 +20,7 @@ func (s *Server) execute(seq int, line string, width int) (out string, failed bo
 	defer s.stateMu.Unlock()
 	before := s.exportKeys()
 	states := s.exportStates()
+	undo := s.exportUndo()
 	out, err := s.run(line, width)
 	// Before a copy lets go of the lock (finishCopy): commands that run
 	// meanwhile note their own.
@@ -32,7 +33,9 @@ func (s *Server) execute(seq int, line string, width int) (out string, failed bo
 		}
 	}
 	if err == nil {
-		err = s.syncExports() // exporter.go
+		if err = s.syncExports(); err != nil { // exporter.go
+			undo()
+		}
 	}
 	s.trackNewDisks() // diskio.go: I/O counted from here on
 	if err != nil {
@@ -40,12 +43,45 @@ func (s *Server) execute(seq int, line string, width int) (out string, failed bo
 		if !errors.As(err, &ce) {
 			// An error of the simulator itself (I/O on the data dir):
 			// report it as RouterOS would report a refusal.
-			s.log.Error(err, "command failed", "command", line)
+			s.log.Error(err, "command failed", "command", redactPasswords(line))
 			ce = failure(err.Error())
 		}
 		return string(ce) + "\n", true
 	}
 	return out, false
+}
+
+// exportUndo returns what puts the disks back as they were before a
+// command whose export the exporter refused: RouterOS changes nothing on
+// a failure, and a refused state left in place would fail every command
+// after it. Disks the command added go, with their files. Called with
+// stateMu held.
+func (s *Server) exportUndo() func() {
+	was := make(map[*disk]disk, len(s.disks))
+	for _, d := range s.disks {
+		was[d] = *d
+	}
+	return func() {
+		kept := s.disks[:0]
+		for _, d := range s.disks {
+			w, ok := was[d]
+			if !ok {
+				if rel, err := s.relPath(d.FilePath); err == nil {
+					os.Remove(s.hostPath(rel))
+				}
+				continue
+			}
+			d.Export, d.Port, d.NQN, d.AllowHost, d.Password = w.Export, w.Port, w.NQN, w.AllowHost, w.Password
+			kept = append(kept, d)
+		}
+		s.disks = kept
+		if err := saveState(s.dataDir, s.disks); err != nil {
+			s.log.Error(err, "saving the state after a refused export")
+		}
+		if err := s.syncExports(); err != nil {
+			s.log.Error(err, "applying the exports after a refused one")
+		}
+	}
 }
 
 func (s *Server) run(line string, width int) (string, error) {

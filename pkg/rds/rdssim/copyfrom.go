@@ -14,7 +14,7 @@ type CopyFromProperties string
 
 const (
 	// CopyFromInherit: from the source disk, as the manual describes
-	// copy-from (export flag, port, NQN, allowed host).
+	// copy-from (export flag, port, NQN, allowed host, password).
 	CopyFromInherit CopyFromProperties = "inherit"
 	// CopyFromFresh: a new disk's defaults, as if copy-from were absent.
 	// The default.
@@ -80,7 +80,9 @@ func (m copyModel) defaults(d, src *disk) {
 	if src == nil || m.props != CopyFromInherit {
 		return
 	}
-	d.Export, d.Port, d.NQN, d.AllowHost = src.Export, src.Port, src.NQN, src.AllowHost
+	// The password with the allowed host: a copy open to the source's host
+	// without it would let that host in unauthenticated.
+	d.Export, d.Port, d.NQN, d.AllowHost, d.Password = src.Export, src.Port, src.NQN, src.AllowHost, src.Password
 }
 
 // dataSource is the host file whose content a copy gets ("" for none).

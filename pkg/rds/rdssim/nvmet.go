@@ -92,11 +92,21 @@ func (e *NvmetExporter) ns(nqn string) string     { return filepath.Join(e.subsy
 // entries.
 func (e *NvmetExporter) Reconcile(want []Export) error {
 	wanted := map[string]Export{}
+	// nvmet keeps one key per host: two exports allowing one host must
+	// want the same, or one would clear or swap the other's.
+	keyOf := map[string]Export{}
 	for _, x := range want {
 		if _, dup := wanted[x.NQN]; dup {
 			return fmt.Errorf("two exported disks have NQN %s", x.NQN)
 		}
 		wanted[x.NQN] = x
+		if x.AllowHost == "" {
+			continue
+		}
+		if o, ok := keyOf[x.AllowHost]; ok && o.Secret != x.Secret {
+			return fmt.Errorf("subsystems %s and %s allow host %s with different passwords: nvmet keeps one DH-HMAC-CHAP key per host", o.NQN, x.NQN, x.AllowHost)
+		}
+		keyOf[x.AllowHost] = x
 	}
 	ours, err := e.ownSubsystems()
 	if err != nil {

@@ -535,7 +535,7 @@ func (s *Server) handleSession(ctx context.Context, c net.Conn, ch ssh.Channel, 
 // replies on the channel.
 func (s *Server) exec(ctx context.Context, c net.Conn, ch ssh.Channel, reqs <-chan *ssh.Request, entry *Command, fault Fault, late *lateBatch, latency time.Duration) {
 	line := entry.Text // immutable after arrive
-	s.log.V(2).Info("command", "seq", entry.Seq, "user", entry.User, "command", line, "fault", fault.Kind.String())
+	s.log.V(2).Info("command", "seq", entry.Seq, "user", entry.User, "command", redactPasswords(line), "fault", fault.Kind.String())
 
 	if late != nil {
 		// Held first, whatever the latency: it lands after the commands

@@ -69,7 +69,8 @@ func saveState(dataDir string, disks []*disk) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dataDir, stateFileName), data, 0o644)
+	// 0600: it holds the disks' passwords, from which their secrets follow.
+	return writeFileAtomic(filepath.Join(dataDir, stateFileName), data, 0o600)
 }
 
 func writeFileAtomic(name string, data []byte, perm os.FileMode) error {
