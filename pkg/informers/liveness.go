@@ -266,7 +266,7 @@ func (l *Liveness) silence() time.Duration {
 	for d := range l.leasesFor {
 		longest = max(longest, l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(d)}))
 	}
-	return longest * suspectShare / 10
+	return longest / 10 * suspectShare
 }
 
 // observeLease records a node's heartbeat Lease at resourceVersion rv,
@@ -301,7 +301,7 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 		// Back after a lapse; back again after another lapse within
 		// flapWindows recovery periods (a lapse itself lasts one) is a
 		// flap.
-		if !e.resumed.IsZero() && now.Sub(e.resumed) < flapWindows*l.recoveryPeriod(e) && l.onFlap != nil {
+		if !e.resumed.IsZero() && now.Sub(e.resumed)/flapWindows < l.recoveryPeriod(e) && l.onFlap != nil {
 			l.onFlap(name)
 		}
 		e.resumed = now
@@ -368,10 +368,11 @@ func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
 	if e.known && !e.ready {
 		return true
 	}
-	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)*suspectShare/10
+	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)/10*suspectShare
 }
 
-// suspectShare, in tenths of the heartbeat threshold (see suspect).
+// suspectShare, in tenths of the heartbeat threshold (see suspect); the
+// threshold is divided first, as it may be up to the largest duration.
 const suspectShare = 6
 
 // evaluate updates the guard; l.mu held.
