@@ -371,6 +371,15 @@ func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
 	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)/10*suspectShare
 }
 
+// heartbeatAge is how long e's heartbeat has not been seen renewed,
+// timed from the floor (ok: heartbeats are timed and e has one).
+func (l *Liveness) heartbeatAge(e *nodeSeen, now time.Time) (time.Duration, bool) {
+	if l.cfg.HeartbeatThreshold <= 0 || e.renewed.IsZero() {
+		return 0, false
+	}
+	return now.Sub(later(e.renewed, l.floor())), true
+}
+
 // suspectShare, in tenths of the heartbeat threshold (see suspect); the
 // threshold is divided first, as it may be up to the largest duration.
 const suspectShare = 6
@@ -381,6 +390,17 @@ func (l *Liveness) evaluate(now time.Time) {
 		return
 	}
 	l.evaluated, l.dirty = now, false
+	// With kubelets of mixed cadences a fast one lapses before a slow one
+	// has been silent long enough to look suspect by its own threshold: a
+	// partition of every node would show only the fast ones. A node
+	// silent at least as long as the most recently lapsed heartbeat looks
+	// as dead as that one and counts as suspect too.
+	lapsedAge := time.Duration(-1)
+	for _, e := range l.nodes {
+		if age, ok := l.heartbeatAge(e, now); ok && !e.down && age > l.heartbeatThreshold(e) && (lapsedAge < 0 || age < lapsedAge) {
+			lapsedAge = age
+		}
+	}
 	suspects := 0
 	var names []string
 	total := 0
@@ -391,7 +411,7 @@ func (l *Liveness) evaluate(now time.Time) {
 			continue
 		}
 		total++
-		if l.suspect(e, now) {
+		if age, ok := l.heartbeatAge(e, now); l.suspect(e, now) || (ok && lapsedAge >= 0 && age >= lapsedAge) {
 			suspects++
 			names = append(names, name)
 		}
@@ -435,12 +455,19 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	e := l.nodes[name]
+	if e != nil {
+		if age, ok := l.heartbeatAge(e, now); ok && age > l.heartbeatThreshold(e) && !l.evaluated.After(now.Add(l.heartbeatThreshold(e)-age)) {
+			// It lapsed since the guard was last counted: count again,
+			// with it.
+			l.dirty = true
+		}
+	}
 	l.evaluate(now)
 	f := l.floor()
 	if l.holding {
 		f = now
 	}
-	e := l.nodes[name]
 	if !s.Ready {
 		seen := now
 		if e != nil && e.uid == s.UID && !e.notReady.IsZero() {

@@ -2,6 +2,7 @@ package informers
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,5 +43,126 @@ func TestHugeHeartbeatThresholdDoesNotHoldTheGuard(t *testing.T) {
 	}
 	if reason, stale := fencing.Stale(l.Decorate("a", down), clock.Now(), cfg); !stale || reason != fencing.FenceNotReady {
 		t.Fatalf("node a NotReady for 21 s (threshold 20 s): Stale %q %t; want NotReady", reason, stale)
+	}
+}
+
+// A partition between every node and the API server in a cluster of mixed
+// cadences (a rolling change of nodeLeaseDurationSeconds, the documented
+// way into the fast threshold): two kubelets renew every 2.5 s (Leases of
+// 10 s, threshold 6 s), six every 10 s (Leases of 40 s, threshold 20 s).
+// All stop renewing at once. The slow ones look suspect only 12 s after
+// their own last renewal, the fast ones lapse 6 s after theirs: counting
+// suspects by each node's own threshold alone, the guard held for 2 of 8
+// (not more than the share) when a fast node lapsed, and both fast nodes,
+// healthy behind the partition, were fenced. A node silent for longer than
+// one whose heartbeat has lapsed looks as dead as it and is suspect too.
+func TestPartitionOfMixedCadencesFencesNobody(t *testing.T) {
+	partition := t0
+	clock := clocktesting.NewFakeClock(partition.Add(-10 * time.Second))
+	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	// How long before the partition each node last renewed, and its
+	// Lease's duration.
+	fast := map[string]time.Duration{"f1": 1400 * time.Millisecond, "f2": 300 * time.Millisecond}
+	slow := map[string]time.Duration{"s1": 500 * time.Millisecond, "s2": 2100 * time.Millisecond, "s3": 3800 * time.Millisecond,
+		"s4": 5400 * time.Millisecond, "s5": 7100 * time.Millisecond, "s6": 8700 * time.Millisecond}
+	type renewal struct {
+		at    time.Time
+		node  string
+		lease time.Duration
+	}
+	var renewals []renewal
+	for n, ago := range fast {
+		for at := partition.Add(-ago); at.After(clock.Now()); at = at.Add(-2500 * time.Millisecond) {
+			renewals = append(renewals, renewal{at, n, 10 * time.Second})
+		}
+	}
+	for n, ago := range slow {
+		renewals = append(renewals, renewal{partition.Add(-ago), n, 40 * time.Second})
+	}
+	slices.SortFunc(renewals, func(a, b renewal) int { return a.at.Compare(b.at) })
+	// The controller's start, ten seconds before: every Lease listed.
+	for n := range fast {
+		l.observeNode(n, up)
+		l.observeLease(n, "0", 10*time.Second)
+	}
+	for n := range slow {
+		l.observeNode(n, up)
+		l.observeLease(n, "0", 40*time.Second)
+	}
+	for i, r := range renewals {
+		clock.SetTime(r.at)
+		l.observeLease(r.node, fmt.Sprint(i+1), r.lease)
+	}
+	// 60 s of silence: no node may be stale at any moment.
+	clock.SetTime(partition)
+	for clock.Now().Before(partition.Add(60 * time.Second)) {
+		clock.Step(100 * time.Millisecond)
+		for _, n := range []string{"f1", "f2", "s1", "s2", "s3", "s4", "s5", "s6"} {
+			if reason, stale := fencing.Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
+				t.Fatalf("%s after the partition: %s stale (%s), guard holding %t; the partition cut every node off at once", clock.Now().Sub(partition), n, reason, l.Holding())
+			}
+		}
+	}
+	if !l.Holding() {
+		t.Fatal("guard not holding after 60 s of silence of every heartbeat")
+	}
+}
+
+// The other side of TestPartitionOfMixedCadencesFencesNobody: in the same
+// mixed cluster one fast kubelet dies while the others renew at their
+// cadences. It is fenced for its lost heartbeat 6 s after its last
+// renewal, not held by the guard (the slow nodes silent as long as it are
+// too few to look like a partition).
+func TestDeadFastNodeAmongSlowOnesIsFenced(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	nodes := []string{"f1", "f2", "s1", "s2", "s3", "s4", "s5", "s6"}
+	leaseOf := func(n string) time.Duration {
+		if n[0] == 'f' {
+			return 10 * time.Second
+		}
+		return 40 * time.Second
+	}
+	for _, n := range nodes {
+		l.observeNode(n, up)
+		l.observeLease(n, "0", leaseOf(n))
+	}
+	// Renewals every 100 ms step: fast ones every 2.5 s, the slow ones
+	// every 10 s, spread over it; f1 stops at 30 s.
+	died := t0.Add(30 * time.Second)
+	var fenced, last time.Time
+	for step := 1; step <= 900 && fenced.IsZero(); step++ {
+		clock.Step(100 * time.Millisecond)
+		for i, n := range nodes {
+			period := 100
+			if leaseOf(n) == 10*time.Second {
+				period = 25
+			}
+			if (step+i*13)%period == 0 && !(n == "f1" && clock.Now().After(died)) {
+				l.observeLease(n, fmt.Sprint(step), leaseOf(n))
+				if n == "f1" {
+					last = clock.Now()
+				}
+			}
+		}
+		if reason, stale := fencing.Stale(l.Decorate("f1", up), clock.Now(), cfg); stale {
+			if reason != fencing.FenceHeartbeatLost || clock.Now().Before(died) {
+				t.Fatalf("f1 stale (%s) at %s, before it died", reason, clock.Now().Sub(t0))
+			}
+			fenced = clock.Now()
+		}
+		for _, n := range nodes[1:] {
+			if _, stale := fencing.Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
+				t.Fatalf("%s, renewing at its cadence, stale at %s", n, clock.Now().Sub(t0))
+			}
+		}
+	}
+	// Stale once more than 6 s old: at the first 100 ms step past it.
+	if fenced.IsZero() || fenced.Sub(last) > 6100*time.Millisecond {
+		t.Fatalf("f1 fenced %v after its last renewal (zero: never); want at its threshold, 6 s", fenced.Sub(last))
 	}
 }
