@@ -297,13 +297,17 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 		// What happened meanwhile was not seen.
 		l.restored = now
 	}
-	if e.leaseRV != "" && l.lapsed(e, now) {
+	lapsed := e.leaseRV != "" && l.lapsed(e, now)
+	if lapsed && !e.resumed.IsZero() && now.Sub(e.resumed)/flapWindows < l.recoveryPeriod(e) && l.onFlap != nil {
 		// Back after a lapse; back again after another lapse within
 		// flapWindows recovery periods (a lapse itself lasts one) is a
 		// flap.
-		if !e.resumed.IsZero() && now.Sub(e.resumed)/flapWindows < l.recoveryPeriod(e) && l.onFlap != nil {
-			l.onFlap(name)
-		}
+		l.onFlap(name)
+	}
+	if lapsed || (e.leaseRV != "" && l.cfg.HeartbeatThreshold > 0 && now.Sub(e.renewed) > l.heartbeatThreshold(e)) {
+		// Healthy only from now (Recovered), also when this
+		// controller's view was restored during the lapse and the
+		// floored heartbeat no longer looks lapsed.
 		e.resumed = now
 	}
 	e.leaseRV, e.renewed, l.lastRenewal = rv, now, now

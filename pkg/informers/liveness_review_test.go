@@ -166,3 +166,40 @@ func TestDeadFastNodeAmongSlowOnesIsFenced(t *testing.T) {
 		t.Fatalf("f1 fenced %v after its last renewal (zero: never); want at its threshold, 6 s", fenced.Sub(last))
 	}
 }
+
+// The recovery period after a heartbeat lapse counts from the heartbeat's
+// return even when this controller's view was restored during the lapse
+// (any watch reconnecting after a gap, a guard letting go). Before, the
+// return of a node whose floored heartbeat was not past the threshold any
+// more did not count as a return: its taint was lifted 2 s after it, not
+// the recovery period (6 s) after.
+func TestRecoveryCountsFromTheReturnAcrossARestoredView(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(clock, cfg, 1)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	l.observeNode("n", up)
+	l.observeNode("m", up)
+	rv := 0
+	renew := func(nodes ...string) {
+		for _, n := range nodes {
+			rv++
+			l.observeLease(n, fmt.Sprint(rv), 10*time.Second)
+		}
+	}
+	renew("n", "m")
+	for i := 0; i < 4; i++ { // n's kubelet stalls for 10 s; m renews
+		clock.Step(2500 * time.Millisecond)
+		renew("m")
+	}
+	if !l.HeartbeatLost(l.Decorate("n", up)) {
+		t.Fatal("n's heartbeat not lost after 10 s (threshold 6 s)")
+	}
+	l.Restored() // another stream's watch reconnects: n is timed from now
+	clock.Step(2 * time.Second)
+	renew("n", "m") // n is back
+	ok, wait := l.Recovered("n", up)
+	if ok || wait != 6*time.Second {
+		t.Fatalf("at n's return: recovered %t, wait %s; want not yet, 6s (the recovery period from its return)", ok, wait)
+	}
+}
