@@ -132,6 +132,10 @@ type nodeSeen struct {
 	resumed  time.Time // last seen renewed after a lapse
 	leaseRV  string
 	leaseFor time.Duration // the Lease's duration as last seen (0: none stated)
+	// floorBefore: the floor of a longer duration the Lease stated before
+	// its last one, kept until a renewal at the shorter one shows the
+	// kubelet renews at it (0: none).
+	floorBefore time.Duration
 }
 
 // flapWindows: two returns from a lapse within this many recovery
@@ -197,7 +201,7 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 	if e.uid != s.UID {
 		// Another incarnation: nothing seen of the old one applies but
 		// its Lease (named after the node, not the incarnation).
-		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor}
+		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor, floorBefore: e.floorBefore}
 	}
 	switch {
 	case s.Ready && (!e.known || !e.ready):
@@ -227,7 +231,13 @@ func (l *Liveness) recoveryPeriod(e *nodeSeen) time.Duration {
 
 // heartbeatThreshold is e's own (0: heartbeats are not timed).
 func (l *Liveness) heartbeatThreshold(e *nodeSeen) time.Duration {
-	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(e.leaseFor)})
+	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: e.floor()})
+}
+
+// floor is the HeartbeatFloor of e's kubelet: of its Lease's duration, or
+// of a longer one it stated before until a renewal at the new one.
+func (e *nodeSeen) floor() time.Duration {
+	return max(HeartbeatFloor(e.leaseFor), e.floorBefore)
 }
 
 // HeartbeatThreshold is node name's heartbeat threshold: the configured
@@ -279,6 +289,14 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 	if e.leaseRV == rv {
 		return false
 	}
+	if e.leaseRV != "" && e.leaseFor != leaseFor && HeartbeatFloor(leaseFor) < e.floor() {
+		// Shorter: one write stating it is no sign yet that the
+		// kubelet renews at it (a patched Lease, which the kubelet
+		// overwrites at its next renewal at the old cadence).
+		e.floorBefore = e.floor()
+	} else {
+		e.floorBefore = 0
+	}
 	if e.leaseRV == "" || e.leaseFor != leaseFor {
 		l.countLease(e, leaseFor, true)
 		if floor := HeartbeatFloor(leaseFor); l.cfg.HeartbeatThreshold > 0 && floor > l.cfg.HeartbeatThreshold {
@@ -321,7 +339,7 @@ func (l *Liveness) forgetLease(name string) {
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
 		l.countLease(e, 0, false)
-		e.renewed, e.leaseRV = time.Time{}, ""
+		e.renewed, e.leaseRV, e.floorBefore = time.Time{}, "", 0
 		if !e.known {
 			delete(l.nodes, name)
 		}
@@ -481,7 +499,7 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 	}
 	if e != nil && !e.renewed.IsZero() {
 		s.RenewedSeen = later(e.renewed, f)
-		s.HeartbeatFloor = HeartbeatFloor(e.leaseFor)
+		s.HeartbeatFloor = e.floor()
 	}
 	return s
 }

@@ -203,3 +203,40 @@ func TestRecoveryCountsFromTheReturnAcrossARestoredView(t *testing.T) {
 		t.Fatalf("at n's return: recovered %t, wait %s; want not yet, 6s (the recovery period from its return)", ok, wait)
 	}
 }
+
+// A Lease whose duration shrinks is believed once a renewal at the new
+// duration follows: a write that states a shorter duration without the
+// kubelet renewing at that cadence (a patched Lease; the kubelet writes its
+// own duration back at its next renewal) must not time the node against
+// the shorter threshold. Before, the node, renewing every 10 s, was timed
+// against 6 s from the write and fenced before its next renewal.
+func TestShorterLeaseDurationNeedsARenewalAtIt(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(clock, cfg, 1)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	l.observeNode("n", up)
+	l.observeLease("n", "1", 40*time.Second)
+	clock.Step(3 * time.Second)
+	l.observeLease("n", "2", 10*time.Second) // not the kubelet's cadence
+	for i := 0; i < 74; i++ {                // up to its next renewal, 10.4 s after the last
+		clock.Step(100 * time.Millisecond)
+		if reason, stale := fencing.Stale(l.Decorate("n", up), clock.Now(), cfg); stale {
+			t.Fatalf("%s after its last renewal at the 10 s cadence: stale (%s)", clock.Now().Sub(t0), reason)
+		}
+	}
+	l.observeLease("n", "3", 40*time.Second) // the kubelet's renewal
+	// A kubelet that does switch to 10 s (renewing every 2.5 s) gets 6 s
+	// from its second renewal at it.
+	clock.Step(10 * time.Second)
+	l.observeLease("n", "4", 10*time.Second)
+	clock.Step(2500 * time.Millisecond)
+	l.observeLease("n", "5", 10*time.Second)
+	if got := l.HeartbeatThreshold("n"); got != 6*time.Second {
+		t.Fatalf("threshold %s after two renewals at 10 s; want 6s", got)
+	}
+	clock.Step(6*time.Second + time.Millisecond)
+	if reason, stale := fencing.Stale(l.Decorate("n", up), clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+		t.Fatalf("6 s after its last renewal at 2.5 s: Stale %q %t; want HeartbeatLost", reason, stale)
+	}
+}
