@@ -201,7 +201,14 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 	if e.uid != s.UID {
 		// Another incarnation: nothing seen of the old one applies but
 		// its Lease (named after the node, not the incarnation).
-		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor, floorBefore: e.floorBefore}
+		renewed := e.renewed
+		if e.uid != "" && !renewed.IsZero() {
+			// The old one's last renewal is not the new one's: its
+			// kubelet has not had the chance to renew yet. Timed
+			// from now, as its NotReady condition is.
+			renewed = now
+		}
+		*e = nodeSeen{uid: s.UID, renewed: renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor, floorBefore: e.floorBefore}
 	}
 	switch {
 	case s.Ready && (!e.known || !e.ready):

@@ -240,3 +240,29 @@ func TestShorterLeaseDurationNeedsARenewalAtIt(t *testing.T) {
 		t.Fatalf("6 s after its last renewal at 2.5 s: Stale %q %t; want HeartbeatLost", reason, stale)
 	}
 }
+
+// A node re-created under the same name (another UID: a machine
+// reinstalled, a kubelet re-registering after its Node was deleted) is
+// timed from when this controller first saw the new incarnation, as its
+// NotReady condition is: its kubelet has not had a chance to renew the
+// Lease yet, and the old incarnation's stale heartbeat is not its own.
+// Before, it inherited the old one's last renewal, was stale for a lost
+// heartbeat the moment it registered, and the fence reaction tainted the
+// fresh node out of service.
+func TestRecreatedNodeIsTimedFromItsRegistration(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, 1)
+	l.observeNode("n", NodeState{Exists: true, UID: "u1", Ready: true})
+	l.observeLease("n", "1", 40*time.Second)
+	clock.Step(time.Minute) // the old incarnation died a minute ago
+	fresh := NodeState{Exists: true, UID: "u2"}
+	l.observeNode("n", fresh)
+	if reason, stale := fencing.Stale(l.Decorate("n", fresh), clock.Now(), cfg); stale {
+		t.Fatalf("the new incarnation stale (%s) the moment it registered", reason)
+	}
+	clock.Step(20*time.Second + time.Millisecond)
+	if reason, stale := fencing.Stale(l.Decorate("n", fresh), clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+		t.Fatalf("the new incarnation, no renewal 20 s after it registered: Stale %q %t; want HeartbeatLost", reason, stale)
+	}
+}
