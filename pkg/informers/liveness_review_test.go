@@ -1,13 +1,18 @@
 package informers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/srvlab/rds-csi/pkg/fencing"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
 // A --heartbeat-threshold long enough to mean "practically never"
@@ -264,5 +269,47 @@ func TestRecreatedNodeIsTimedFromItsRegistration(t *testing.T) {
 	clock.Step(20*time.Second + time.Millisecond)
 	if reason, stale := fencing.Stale(l.Decorate("n", fresh), clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
 		t.Fatalf("the new incarnation, no renewal 20 s after it registered: Stale %q %t; want HeartbeatLost", reason, stale)
+	}
+}
+
+// The driver's taint is lifted only from a node still recovered when the
+// taint is removed: the worker decides the node recovered, the removal
+// runs later on the reaction queue (after retries, a leader change), and
+// a heartbeat that lapsed again meanwhile keeps the taint. Before,
+// RemoveTaint looked at the Ready condition alone (kube-controller-
+// manager's, which lags by its grace period) and lifted the taint of a
+// node whose heartbeat was lost.
+func TestRemoveTaintRechecksTheHeartbeat(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 1)
+	taint := corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
+	client := fake.NewClientset(node("node-a", true, t0, taint), lease("node-a", "7"))
+	l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+	l.observeLease("node-a", "7", 0)
+	clock.Step(25 * time.Second) // recovered at 20 s, lost again past 20 s
+	tt := NewTainter(client, driver)
+	tt.TimeWith(l)
+	if err := tt.RemoveTaint(context.Background(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil || !hasDriverTaint(n) {
+		t.Fatalf("the driver's taint lifted from a node whose heartbeat is lost (taints %v, %v)", n.Spec.Taints, err)
+	}
+	// Its kubelet renews (the live Lease read shows it), and stays
+	// healthy for the recovery period: lifted.
+	if _, err := client.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), lease("node-a", "8"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.observeLease("node-a", "8", 0)
+	clock.Step(10 * time.Second)
+	l.observeLease("node-a", "9", 0)
+	clock.Step(10*time.Second + time.Millisecond)
+	l.observeLease("node-a", "10", 0)
+	if err := tt.RemoveTaint(context.Background(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{}); err != nil || hasDriverTaint(n) {
+		t.Fatalf("the driver's taint kept on a node recovered for the recovery period (taints %v, %v)", n.Spec.Taints, err)
 	}
 }
