@@ -130,6 +130,10 @@ type nodeSeen struct {
 	readyAt  time.Time // last seen turning Ready
 	renewed  time.Time // last seen renewed (zero: no Lease seen)
 	resumed  time.Time // last seen renewed after a lapse
+	// back: last seen renewed after no renewal for longer than the
+	// threshold, whether or not this controller's view was restored
+	// meanwhile (Recovered times the recovery period from it).
+	back     time.Time
 	leaseRV  string
 	leaseFor time.Duration // the Lease's duration as last seen (0: none stated)
 	// floorBefore: the floor of a longer duration the Lease stated before
@@ -322,18 +326,21 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 		// What happened meanwhile was not seen.
 		l.restored = now
 	}
-	lapsed := e.leaseRV != "" && l.lapsed(e, now)
-	if lapsed && !e.resumed.IsZero() && now.Sub(e.resumed)/flapWindows < l.recoveryPeriod(e) && l.onFlap != nil {
+	if e.leaseRV != "" && l.lapsed(e, now) {
 		// Back after a lapse; back again after another lapse within
 		// flapWindows recovery periods (a lapse itself lasts one) is a
 		// flap.
-		l.onFlap(name)
+		if !e.resumed.IsZero() && now.Sub(e.resumed)/flapWindows < l.recoveryPeriod(e) && l.onFlap != nil {
+			l.onFlap(name)
+		}
+		e.resumed, e.back = now, now
 	}
-	if lapsed || (e.leaseRV != "" && l.cfg.HeartbeatThreshold > 0 && now.Sub(e.renewed) > l.heartbeatThreshold(e)) {
-		// Healthy only from now (Recovered), also when this
-		// controller's view was restored during the lapse and the
-		// floored heartbeat no longer looks lapsed.
-		e.resumed = now
+	if e.leaseRV != "" && l.cfg.HeartbeatThreshold > 0 && now.Sub(e.renewed) > l.heartbeatThreshold(e) {
+		// Healthy only from now, also when this controller's view was
+		// restored during the lapse and the floored heartbeat no
+		// longer looks lapsed (not a flap: after an API server outage
+		// every node is back like this).
+		e.back = now
 	}
 	e.leaseRV, e.renewed, l.lastRenewal = rv, now, now
 	l.dirty = true
@@ -564,8 +571,8 @@ func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 		return false, 0
 	}
 	since := e.readyAt
-	if e.resumed.After(since) {
-		since = e.resumed
+	if e.back.After(since) {
+		since = e.back
 	}
 	if wait := l.recoveryPeriod(e) - now.Sub(later(since, l.floor())); wait > 0 {
 		return false, wait

@@ -350,3 +350,35 @@ func TestKubeletRestartOnAFastNodeFencesNobody(t *testing.T) {
 		}
 	}
 }
+
+// Every node back from an API server outage (all heartbeats silent past
+// the threshold) starts its recovery period then, but that return is no
+// lapse of its own: a node's first real lapse after the outage is no
+// flap.
+func TestReturnFromAnOutageIsNoFlap(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 1)
+	var flaps []string
+	l.OnFlap(func(n string) { flaps = append(flaps, n) })
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	rv := 0
+	renew := func(nodes ...string) {
+		for _, n := range nodes {
+			rv++
+			l.observeLease(n, fmt.Sprint(rv), 40*time.Second)
+		}
+	}
+	l.observeNode("n", up)
+	l.observeNode("m", up)
+	renew("n", "m")
+	clock.Step(30 * time.Second) // the API server is down
+	renew("n", "m")
+	for i := 0; i < 3; i++ { // n's kubelet stalls for 30 s
+		clock.Step(10 * time.Second)
+		renew("m")
+	}
+	renew("n")
+	if len(flaps) != 0 {
+		t.Fatalf("flaps %v: n's first lapse after the outage counted as a flap", flaps)
+	}
+}
