@@ -130,8 +130,16 @@ type nodeSeen struct {
 	readyAt  time.Time // last seen turning Ready
 	renewed  time.Time // last seen renewed (zero: no Lease seen)
 	resumed  time.Time // last seen renewed after a lapse
+	// back: last seen renewed after no renewal for longer than the
+	// threshold, whether or not this controller's view was restored
+	// meanwhile (Recovered times the recovery period from it).
+	back     time.Time
 	leaseRV  string
 	leaseFor time.Duration // the Lease's duration as last seen (0: none stated)
+	// floorBefore: the floor of a longer duration the Lease stated before
+	// its last one, kept until a renewal at the shorter one shows the
+	// kubelet renews at it (0: none).
+	floorBefore time.Duration
 }
 
 // flapWindows: two returns from a lapse within this many recovery
@@ -197,7 +205,14 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 	if e.uid != s.UID {
 		// Another incarnation: nothing seen of the old one applies but
 		// its Lease (named after the node, not the incarnation).
-		*e = nodeSeen{uid: s.UID, renewed: e.renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor}
+		renewed := e.renewed
+		if e.uid != "" && !renewed.IsZero() {
+			// The old one's last renewal is not the new one's: its
+			// kubelet has not had the chance to renew yet. Timed
+			// from now, as its NotReady condition is.
+			renewed = now
+		}
+		*e = nodeSeen{uid: s.UID, renewed: renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor, floorBefore: e.floorBefore}
 	}
 	switch {
 	case s.Ready && (!e.known || !e.ready):
@@ -227,7 +242,13 @@ func (l *Liveness) recoveryPeriod(e *nodeSeen) time.Duration {
 
 // heartbeatThreshold is e's own (0: heartbeats are not timed).
 func (l *Liveness) heartbeatThreshold(e *nodeSeen) time.Duration {
-	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(e.leaseFor)})
+	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: e.floor()})
+}
+
+// floor is the HeartbeatFloor of e's kubelet: of its Lease's duration, or
+// of a longer one it stated before until a renewal at the new one.
+func (e *nodeSeen) floor() time.Duration {
+	return max(HeartbeatFloor(e.leaseFor), e.floorBefore)
 }
 
 // HeartbeatThreshold is node name's heartbeat threshold: the configured
@@ -266,7 +287,7 @@ func (l *Liveness) silence() time.Duration {
 	for d := range l.leasesFor {
 		longest = max(longest, l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(d)}))
 	}
-	return longest * suspectShare / 10
+	return longest / 10 * suspectShare
 }
 
 // observeLease records a node's heartbeat Lease at resourceVersion rv,
@@ -278,6 +299,14 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 	e := l.entry(name)
 	if e.leaseRV == rv {
 		return false
+	}
+	if e.leaseRV != "" && e.leaseFor != leaseFor && HeartbeatFloor(leaseFor) < e.floor() {
+		// Shorter: one write stating it is no sign yet that the
+		// kubelet renews at it (a patched Lease, which the kubelet
+		// overwrites at its next renewal at the old cadence).
+		e.floorBefore = e.floor()
+	} else {
+		e.floorBefore = 0
 	}
 	if e.leaseRV == "" || e.leaseFor != leaseFor {
 		l.countLease(e, leaseFor, true)
@@ -301,10 +330,17 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 		// Back after a lapse; back again after another lapse within
 		// flapWindows recovery periods (a lapse itself lasts one) is a
 		// flap.
-		if !e.resumed.IsZero() && now.Sub(e.resumed) < flapWindows*l.recoveryPeriod(e) && l.onFlap != nil {
+		if !e.resumed.IsZero() && now.Sub(e.resumed)/flapWindows < l.recoveryPeriod(e) && l.onFlap != nil {
 			l.onFlap(name)
 		}
-		e.resumed = now
+		e.resumed, e.back = now, now
+	}
+	if e.leaseRV != "" && l.cfg.HeartbeatThreshold > 0 && now.Sub(e.renewed) > l.heartbeatThreshold(e) {
+		// Healthy only from now, also when this controller's view was
+		// restored during the lapse and the floored heartbeat no
+		// longer looks lapsed (not a flap: after an API server outage
+		// every node is back like this).
+		e.back = now
 	}
 	e.leaseRV, e.renewed, l.lastRenewal = rv, now, now
 	l.dirty = true
@@ -317,7 +353,7 @@ func (l *Liveness) forgetLease(name string) {
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
 		l.countLease(e, 0, false)
-		e.renewed, e.leaseRV = time.Time{}, ""
+		e.renewed, e.leaseRV, e.floorBefore = time.Time{}, "", 0
 		if !e.known {
 			delete(l.nodes, name)
 		}
@@ -368,10 +404,20 @@ func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
 	if e.known && !e.ready {
 		return true
 	}
-	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)*suspectShare/10
+	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)/10*suspectShare
 }
 
-// suspectShare, in tenths of the heartbeat threshold (see suspect).
+// heartbeatAge is how long e's heartbeat has not been seen renewed,
+// timed from the floor (ok: heartbeats are timed and e has one).
+func (l *Liveness) heartbeatAge(e *nodeSeen, now time.Time) (time.Duration, bool) {
+	if l.cfg.HeartbeatThreshold <= 0 || e.renewed.IsZero() {
+		return 0, false
+	}
+	return now.Sub(later(e.renewed, l.floor())), true
+}
+
+// suspectShare, in tenths of the heartbeat threshold (see suspect); the
+// threshold is divided first, as it may be up to the largest duration.
 const suspectShare = 6
 
 // evaluate updates the guard; l.mu held.
@@ -380,6 +426,17 @@ func (l *Liveness) evaluate(now time.Time) {
 		return
 	}
 	l.evaluated, l.dirty = now, false
+	// With kubelets of mixed cadences a fast one lapses before a slow one
+	// has been silent long enough to look suspect by its own threshold: a
+	// partition of every node would show only the fast ones. A node
+	// silent at least as long as the most recently lapsed heartbeat looks
+	// as dead as that one and counts as suspect too.
+	lapsedAge := time.Duration(-1)
+	for _, e := range l.nodes {
+		if age, ok := l.heartbeatAge(e, now); ok && !e.down && age > l.heartbeatThreshold(e) && (lapsedAge < 0 || age < lapsedAge) {
+			lapsedAge = age
+		}
+	}
 	suspects := 0
 	var names []string
 	total := 0
@@ -390,7 +447,7 @@ func (l *Liveness) evaluate(now time.Time) {
 			continue
 		}
 		total++
-		if l.suspect(e, now) {
+		if age, ok := l.heartbeatAge(e, now); l.suspect(e, now) || (ok && lapsedAge >= 0 && age >= lapsedAge) {
 			suspects++
 			names = append(names, name)
 		}
@@ -434,12 +491,19 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	e := l.nodes[name]
+	if e != nil {
+		if age, ok := l.heartbeatAge(e, now); ok && age > l.heartbeatThreshold(e) && !l.evaluated.After(now.Add(l.heartbeatThreshold(e)-age)) {
+			// It lapsed since the guard was last counted: count again,
+			// with it.
+			l.dirty = true
+		}
+	}
 	l.evaluate(now)
 	f := l.floor()
 	if l.holding {
 		f = now
 	}
-	e := l.nodes[name]
 	if !s.Ready {
 		seen := now
 		if e != nil && e.uid == s.UID && !e.notReady.IsZero() {
@@ -449,7 +513,7 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 	}
 	if e != nil && !e.renewed.IsZero() {
 		s.RenewedSeen = later(e.renewed, f)
-		s.HeartbeatFloor = HeartbeatFloor(e.leaseFor)
+		s.HeartbeatFloor = e.floor()
 	}
 	return s
 }
@@ -507,8 +571,8 @@ func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 		return false, 0
 	}
 	since := e.readyAt
-	if e.resumed.After(since) {
-		since = e.resumed
+	if e.back.After(since) {
+		since = e.back
 	}
 	if wait := l.recoveryPeriod(e) - now.Sub(later(since, l.floor())); wait > 0 {
 		return false, wait

@@ -73,11 +73,25 @@ func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
 }
 
 // RemoveTaint removes the driver's out-of-service taint from node once it
-// is Ready again (an operator's taint, of another value, stays).
+// is Ready again (an operator's taint, of another value, stays) and, when
+// timed by a Liveness, still recovered: its heartbeat may have lapsed
+// again since the worker found it recovered (the removal runs later, on
+// the reaction queue), and its Ready condition lags by
+// kube-controller-manager's grace period.
 func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
 	return t.updateNode(ctx, node, func(n *corev1.Node) (bool, error) {
-		if !nodeState(n).Ready || !hasDriverTaint(n) {
+		s := nodeState(n)
+		if !s.Ready || !hasDriverTaint(n) {
 			return false, nil
+		}
+		if t.live != nil {
+			// A renewal the watch has not delivered yet counts.
+			if _, err := t.live.confirmLive(ctx, t.client, node, s); err != nil {
+				return false, err
+			}
+			if ok, _ := t.live.Recovered(node, s); !ok {
+				return false, nil
+			}
 		}
 		kept := n.Spec.Taints[:0:0]
 		for _, taint := range n.Spec.Taints {
