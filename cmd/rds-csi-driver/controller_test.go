@@ -161,7 +161,12 @@ func TestLeaderElectionRunsFencingOnce(t *testing.T) {
 	}
 	// Once in all: the lease may move between the replicas on a loaded
 	// machine (3 s leases), so which one fenced is not fixed; that both
-	// did is the failure (only a leader's Fencer acts).
+	// did is the failure (only a leader's Fencer acts). The count follows
+	// the release (the claim goes first), so wait for it.
+	fences := func() float64 {
+		return counter(t, leader.m, "rds_csi_fences_total") + counter(t, follower.m, "rds_csi_fences_total")
+	}
+	waitUntil(t, "the fence to be counted", func() bool { return fences() >= 1 })
 	if a, b := counter(t, leader.m, "rds_csi_fences_total"), counter(t, follower.m, "rds_csi_fences_total"); a+b != 1 {
 		t.Fatalf("fenced %v times by the first leader and %v by the other, want once in all", a, b)
 	}
