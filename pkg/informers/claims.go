@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -568,14 +569,21 @@ func (c *Claims) patchAnnotations(ctx context.Context, pvName, resourceVersion s
 // on (a publish from a replica that woke up after the attachment was
 // detached must not leave a claim behind).
 func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (bool, error) {
+	va, err := c.readAttachment(ctx, handle, node)
+	return va != nil && va.DeletionTimestamp == nil, err
+}
+
+// readAttachment reads the VolumeAttachment of handle on node from the API
+// server; nil when there is none.
+func (c *Claims) readAttachment(ctx context.Context, handle, node string) (*storagev1.VolumeAttachment, error) {
 	va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
+		return nil, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
 	}
-	return va.DeletionTimestamp == nil, nil
+	return va, nil
 }
 
 // Withdraw drops node's claim on pvName if it is still the very claim a
@@ -630,12 +638,6 @@ func (c *Claims) ClearRetiring(ctx context.Context, pvName string, done []Retiri
 // handle on node exists, being deleted or not (until its detach completes
 // the node may still use the volume).
 func (c *Claims) AttachmentExists(ctx context.Context, handle, node string) (bool, error) {
-	_, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
-	}
-	return true, nil
+	va, err := c.readAttachment(ctx, handle, node)
+	return va != nil, err
 }
