@@ -26,13 +26,7 @@ func TestHugeHeartbeatThresholdDoesNotHoldTheGuard(t *testing.T) {
 	cfg := fencing.Config{HeartbeatThreshold: 500000 * time.Hour, NotReadyThreshold: 20 * time.Second}
 	l := NewLiveness(clock, cfg, DefaultGuardShare)
 	up := NodeState{Exists: true, UID: "u", Ready: true}
-	rv := 0
-	renew := func(nodes ...string) {
-		for _, n := range nodes {
-			rv++
-			l.observeLease(n, fmt.Sprint(rv), 40*time.Second)
-		}
-	}
+	renew := leaseRenewer(l, 40*time.Second)
 	for _, n := range []string{"a", "b", "c"} {
 		l.observeNode(n, up)
 	}
@@ -185,13 +179,7 @@ func TestRecoveryCountsFromTheReturnAcrossARestoredView(t *testing.T) {
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	l.observeNode("n", up)
 	l.observeNode("m", up)
-	rv := 0
-	renew := func(nodes ...string) {
-		for _, n := range nodes {
-			rv++
-			l.observeLease(n, fmt.Sprint(rv), 10*time.Second)
-		}
-	}
+	renew := leaseRenewer(l, 10*time.Second)
 	renew("n", "m")
 	for i := 0; i < 4; i++ { // n's kubelet stalls for 10 s; m renews
 		clock.Step(2500 * time.Millisecond)
@@ -361,13 +349,7 @@ func TestReturnFromAnOutageIsNoFlap(t *testing.T) {
 	var flaps []string
 	l.OnFlap(func(n string) { flaps = append(flaps, n) })
 	up := NodeState{Exists: true, UID: "u", Ready: true}
-	rv := 0
-	renew := func(nodes ...string) {
-		for _, n := range nodes {
-			rv++
-			l.observeLease(n, fmt.Sprint(rv), 40*time.Second)
-		}
-	}
+	renew := leaseRenewer(l, 40*time.Second)
 	l.observeNode("n", up)
 	l.observeNode("m", up)
 	renew("n", "m")
@@ -380,5 +362,17 @@ func TestReturnFromAnOutageIsNoFlap(t *testing.T) {
 	renew("n")
 	if len(flaps) != 0 {
 		t.Fatalf("flaps %v: n's first lapse after the outage counted as a flap", flaps)
+	}
+}
+
+// leaseRenewer renews the given nodes' Leases, each with a new
+// resourceVersion and the Lease duration d.
+func leaseRenewer(l *Liveness, d time.Duration) func(nodes ...string) {
+	rv := 0
+	return func(nodes ...string) {
+		for _, n := range nodes {
+			rv++
+			l.observeLease(n, fmt.Sprint(rv), d)
+		}
 	}
 }
