@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/nvme"
 )
 
 // Disk is a file-backed RouterOS disk as the driver sees it.
@@ -21,6 +23,14 @@ type Disk struct {
 	NQN       string
 	AllowHost string // nvme-tcp-server-allow-host-name
 	Flags     string
+	// Secret is nvme-tcp-server-secret: the DH-HMAC-CHAP key the allowed
+	// host must present, which RouterOS is assumed to derive from the
+	// export's password (docs/routeros.md); zero when none is printed. Its
+	// type never prints the key (%v of a Disk is safe to log).
+	Secret nvme.DHCHAPSecret
+	// SecretUnreadable: a secret was printed in a form this client does
+	// not know; Secret is then zero and must not be taken for "none".
+	SecretUnreadable bool
 	// AllowHostUnknown: the export is closed and RouterOS printed no
 	// allowed host (a listing), and none the client could confirm
 	// (GetDisk, hidden.go); AllowHost "" then means unknown, not any
@@ -154,6 +164,10 @@ func diskFromEntry(e Entry) (Disk, error) {
 	}
 	if d.Slot == "" {
 		return Disk{}, fmt.Errorf("%w: disk entry %d has no slot", ErrBadOutput, e.Number)
+	}
+	if raw := v["nvme-tcp-server-secret"]; raw != "" {
+		sec, err := nvme.ParseDHCHAPSecret(raw)
+		d.Secret, d.SecretUnreadable = sec, err != nil
 	}
 	// A closed export may not print its allowed host: unknown, not "".
 	if _, ok := v["nvme-tcp-server-allow-host-name"]; !ok && !d.Exported {
