@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -164,4 +166,105 @@ func pvVersion(t *testing.T, client *fake.Clientset, name string) string {
 		t.Fatal(err)
 	}
 	return pv.(*corev1.PersistentVolume).ResourceVersion
+}
+
+// The requester's UID comes from the index; a replica whose Node watch is
+// behind on a re-created node neither replaces the live attachment of the
+// new incarnation (its claim names another UID than the index shows: read
+// live, it is this node's) nor answers for the old one (the read after
+// the commit shows another UID: ABORTED, nothing answered).
+func TestPublishRequesterUIDFromALaggingIndex(t *testing.T) {
+	node := testNode("node-a")
+	node.UID = "uid-1"
+	shared := newFakeAPI(node)
+	rdsFake := newFakeRDS(1 << 40)
+	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
+		claims.CutStorageOnFence(cs)
+	}
+	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	lag := newLaggingClient(t, shared)
+	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	b.client = shared
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const pv = "pvc-24000000-0000-4000-8000-000000000002"
+	id := a.newVolume(shared, pv, corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	waitFor(t, "b to know node-a", func() bool { return b.index.Node("node-a").UID == "uid-1" })
+	publish := func(e *publishEnv) (*csi.ControllerPublishVolumeResponse, error) {
+		e.ensureVA(id, "node-a")
+		return e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-a", VolumeCapability: rwo})
+	}
+
+	// node-a is re-created; replica b's Node watch does not see it.
+	lag.pause("nodes")
+	ctx := context.Background()
+	if err := shared.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to see node-a's new incarnation", func() bool { return a.index.Node("node-a").UID == "uid-2" })
+	first, err := publish(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := hostOn(t, a, shared, id, pv, "node-a")
+	b.waitClaims(id, "node-a")
+	waitFor(t, "b to see the claim of uid-2", func() bool { return b.index.Volume(id).Claims["node-a"].NodeUID == "uid-2" })
+
+	// b's index says uid-1, the claim uid-2: b reads node-a live and
+	// answers for the attachment as it is, without cutting it.
+	drops := a.drops(id)
+	again, err := publish(b)
+	if err != nil {
+		t.Fatalf("repeated publish on the replica whose Node watch is behind: %v", err)
+	}
+	if again.PublishContext[PublishContextHostNQN] != first.PublishContext[PublishContextHostNQN] {
+		t.Fatalf("answered host NQN %q, the attachment's is %q", again.PublishContext[PublishContextHostNQN], first.PublishContext[PublishContextHostNQN])
+	}
+	if c := claimsOf(t, shared, pv)["node-a"]; c.NodeUID != "uid-2" || hostOn(t, a, shared, id, pv, "node-a") != host {
+		t.Fatalf("the live attachment was replaced: claim %+v", c)
+	}
+	wantExport(t, a, id, true, host)
+	if a.drops(id) != drops {
+		t.Fatalf("the export dropped node-a's connection (%d drops, was %d)", a.drops(id), drops)
+	}
+
+	// b catches up; then node-a is re-created once more behind its back:
+	// its index and the claim say uid-2, the API server uid-3. The read
+	// after the commit tells: nothing is answered, the claim (made by an
+	// answered publish) stays for its detach.
+	lag.resume("nodes")
+	waitFor(t, "b to see uid-2", func() bool { return b.index.Node("node-a").UID == "uid-2" })
+	lag.pause("nodes")
+	if err := shared.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish(b); code(err) != codes.Aborted {
+		t.Fatalf("publish for a node re-created behind the replica's back: %v, want Aborted", err)
+	}
+	if c := claimsOf(t, shared, pv)["node-a"]; c.NodeUID != "uid-2" {
+		t.Fatalf("claim %+v, want uid-2's kept", c)
+	}
+	wantExport(t, a, id, true, host)
+
+	// Once b sees uid-3, the publish is a new attachment of the new
+	// incarnation, the old one cut off first.
+	lag.resume("nodes")
+	waitFor(t, "b to see uid-3", func() bool { return b.index.Node("node-a").UID == "uid-3" })
+	third, err := publish(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := claimsOf(t, shared, pv)["node-a"]; c.NodeUID != "uid-3" || third.PublishContext[PublishContextHostNQN] == first.PublishContext[PublishContextHostNQN] {
+		t.Fatalf("claim %+v, host NQN %q: want a new attachment of uid-3", c, third.PublishContext[PublishContextHostNQN])
+	}
+	wantExport(t, a, id, true, hostOn(t, a, shared, id, pv, "node-a"))
+	if a.drops(id) == drops {
+		t.Fatal("the old incarnation's attachment was not cut off")
+	}
 }
