@@ -18,19 +18,23 @@ import (
 	"github.com/srvlab/rds-csi/e2e/framework"
 )
 
-// Publish latency with storage fencing on a real control plane (a
-// measurement, not a check: it runs only with RDS_CSI_E2E_BENCH=1, as
-// `make bench-publish` sets it). Three RWO volumes attached to node-a
-// through pods, csi-attacher and the driver with
-// --storage-fencing=allow-host, the simulator adding
-// RDS_CSI_E2E_BENCH_RDS_LATENCY (default 1ms) to every RouterOS command;
-// then each VolumeAttachment is marked not attached again and again, so
-// csi-attacher repeats the publish (RDS_CSI_E2E_BENCH_REPEATS per volume,
-// default 199: 600 publishes). It logs the p50, p90 and p99 of the
-// successful ControllerPublishVolume calls as the driver's gRPC
-// interceptor timed them (framework.PublishDurations, the figures of
-// docs/BENCHMARKS.md).
-func TestPublishLatencyStorageFencing(t *testing.T) {
+// Publish latency on a real control plane (a measurement, not a check:
+// it runs only with RDS_CSI_E2E_BENCH=1, as `make bench-publish` sets it),
+// without storage fencing (TestPublishLatency) and with
+// --storage-fencing=allow-host (TestPublishLatencyStorageFencing). Three
+// RWO volumes attached to node-a through pods, csi-attacher and the
+// driver, the simulator adding RDS_CSI_E2E_BENCH_RDS_LATENCY (default
+// 1ms) to every RouterOS command; then each VolumeAttachment is marked not
+// attached again and again, so csi-attacher repeats the publish
+// (RDS_CSI_E2E_BENCH_REPEATS per volume, default 199: 600 publishes). It
+// logs the p50, p90 and p99 of the successful ControllerPublishVolume
+// calls as the driver's gRPC interceptor timed them
+// (framework.PublishDurations, the figures of docs/BENCHMARKS.md).
+func TestPublishLatency(t *testing.T) { publishLatency(t, false) }
+
+func TestPublishLatencyStorageFencing(t *testing.T) { publishLatency(t, true) }
+
+func publishLatency(t *testing.T, storageFencing bool) {
 	if os.Getenv("RDS_CSI_E2E_BENCH") != "1" {
 		t.Skip("a measurement: set RDS_CSI_E2E_BENCH=1 (make bench-publish)")
 	}
@@ -56,8 +60,12 @@ func TestPublishLatencyStorageFencing(t *testing.T) {
 	sim := e.StartSim(framework.SimOptions{})
 	sim.SetLatency(latency)
 	benchNode(e, "node-a")
-	framework.DeployFile(ctx, t, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
-	ctrl := e.StartController(sim, framework.ControllerOptions{DriverArgs: []string{"--storage-fencing=allow-host"}})
+	opts, mode := framework.ControllerOptions{}, "fencing off"
+	if storageFencing {
+		framework.DeployFile(ctx, t, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
+		opts.DriverArgs, mode = []string{"--storage-fencing=allow-host"}, "storage fencing"
+	}
+	ctrl := e.StartController(sim, opts)
 	if _, err := c.StorageV1().StorageClasses().Create(ctx, framework.StorageClass("rds", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +110,7 @@ func TestPublishLatencyStorageFencing(t *testing.T) {
 		t.Fatalf("%d successful publishes in the driver's log, want at least %d", len(ds), want)
 	}
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
-	t.Logf("storage fencing, %s per RouterOS command: %d publishes: p50 %s, p90 %s, p99 %s, max %s", latency, len(ds),
+	t.Logf("%s, %s per RouterOS command: %d publishes: p50 %s, p90 %s, p99 %s, max %s", mode, latency, len(ds),
 		r(framework.Quantile(ds, 0.5)), r(framework.Quantile(ds, 0.9)), r(framework.Quantile(ds, 0.99)), r(framework.Quantile(ds, 1)))
 }
 

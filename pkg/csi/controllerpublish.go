@@ -60,6 +60,10 @@ type ClaimStore interface {
 	// PV of v, conditional on the resourceVersions the decision saw;
 	// informers.ErrConflict when one changed.
 	Commit(ctx context.Context, v *informers.Volume, node string, claim informers.Claim, fenced []string) error
+	// Fresher is v as the API server answered this replica's own latest
+	// claim writes on it, when v's index entry is behind only by those;
+	// otherwise v.
+	Fresher(v *informers.Volume) *informers.Volume
 	// ReleaseUnpublished drops node's claim on a PV unless a live,
 	// non-deleting VolumeAttachment of the handle on node stands on it.
 	// before (may be nil) runs just before the claim goes; its error
@@ -210,22 +214,32 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	// then the node. A volume with a PV in the index exists; only one
 	// without is looked up on the RDS, so the usual publish makes no SSH
 	// round trip.
-	v := s.pub.Index.Volume(id)
-	if !v.Indexed() {
+	indexed := s.pub.Index.Volume(id)
+	if !indexed.Indexed() {
 		if _, err := s.getVolume(ctx, id); err != nil {
 			return nil, err
 		}
 	}
-	// The requester is read live: its UID goes into the claim (a claim of
-	// another incarnation of the node is stale), and a node the cache has
-	// not seen yet is not refused as missing.
-	self, err := s.liveNode(ctx, id, node)
-	if err != nil {
-		return nil, err
+	// The requester's UID goes into the claim (a claim of another
+	// incarnation of the node is stale). It comes from the index: the
+	// commit's confirmation reads the Node live after the write and
+	// answers nothing unless that very incarnation still stands
+	// (confirmCommitted), so a stale cache costs a retry, never a claim
+	// answered for the wrong node. A node the index does not know (yet) is
+	// read live, so it is not refused as missing.
+	live := map[string]fencing.NodeState{}
+	self := s.pub.Index.Node(node)
+	if !self.Exists || self.UID == "" {
+		var err error
+		if self, err = s.liveNode(ctx, id, node); err != nil {
+			return nil, err
+		}
+		live[node] = self
 	}
 	if !self.Exists {
 		return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
 	}
+	v := s.pub.Claims.Fresher(indexed)
 	if !v.Indexed() {
 		// Kubernetes creates the PV before any VolumeAttachment; this
 		// replica's informer has not seen it yet.
@@ -235,7 +249,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := modeAllowed(v, mode); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s on node %s: %v", id, node, err)
 	}
-	p := &publishing{s: s, req: req, ident: ident, mode: mode, self: self, live: map[string]fencing.NodeState{node: self}}
+	p := &publishing{s: s, req: req, ident: ident, mode: mode, self: self, live: live}
 	for attempt := 1; ; attempt++ {
 		resp, err := p.decideAndCommit(ctx, v)
 		if !errors.Is(err, informers.ErrConflict) {
@@ -245,19 +259,27 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 			s.pub.Reporter.PublishFailed("conflict")
 			return nil, statusf(codes.Aborted, "volume %s: its attachment state kept changing while deciding (another controller replica or a concurrent detach); the request is retried against the new state", id)
 		}
+		if v != indexed {
+			// Decided on this replica's own last write, and someone wrote
+			// since (that write is forgotten): decide again on the index,
+			// which may well have seen it already.
+			v = indexed
+			continue
+		}
 		catchUp, cancel := context.WithTimeout(ctx, s.pub.CatchUp)
-		seen := v.Version()
-		v = s.pub.Index.WaitForChange(catchUp, id, seen)
+		seen := indexed.Version()
+		indexed = s.pub.Index.WaitForChange(catchUp, id, seen)
 		cancel()
 		switch {
-		case !v.Indexed():
+		case !indexed.Indexed():
 			return nil, statusf(codes.Aborted, "volume %s: its PersistentVolume left the attachment index while publishing; the request is retried", id)
-		case v.Version() == seen:
+		case indexed.Version() == seen:
 			// This replica's PV watch is behind; deciding again on the
 			// same state would conflict again.
 			s.pub.Reporter.PublishFailed("conflict")
 			return nil, statusf(codes.Aborted, "volume %s: this controller replica's view of the volume is behind the API server (its PV changed); the request is retried", id)
 		}
+		v = s.pub.Claims.Fresher(indexed)
 	}
 }
 
@@ -267,7 +289,9 @@ type publishing struct {
 	req   *csi.ControllerPublishVolumeRequest
 	ident NodeIdentity
 	mode  fencing.AccessMode
-	self  fencing.NodeState
+	// self: the requester as the index shows it (read live when the
+	// index does not know it); confirmCommitted reads it live.
+	self fencing.NodeState
 	// live: nodes read from the API server during this call. The decision
 	// uses them over the index, so a fence stands on a live read.
 	live map[string]fencing.NodeState
@@ -363,6 +387,21 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	}
 	capability := claimCapability(req.GetVolumeCapability())
 	claim, claimed := v.Claims[node]
+	if _, read := p.live[node]; claimed && !read && claim.NodeUID != "" && claim.NodeUID != p.self.UID {
+		// The claim names another incarnation than the index shows:
+		// replacing it (and cutting that attachment off) stands on a
+		// live read, as every fence does; the index may be the one
+		// behind (the node re-created, and published by another replica).
+		self, err := s.liveNode(ctx, id, node)
+		if err != nil {
+			s.pub.Reporter.PublishFailed("unconfirmed")
+			return nil, err
+		}
+		if !self.Exists {
+			return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
+		}
+		p.self, p.live[node] = self, self
+	}
 	sameNode := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && onEveryPV(v, node, claim)
 	if !sameNode && claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && len(v.PVs) > 1 && s.d.opts.AllowHostFencing() {
 		// The index shows the claim on some PVs of the handle only: a
@@ -498,7 +537,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// After a publish that fenced others or replaced the node's own
 		// earlier attachment (both cut off above), the state changes once
 		// more, so that no open of a retired attachment in flight lands.
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, gone: gone, retire: replacesOwn || len(fenced) > 0})
+		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, gone: gone, retire: replacesOwn || len(fenced) > 0, readBack: true})
 		if err != nil {
 			s.pub.Reporter.PublishFailed("storage")
 			return nil, storageError(id, node, err)
@@ -571,29 +610,38 @@ func (p *publishing) requireAttachment(ctx context.Context) error {
 }
 
 // confirmCommitted re-reads the VolumeAttachment and the Node after a
-// commit; if either no longer stands, nothing is answered, and a claim
-// this call created is withdrawn. A claim that was there before (a
+// commit (both at once: each read is after the write, so their order does
+// not matter); if either no longer stands, nothing is answered, and a
+// claim this call created is withdrawn. A claim that was there before (a
 // repeated publish of an attachment already answered) stays: its
 // attachment's detach releases it, and until then that node may be
 // writing.
 func (p *publishing) confirmCommitted(ctx context.Context, v *informers.Volume, claim informers.Claim, created bool) error {
 	s, id, node := p.s, p.req.GetVolumeId(), p.ident.Name
+	var (
+		attached bool
+		vaErr    error
+		read     = make(chan struct{})
+	)
+	go func() {
+		defer close(read)
+		attached, vaErr = s.pub.Claims.LiveAttachment(ctx, id, node)
+	}()
+	n, nodeErr := s.pub.Claims.LiveNode(ctx, node)
+	<-read
 	why := ""
-	n, err := s.liveNode(ctx, id, node)
-	if err != nil {
+	switch {
+	case nodeErr != nil:
 		// Unconfirmed: a claim this call created must not outlive it.
 		why = "its Node could not be read back"
-		n = fencing.NodeState{Exists: true, UID: claim.NodeUID}
-	}
-	switch {
 	case !n.Exists:
 		why = "its Node was deleted"
 	case n.UID != claim.NodeUID:
 		why = "its Node was deleted and re-created"
-	case why == "":
-		if err := p.requireAttachment(ctx); err != nil {
-			why = "its VolumeAttachment was detached or could not be read back"
-		}
+	case vaErr != nil:
+		why = "its VolumeAttachment could not be read back"
+	case !attached:
+		why = "its VolumeAttachment was detached or is being deleted"
 	}
 	if why == "" {
 		return nil

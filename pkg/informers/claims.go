@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -210,6 +211,123 @@ type Claims struct {
 	fence StorageFence
 	// live, when set, times live reads of nodes (TimeWith).
 	live *Liveness
+	// written: what this replica's own writes left on each PV (Fresher).
+	written writes
+}
+
+// writes remembers, per PV, the state the API server answered this
+// replica's last claim write with, so that the next decision on that PV
+// need not wait for the PV watch to deliver the replica's own write (a
+// repeated publish right after the first would otherwise conflict with
+// it: an extra round trip and a wait, 36-40 % of repeats in the e2e
+// benchmark). It only ever stands for states the API server answered.
+type writes struct {
+	mu   sync.Mutex
+	byPV map[string]pvWrite
+}
+
+// pvWrite is a PV as a chain of this replica's writes left it: each write
+// was conditional on the resourceVersion the previous one produced, so no
+// other writer came between them, and an index at any resourceVersion of
+// the chain (over) is behind only by these writes.
+type pvWrite struct {
+	handle   string // the PV's volume handle (a name may be reused)
+	rv       string
+	over     []string // the resourceVersions the chain replaced, oldest first
+	claims   map[string]Claim
+	retiring []Retiring
+}
+
+// maxWrites bounds the PVs remembered (an entry goes as soon as the index
+// catches up; this bounds the ones never decided on again).
+const maxWrites = 1024
+
+// maxChain bounds the writes of one chain remembered.
+const maxChain = 8
+
+// record notes that a write conditional on base left pv at its
+// resourceVersion; a response it cannot read forgets the PV.
+func (w *writes) record(base string, pv *corev1.PersistentVolume) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	claims, err := DecodeClaims(pv)
+	retiring, rerr := ParseRetiring(pv.Annotations[RetiringAnnotation])
+	if err != nil || rerr != nil || base == "" || pv.ResourceVersion == "" {
+		delete(w.byPV, pv.Name)
+		return
+	}
+	over := []string{base}
+	if prev, ok := w.byPV[pv.Name]; ok && prev.rv == base {
+		over = append(prev.over[max(0, len(prev.over)-maxChain+1):len(prev.over):len(prev.over)], base)
+	}
+	if w.byPV == nil {
+		w.byPV = map[string]pvWrite{}
+	}
+	if prev, ok := w.byPV[pv.Name]; ok && prev.rv != base && slices.Contains(prev.over, pv.ResourceVersion) {
+		return // a later write of the chain was recorded first
+	}
+	if _, ok := w.byPV[pv.Name]; !ok && len(w.byPV) >= maxWrites {
+		for name := range w.byPV {
+			delete(w.byPV, name)
+			break
+		}
+	}
+	handle := ""
+	if pv.Spec.CSI != nil {
+		handle = pv.Spec.CSI.VolumeHandle
+	}
+	w.byPV[pv.Name] = pvWrite{handle: handle, rv: pv.ResourceVersion, over: over, claims: claims, retiring: retiring}
+}
+
+// forget drops what is remembered of pvName (a write on it conflicted:
+// someone else wrote).
+func (w *writes) forget(pvName string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.byPV, pvName)
+}
+
+// newer returns what this replica's writes left on pvName when the index,
+// at resourceVersion seen, is behind only by them; otherwise nothing (and
+// an entry the index has caught up with, or that is of no use any more,
+// is dropped).
+func (w *writes) newer(pvName, handle, seen string) (pvWrite, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.byPV[pvName]
+	if !ok {
+		return pvWrite{}, false
+	}
+	if e.handle == handle && slices.Contains(e.over, seen) {
+		return e, true
+	}
+	delete(w.byPV, pvName)
+	return pvWrite{}, false
+}
+
+// Fresher returns v as the API server holds it after this replica's own
+// latest claim writes on v's PV when v's index entry is behind only by
+// those (a copy of v with that PV's claims, retiring records and
+// resourceVersion as the API server answered the last of them);
+// otherwise v. A decision on it that is committed conditional on its
+// resourceVersion is as safe as one on the index entry: the write
+// conflicts if anything changed since. Only for a handle with one PV.
+func (c *Claims) Fresher(v *Volume) *Volume {
+	if !v.Indexed() || len(v.PVs) != 1 {
+		return v
+	}
+	pv := v.PVs[0]
+	w, ok := c.written.newer(pv.Name, v.Handle, pv.ResourceVersion)
+	if !ok {
+		return v
+	}
+	f := *v
+	f.PVs = []PVRef{{Name: pv.Name, ResourceVersion: w.rv, Claims: w.claims, Retiring: w.retiring}}
+	f.Claims, f.Retiring = w.claims, w.retiring
+	if f.PVName == pv.Name {
+		f.ResourceVersion = w.rv
+	}
+	return &f
 }
 
 // TimeWith makes every live read of a node timed by l, the controller's
@@ -527,7 +645,8 @@ func (c *Claims) patch(ctx context.Context, pvName, resourceVersion string, clai
 			return err
 		}
 	}
-	return c.patchAnnotations(ctx, pvName, resourceVersion, annotations)
+	_, err := c.patchAnnotations(ctx, pvName, resourceVersion, annotations)
+	return err
 }
 
 // annotate sets key in a merge patch's annotations to v as JSON, or to
@@ -545,23 +664,35 @@ func annotate(annotations map[string]any, key string, v any, entries int) error 
 	return nil
 }
 
-func (c *Claims) patchAnnotations(ctx context.Context, pvName, resourceVersion string, annotations map[string]any) error {
+// patchAnnotations merge-patches pvName's annotations conditional on
+// resourceVersion and returns the PV as the API server answered.
+func (c *Claims) patchAnnotations(ctx context.Context, pvName, resourceVersion string, annotations map[string]any) (*corev1.PersistentVolume, error) {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": resourceVersion,
 		"annotations":     annotations,
 	}})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = c.client.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, body, metav1.PatchOptions{})
+	pv, err := c.client.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, body, metav1.PatchOptions{})
 	switch {
 	case apierrors.IsConflict(err):
-		return fmt.Errorf("%w: PV %s changed after resourceVersion %s", ErrConflict, pvName, resourceVersion)
+		c.written.forget(pvName)
+		return nil, fmt.Errorf("%w: PV %s changed after resourceVersion %s", ErrConflict, pvName, resourceVersion)
 	case apierrors.IsNotFound(err):
 		// The handle's set of PVs changed since the decision.
-		return fmt.Errorf("%w: PV %s was deleted", ErrConflict, pvName)
+		c.written.forget(pvName)
+		return nil, fmt.Errorf("%w: PV %s was deleted", ErrConflict, pvName)
+	case err != nil:
+		// The write may have landed or not: nothing is known.
+		c.written.forget(pvName)
+		return nil, err
+	case pv == nil || pv.Name != pvName:
+		c.written.forget(pvName)
+		return nil, fmt.Errorf("writing PV %s: the API server answered with another object", pvName)
 	}
-	return err
+	c.written.record(resourceVersion, pv)
+	return pv, nil
 }
 
 // LiveAttachment reads from the API server whether a VolumeAttachment of
@@ -626,7 +757,7 @@ func (c *Claims) ClearRetiring(ctx context.Context, pvName string, done []Retiri
 		if err := annotate(annotations, RetiringAnnotation, left, len(left)); err != nil {
 			return err
 		}
-		err = c.patchAnnotations(ctx, pvName, pv.ResourceVersion, annotations)
+		_, err = c.patchAnnotations(ctx, pvName, pv.ResourceVersion, annotations)
 		if errors.Is(err, ErrConflict) {
 			return apierrors.NewConflict(corev1.Resource("persistentvolumes"), pvName, err)
 		}

@@ -1,0 +1,271 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
+)
+
+// Issue 24: what one ControllerPublishVolume costs in round trips, counted
+// on the fakes so that a saving cannot silently regress. API calls are
+// counted by verb and resource on the shared API server; RouterOS
+// commands as rds.Client sends them: GetDisk is one `print`, SwapExport a
+// `set` and the `print` that reads it back.
+type roundTrips struct {
+	api map[string]int // "get nodes", "patch persistentvolumes", ...
+	ros int            // RouterOS commands
+}
+
+func (r roundTrips) String() string {
+	keys := slices.Sorted(maps.Keys(r.api))
+	parts := make([]string, 0, len(keys)+1)
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, r.api[k]))
+	}
+	return strings.Join(append(parts, fmt.Sprintf("routeros=%d", r.ros)), " ")
+}
+
+// countPublish runs one ControllerPublishVolume of id on node (its
+// VolumeAttachment already there) and counts what it sent.
+func countPublish(t *testing.T, e *publishEnv, shared *fake.Clientset, id, node string) (roundTrips, *csi.ControllerPublishVolumeResponse) {
+	t.Helper()
+	e.ensureVA(id, node)
+	shared.ClearActions()
+	e.rds.mu.Lock()
+	clear(e.rds.calls)
+	e.rds.mu.Unlock()
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	resp, err := e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: rwo})
+	if err != nil {
+		t.Fatalf("publish of %s to %s: %v", id, node, err)
+	}
+	r := roundTrips{api: map[string]int{}}
+	for _, a := range shared.Actions() {
+		switch a.GetVerb() {
+		case "list", "watch":
+			continue // the informers'
+		}
+		r.api[a.GetVerb()+" "+a.GetResource().Resource]++
+	}
+	e.rds.mu.Lock()
+	r.ros = e.rds.calls["GetDisk"] + 2*e.rds.calls["SwapExport"]
+	e.rds.mu.Unlock()
+	return r, resp
+}
+
+// TestPublishRoundTrips: the round trips of a first publish and of
+// repeated ones, with and without storage fencing, and with this
+// replica's PV watch behind its own last write (a repeat right after the
+// first: answered from the write's own answer, not with a conflict, a
+// wait and a second write).
+func TestPublishRoundTrips(t *testing.T) {
+	type want struct {
+		first, repeat map[string]int
+		firstROS      int
+		repeatROS     int
+	}
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want want
+	}{
+		{
+			name: "fencing off",
+			opts: testOptions(),
+			want: want{
+				// The VolumeAttachment before the commit, the commit, the
+				// Node and the VolumeAttachment after it. The requester's
+				// UID comes from the index, confirmed by the read after.
+				first:  map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1},
+				repeat: map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1},
+			},
+		},
+		{
+			name: "allow-host",
+			opts: allowHostOptions(),
+			want: want{
+				// And the export: read it, then the live claims; open it
+				// (a set and its read-back, which the next round takes as
+				// its export read), then the live claims again.
+				first:     map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1, "get persistentvolumes": 2},
+				firstROS:  3,
+				repeat:    map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1, "get persistentvolumes": 1},
+				repeatROS: 1,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := testNode("node-a")
+			node.UID = types.UID("uid-node-a")
+			shared := newFakeAPI(node)
+			lag := newLaggingClient(t, shared)
+			wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
+				if tc.opts.AllowHostFencing() {
+					claims.CutStorageOnFence(cs)
+				}
+			}
+			e := newPublishEnvWith(t, lag.Clientset, nil, fencing.DefaultConfig(), tc.opts, wire)
+			e.client = shared
+			const pv = "pvc-24000000-0000-4000-8000-000000000001"
+			id := e.newVolume(shared, pv, corev1.ReadWriteOnce, false)
+			waitFor(t, "the index to know node-a", func() bool { return e.index.Node("node-a").UID == "uid-node-a" })
+
+			check := func(what string, got roundTrips, api map[string]int, ros int) {
+				t.Helper()
+				if !maps.Equal(got.api, api) || got.ros != ros {
+					t.Errorf("%s: %v; want %v", what, got, roundTrips{api: api, ros: ros})
+				}
+			}
+			got, first := countPublish(t, e, shared, id, "node-a")
+			check("first publish", got, tc.want.first, tc.want.firstROS)
+			e.waitClaims(id, "node-a")
+			waitFor(t, "the index to see the first publish's write", func() bool {
+				return e.index.Volume(id).ResourceVersion == pvVersion(t, shared, pv)
+			})
+
+			got, again := countPublish(t, e, shared, id, "node-a")
+			check("repeated publish, index up to date", got, tc.want.repeat, tc.want.repeatROS)
+
+			// The PV watch is behind by this replica's own last write.
+			lag.pause("persistentvolumes")
+			for i := range 3 {
+				got, more := countPublish(t, e, shared, id, "node-a")
+				check(fmt.Sprintf("repeated publish %d, index behind this replica's own write", i+1), got, tc.want.repeat, tc.want.repeatROS)
+				if !maps.Equal(more.PublishContext, first.PublishContext) {
+					t.Errorf("repeat %d answered %v, the first %v", i+1, more.PublishContext, first.PublishContext)
+				}
+			}
+			lag.resume("persistentvolumes")
+			if !maps.Equal(again.PublishContext, first.PublishContext) {
+				t.Errorf("repeat answered %v, the first %v", again.PublishContext, first.PublishContext)
+			}
+			if c := claimsOf(t, shared, pv)["node-a"]; c.Gen != 5 {
+				t.Errorf("node-a's claim %+v after 5 publishes, want gen 5 (every success is a write)", c)
+			}
+		})
+	}
+}
+
+func pvVersion(t *testing.T, client *fake.Clientset, name string) string {
+	t.Helper()
+	pv, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("persistentvolumes"), "", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv.(*corev1.PersistentVolume).ResourceVersion
+}
+
+// The requester's UID comes from the index; a replica whose Node watch is
+// behind on a re-created node neither replaces the live attachment of the
+// new incarnation (its claim names another UID than the index shows: read
+// live, it is this node's) nor answers for the old one (the read after
+// the commit shows another UID: ABORTED, nothing answered).
+func TestPublishRequesterUIDFromALaggingIndex(t *testing.T) {
+	node := testNode("node-a")
+	node.UID = "uid-1"
+	shared := newFakeAPI(node)
+	rdsFake := newFakeRDS(1 << 40)
+	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
+		claims.CutStorageOnFence(cs)
+		cfg.Reactor = nil // no fence of the deleted incarnation's claim: the publish alone is under test
+	}
+	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	lag := newLaggingClient(t, shared)
+	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	b.client = shared
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const pv = "pvc-24000000-0000-4000-8000-000000000002"
+	id := a.newVolume(shared, pv, corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	waitFor(t, "b to know node-a", func() bool { return b.index.Node("node-a").UID == "uid-1" })
+	publish := func(e *publishEnv) (*csi.ControllerPublishVolumeResponse, error) {
+		e.ensureVA(id, "node-a")
+		return e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-a", VolumeCapability: rwo})
+	}
+
+	// node-a is re-created; replica b's Node watch does not see it.
+	lag.pause("nodes")
+	ctx := context.Background()
+	if err := shared.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to see node-a's new incarnation", func() bool { return a.index.Node("node-a").UID == "uid-2" })
+	first, err := publish(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := hostOn(t, a, shared, id, pv, "node-a")
+	b.waitClaims(id, "node-a")
+	waitFor(t, "b to see the claim of uid-2", func() bool { return b.index.Volume(id).Claims["node-a"].NodeUID == "uid-2" })
+
+	// b's index says uid-1, the claim uid-2: b reads node-a live and
+	// answers for the attachment as it is, without cutting it.
+	drops := a.drops(id)
+	again, err := publish(b)
+	if err != nil {
+		t.Fatalf("repeated publish on the replica whose Node watch is behind: %v", err)
+	}
+	if again.PublishContext[PublishContextHostNQN] != first.PublishContext[PublishContextHostNQN] {
+		t.Fatalf("answered host NQN %q, the attachment's is %q", again.PublishContext[PublishContextHostNQN], first.PublishContext[PublishContextHostNQN])
+	}
+	if c := claimsOf(t, shared, pv)["node-a"]; c.NodeUID != "uid-2" || hostOn(t, a, shared, id, pv, "node-a") != host {
+		t.Fatalf("the live attachment was replaced: claim %+v", c)
+	}
+	wantExport(t, a, id, true, host)
+	if a.drops(id) != drops {
+		t.Fatalf("the export dropped node-a's connection (%d drops, was %d)", a.drops(id), drops)
+	}
+
+	// b catches up; then node-a is re-created once more behind its back:
+	// its index and the claim say uid-2, the API server uid-3. The read
+	// after the commit tells: nothing is answered, the claim (made by an
+	// answered publish) stays for its detach.
+	lag.resume("nodes")
+	waitFor(t, "b to see uid-2", func() bool { return b.index.Node("node-a").UID == "uid-2" })
+	lag.pause("nodes")
+	if err := shared.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.CoreV1().Nodes().Create(ctx, nodeWithUID("node-a", "uid-3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish(b); code(err) != codes.Aborted {
+		t.Fatalf("publish for a node re-created behind the replica's back: %v, want Aborted", err)
+	}
+	if c := claimsOf(t, shared, pv)["node-a"]; c.NodeUID != "uid-2" {
+		t.Fatalf("claim %+v, want uid-2's kept", c)
+	}
+	wantExport(t, a, id, true, host)
+
+	// Once b sees uid-3, the publish is a new attachment of the new
+	// incarnation, the old one cut off first.
+	lag.resume("nodes")
+	waitFor(t, "b to see uid-3", func() bool { return b.index.Node("node-a").UID == "uid-3" })
+	third, err := publish(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := claimsOf(t, shared, pv)["node-a"]; c.NodeUID != "uid-3" || third.PublishContext[PublishContextHostNQN] == first.PublishContext[PublishContextHostNQN] {
+		t.Fatalf("claim %+v, host NQN %q: want a new attachment of uid-3", c, third.PublishContext[PublishContextHostNQN])
+	}
+	wantExport(t, a, id, true, hostOn(t, a, shared, id, pv, "node-a"))
+	if a.drops(id) == drops {
+		t.Fatal("the old incarnation's attachment was not cut off")
+	}
+}
