@@ -86,22 +86,11 @@ func noFenceLogged(t *testing.T, dir string, drivers ...string) {
 // (the observation window: a fence comes, if it comes, within the
 // thresholds after the API answers), its claim stays, no Fenced event.
 func TestAPIServerOutageFencesNobody(t *testing.T) {
-	w := startAttachWorldWith(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletDefaultCadence,
-		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}}, "node-a", "node-b", "node-c")
+	w, host := startHeartbeatWorld(t, framework.KubeletDefaultCadence, nil, "node-a", "node-b", "node-c")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 
-	done := tl.Step("the export is open to node-a's host alone")
-	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
-		t.Fatal(err)
-	}
-	host, err := framework.AttachmentHost(ctx, c, w.pv, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done()
-
-	done = tl.Step("kube-apiserver frozen for 60 s")
+	done := tl.Step("kube-apiserver frozen for 60 s")
 	resume, err := e.CP.FreezeAPIServer(tl)
 	if err != nil {
 		t.Fatal(err)
@@ -150,17 +139,9 @@ func TestAPIServerOutageFencesNobody(t *testing.T) {
 // 20 s threshold). Its export and claim stay, and the driver logs no
 // fence, through the threshold after the stall.
 func TestLateRenewalFencesNobody(t *testing.T) {
-	w := startAttachWorldWith(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletDefaultCadence,
-		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}}, "node-a", "node-b", "node-c")
+	w, host := startHeartbeatWorld(t, framework.KubeletDefaultCadence, nil, "node-a", "node-b", "node-c")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
-	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
-		t.Fatal(err)
-	}
-	host, err := framework.AttachmentHost(ctx, c, w.pv, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := tl.Step("node-a's kubelet renews 16 s after its last renewal instead of 10")
 	last, err := w.nodes["node-a"].NextRenewal(ctx)
 	if err != nil {
@@ -265,17 +246,9 @@ func noTaintOn(ctx context.Context, t *testing.T, tl *framework.Timeline, c kube
 // thresholds after the last restart.
 func TestNodePluginRolloutFencesNobody(t *testing.T) {
 	nodes := []string{"node-a", "node-b", "node-c"}
-	w := startAttachWorldWith(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletDefaultCadence,
-		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}}, nodes...)
+	w, host := startHeartbeatWorld(t, framework.KubeletDefaultCadence, nil, nodes...)
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
-	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
-		t.Fatal(err)
-	}
-	host, err := framework.AttachmentHost(ctx, c, w.pv, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	done := tl.Step("the node plugin crashes on every node at once: away for 30 s")
 	for _, n := range nodes {
@@ -340,18 +313,10 @@ func TestFlappingNodeIsNotFencedInALoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	w := startAttachWorldWith(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletFastHeartbeatCadence,
-		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint", "--heartbeat-threshold=6s", fmt.Sprintf("--http-endpoint=127.0.0.1:%d", port)}},
-		"node-a", "node-b", "node-c")
+	w, host := startHeartbeatWorld(t, framework.KubeletFastHeartbeatCadence,
+		[]string{"--heartbeat-threshold=6s", fmt.Sprintf("--http-endpoint=127.0.0.1:%d", port)}, "node-a", "node-b", "node-c")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
-	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
-		t.Fatal(err)
-	}
-	host, err := framework.AttachmentHost(ctx, c, w.pv, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// node-b holds a volume: a node holding none is not fenced, and only a
 	// fence taints.
 	if _, err := c.CoreV1().PersistentVolumeClaims(framework.TestNamespace).Create(ctx,
@@ -459,4 +424,25 @@ func driverTaintAdded(ctx context.Context, t *testing.T, c kubernetes.Interface,
 		}
 	}
 	return nil
+}
+
+// startHeartbeatWorld starts an attach world with storage fencing and the
+// out-of-service taint, kube-controller-manager at its default 40 s grace
+// and the fake kubelets at cadence, and waits until the export is open to
+// node-a's attachment alone; it returns that attachment's host NQN.
+func startHeartbeatWorld(t *testing.T, cadence framework.KubeletCadence, extraArgs []string, nodes ...string) (*attachWorld, string) {
+	t.Helper()
+	args := append([]string{"--storage-fencing=allow-host", "--out-of-service-taint"}, extraArgs...)
+	w := startAttachWorldWith(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: cadence, driverArgs: args}, nodes...)
+	e := w.e
+	done := e.TL.Step("the export is open to node-a's host alone")
+	if _, err := framework.WaitFor(e.Ctx, e.TL, 10*time.Second, "export allows node-a only", diskExportTo(w, "node-a")); err != nil {
+		t.Fatal(err)
+	}
+	host, err := framework.AttachmentHost(e.Ctx, e.Client, w.pv, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	return w, host
 }
