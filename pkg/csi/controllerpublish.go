@@ -386,7 +386,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		return nil, statusf(codes.FailedPrecondition, "%s", decision.Reason)
 	}
 	capability := claimCapability(req.GetVolumeCapability())
-	claim, claimed := v.Claims[node]
+	claim, claimed := v.Claims.Get(node)
 	if _, read := p.live[node]; claimed && !read && claim.NodeUID != "" && claim.NodeUID != p.self.UID {
 		// The claim names another incarnation than the index shows:
 		// replacing it (and cutting that attachment off) stands on a
@@ -431,8 +431,8 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 		// one), or a migration's target joining.
 		decision.Verdict = fencing.Allow
 		decision.Reason = fmt.Sprintf("volume %s attached to node %s", id, node)
-		others := make([]string, 0, len(v.Claims))
-		for n := range v.Claims {
+		others := make([]string, 0, v.Claims.Len())
+		for n := range v.Claims.All() {
 			if n != node {
 				others = append(others, n)
 			}
@@ -471,7 +471,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	}
 	if fencingOn {
 		holders := 1
-		for n := range v.Claims {
+		for n := range v.Claims.All() {
 			if n != node && !slices.Contains(fenced, n) {
 				holders++
 			}
@@ -497,12 +497,13 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	// same node) is not cut again.
 	var gone []informers.Retiring
 	for _, f := range fenced {
-		if c, ok := v.Claims[f]; ok {
+		if c, ok := v.Claims.Get(f); ok {
 			gone = append(gone, informers.RetiringOf(f, c))
 		}
 	}
 	if replacesOwn {
-		gone = append(gone, informers.RetiringOf(node, v.Claims[node]))
+		own, _ := v.Claims.Get(node)
+		gone = append(gone, informers.RetiringOf(node, own))
 	}
 	if fencingOn && (len(fenced) > 0 || replacesOwn) {
 		// Fenced nodes, and the node's own earlier attachment, are cut off
@@ -573,7 +574,7 @@ func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
 		return true
 	}
 	for _, pv := range v.PVs {
-		if own, ok := pv.Claims[node]; !ok || own.Nonce != c.Nonce || own.NodeUID != c.NodeUID {
+		if own, ok := pv.Claims.Get(node); !ok || own.Nonce != c.Nonce || own.NodeUID != c.NodeUID {
 			return false
 		}
 	}
@@ -583,9 +584,9 @@ func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
 // newClaimTime is when a new claim is made: now, to the second, but
 // always after every other claim's time, so that "the newest claim" (the
 // one the export goes to, a migration's target) is never a tie.
-func newClaimTime(now time.Time, others map[string]informers.Claim) time.Time {
+func newClaimTime(now time.Time, others informers.ClaimSet) time.Time {
 	at := now.UTC().Truncate(time.Second)
-	for _, c := range others {
+	for _, c := range others.All() {
 		if !at.After(c.At) {
 			at = c.At.UTC().Add(time.Second)
 		}

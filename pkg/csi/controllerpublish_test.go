@@ -150,11 +150,11 @@ func (e *publishEnv) waitClaims(id string, nodes ...string) {
 	e.t.Helper()
 	waitFor(e.t, fmt.Sprintf("claims %v on %s in the index", nodes, id), func() bool {
 		v := e.index.Volume(id)
-		if v == nil || len(v.Claims) != len(nodes) {
+		if v == nil || v.Claims.Len() != len(nodes) {
 			return false
 		}
 		for _, n := range nodes {
-			if _, ok := v.Claims[n]; !ok {
+			if !v.Claims.Has(n) {
 				return false
 			}
 		}

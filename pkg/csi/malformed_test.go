@@ -93,7 +93,7 @@ func TestPublishFailsClosedOnUnreadableClaims(t *testing.T) {
 	setAnnotation(t, client, id, informers.ClaimsAnnotation, `{"node-a":"2026-11-22T12:00:00Z"}`)
 	waitFor(t, "the fixed PV to be indexed", func() bool {
 		v := e.index.Volume(id)
-		return len(malformed.ForHandle(id)) == 0 && v != nil && len(v.Claims) == 1
+		return len(malformed.ForHandle(id)) == 0 && v != nil && v.Claims.Len() == 1
 	})
 	if _, err := e.publish(id, nodeB, rwo); code(err) != codes.FailedPrecondition || strings.Contains(err.Error(), informers.ClaimsAnnotation) {
 		t.Errorf("publish to node-b after the fix: %v, want the policy's refusal (node-a holds it)", err)

@@ -148,7 +148,7 @@ func TestCommitDoesNotBringBackAReleasedClaim(t *testing.T) {
 	m.deliverStream(r0, "volumeattachments", 1<<30)
 	m.deliverStream(r0, "nodes", 1<<30)
 	m.deliverStream(r0, "persistentvolumes", 1)
-	if _, stale := r0.index.Volume(v.id).Claims["n0"]; !stale {
+	if stale := r0.index.Volume(v.id).Claims.Has("n0"); !stale {
 		t.Fatal("scripting: r0's index should still show n0's claim from the second PV")
 	}
 
@@ -342,7 +342,7 @@ func TestRepublishDoesNotBringBackItsReleasedClaim(t *testing.T) {
 	m.deliverStream(r0, "volumeattachments", 1<<30)
 	m.deliverStream(r0, "nodes", 1<<30)
 	m.deliverStream(r0, "persistentvolumes", 1)
-	if _, stale := r0.index.Volume(v.id).Claims["n0"]; !stale {
+	if stale := r0.index.Volume(v.id).Claims.Has("n0"); !stale {
 		t.Fatal("scripting: r0's index should still show n0's claim from the second PV")
 	}
 	// 4.

@@ -260,6 +260,12 @@ func has[V any](m map[string]V, k string) bool {
 	return ok
 }
 
+// claimOn is node's claim in cs, or none.
+func claimOn(cs informers.ClaimSet, node string) informers.Claim {
+	c, _ := cs.Get(node)
+	return c
+}
+
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {

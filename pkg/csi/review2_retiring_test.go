@@ -128,7 +128,7 @@ func TestReview2PVNameReusedForAnotherVolumeUnpublishReleasesItsClaim(t *testing
 	live := has(claimsOf(t, client, p2), "node-a")
 	waitFor(t, "the leader's index to follow PV "+p2, func() bool {
 		v := b.index.Volume(idY)
-		return v.Indexed() && has(v.Claims, "node-a") == live
+		return v.Indexed() && v.Claims.Has("node-a") == live
 	})
 	if _, err := b.cs.ReconcileExports(ctx, nil); err != nil {
 		t.Logf("the leader's pass: %v", err)
@@ -159,7 +159,7 @@ func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
 	waitFor(t, "replica b's index to see the half release", func() bool {
 		v := b.index.Volume(id)
 		for _, pv := range v.PVs {
-			if pv.Name == pvs[0] && has(pv.Claims, "node-a") {
+			if pv.Name == pvs[0] && pv.Claims.Has("node-a") {
 				return false
 			}
 		}
@@ -178,7 +178,7 @@ func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
 	b.waitClaims(id, "node-a")
 	waitFor(t, "replica b's index to see the commit on both PVs", func() bool {
 		for _, pv := range b.index.Volume(id).PVs {
-			if c, ok := pv.Claims["node-a"]; !ok || b.cs.d.claimHost(id, "node-a", c) != h2 {
+			if c, ok := pv.Claims.Get("node-a"); !ok || b.cs.d.claimHost(id, "node-a", c) != h2 {
 				return false
 			}
 		}
@@ -278,7 +278,7 @@ func TestReview2ReplacedOwnAttachmentHasNoRecord(t *testing.T) {
 	}
 	b.waitClaims(id, "node-a")
 	waitFor(t, "the leader's index to see the new incarnation's claim", func() bool {
-		return b.index.Volume(id).Claims["node-a"].NodeUID == "uid-2"
+		return claimOn(b.index.Volume(id).Claims, "node-a").NodeUID == "uid-2"
 	})
 	if _, err := b.cs.RetireMarked(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func TestReview2PausedUnpublishReleasesTheNewerAttachmentWithoutACut(t *testing.
 	// 3. node-a's new attachment, then the migration to node-b.
 	waitFor(t, "replica b's index to see the release on "+pvs[0], func() bool {
 		for _, pv := range b.index.Volume(id).PVs {
-			if pv.Name == pvs[0] && has(pv.Claims, "node-a") {
+			if pv.Name == pvs[0] && pv.Claims.Has("node-a") {
 				return false
 			}
 		}

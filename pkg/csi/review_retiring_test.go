@@ -154,7 +154,7 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 	waitFor(t, "the leader's index to see the release on the first PV", func() bool {
 		v := b.index.Volume(id)
 		for _, pv := range v.PVs {
-			if pv.Name == pvs[0] && has(pv.Claims, "node-a") {
+			if pv.Name == pvs[0] && pv.Claims.Has("node-a") {
 				return false
 			}
 		}
@@ -439,7 +439,7 @@ func TestReviewRetiringUnpublishOnLaggingIndexMissesASecondPV(t *testing.T) {
 	}
 	waitFor(t, "replica a's index to see the release on p1", func() bool {
 		for _, pv := range a.index.Volume(id).PVs {
-			if pv.Name == p1 && has(pv.Claims, "node-a") {
+			if pv.Name == p1 && pv.Claims.Has("node-a") {
 				return false
 			}
 		}

@@ -212,7 +212,7 @@ func TestPublishRequesterUIDFromALaggingIndex(t *testing.T) {
 	}
 	host := hostOn(t, a, shared, id, pv, "node-a")
 	b.waitClaims(id, "node-a")
-	waitFor(t, "b to see the claim of uid-2", func() bool { return b.index.Volume(id).Claims["node-a"].NodeUID == "uid-2" })
+	waitFor(t, "b to see the claim of uid-2", func() bool { return claimOn(b.index.Volume(id).Claims, "node-a").NodeUID == "uid-2" })
 
 	// b's index says uid-1, the claim uid-2: b reads node-a live and
 	// answers for the attachment as it is, without cutting it.

@@ -710,12 +710,13 @@ func (s *ControllerServer) ReconcileExports(ctx context.Context, report func(Mis
 			continue
 		}
 		found := rds.StateOf(disk)
-		if want, _ := s.d.wanted(disk.Slot, v, v.Claims); matches(found, want) {
+		claims := v.Claims.Map()
+		if want, _ := s.d.wanted(disk.Slot, v, claims); matches(found, want) {
 			continue
 		}
 		// A park on the way from a live holder is a move under way (or
 		// one whose replica stopped half-way): finished, not reported.
-		moving := found.Open && s.d.parkedFromHolder(disk.Slot, v.Claims, found.Host)
+		moving := found.Open && s.d.parkedFromHolder(disk.Slot, claims, found.Host)
 		if err := ctx.Err(); err != nil {
 			return fixed, errors.Join(append(errs, err)...)
 		}

@@ -36,7 +36,7 @@ func fillIndex(volumes, nodes int) *AttachmentIndex {
 			e.Handle = pvName
 			e.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 			e.ResourceVersion = "12345"
-			e.Claims = map[string]Claim{node: {At: t0}}
+			e.Claims = NewClaimSet(map[string]Claim{node: {At: t0}})
 		})
 		x.setAttachment("va-"+pvName, pvName, Attachment{Node: node, VAName: "va-" + pvName, Attached: true, Since: t0})
 	}

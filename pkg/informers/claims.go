@@ -234,7 +234,7 @@ type pvWrite struct {
 	handle   string // the PV's volume handle (a name may be reused)
 	rv       string
 	over     []string // the resourceVersions the chain replaced, oldest first
-	claims   map[string]Claim
+	claims   ClaimSet
 	retiring []Retiring
 }
 
@@ -276,7 +276,7 @@ func (w *writes) record(base string, pv *corev1.PersistentVolume) {
 	if pv.Spec.CSI != nil {
 		handle = pv.Spec.CSI.VolumeHandle
 	}
-	w.byPV[pv.Name] = pvWrite{handle: handle, rv: pv.ResourceVersion, over: over, claims: claims, retiring: retiring}
+	w.byPV[pv.Name] = pvWrite{handle: handle, rv: pv.ResourceVersion, over: over, claims: NewClaimSet(claims), retiring: retiring}
 }
 
 // forget drops what is remembered of pvName (a write on it conflicted:
@@ -377,11 +377,11 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 	}
 	for _, pv := range v.PVs {
 		own := pv.Claims
-		if own == nil && len(v.PVs) == 1 {
+		if own.Len() == 0 && len(v.PVs) == 1 {
 			own = v.Claims
 		}
-		next := make(map[string]Claim, len(own)+1)
-		for n, cl := range own {
+		next := make(map[string]Claim, own.Len()+1)
+		for n, cl := range own.All() {
 			next[n] = cl
 		}
 		retiring := pv.Retiring

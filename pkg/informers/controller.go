@@ -546,7 +546,7 @@ func (c *Controller) syncPV(name string) error {
 		v.Block = pv.block
 		v.ClaimRef = pv.claimRef
 		v.ResourceVersion = pv.resourceVersion
-		v.Claims = claims
+		v.Claims = NewClaimSet(claims)
 		v.Retiring = retiring
 		v.created = pv.created
 		v.bound = pv.bound
@@ -564,7 +564,7 @@ func (c *Controller) staleOn(node string, now time.Time) (fencing.FenceReason, b
 		return reason, true
 	}
 	for _, v := range c.index.VolumesOnNode(node) {
-		if cl, ok := v.Claims[node]; ok {
+		if cl, ok := v.Claims.Get(node); ok {
 			if reason, stale := fencing.HolderStale(fencing.Holder{Node: node, UID: cl.NodeUID}, n, now, c.cfg.Policy); stale {
 				return reason, true
 			}
@@ -742,7 +742,7 @@ func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
 	current := map[string]bool{}
 	var errs []error
 	if v != nil {
-		for node := range v.Claims {
+		for node := range v.Claims.All() {
 			if _, attached := v.AttachmentOn(node); attached {
 				continue
 			}

@@ -25,10 +25,11 @@ func TestFresherFollowsOnlyThisReplicasOwnWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &Volume{PVName: "pv-1", Handle: "vol-1", ResourceVersion: rv, Claims: m,
-			PVs: []PVRef{{Name: "pv-1", ResourceVersion: rv, Claims: m}}}
+		cs := NewClaimSet(m)
+		return &Volume{PVName: "pv-1", Handle: "vol-1", ResourceVersion: rv, Claims: cs,
+			PVs: []PVRef{{Name: "pv-1", ResourceVersion: rv, Claims: cs}}}
 	}
-	gen := func(v *Volume) int64 { return v.Claims["node-a"].Gen }
+	gen := func(v *Volume) int64 { return claimOn(v.Claims, "node-a").Gen }
 
 	for _, tc := range []struct {
 		name    string
@@ -68,7 +69,7 @@ func TestFresherFollowsOnlyThisReplicasOwnWrites(t *testing.T) {
 			c := NewClaims(fake.NewClientset(), driver)
 			tc.writes(c)
 			got := c.Fresher(tc.index)
-			if got.ResourceVersion != tc.wantRV || got.PVs[0].ResourceVersion != tc.wantRV || gen(got) != tc.wantGen || got.PVs[0].Claims["node-a"].Gen != tc.wantGen {
+			if got.ResourceVersion != tc.wantRV || got.PVs[0].ResourceVersion != tc.wantRV || gen(got) != tc.wantGen || claimOn(got.PVs[0].Claims, "node-a").Gen != tc.wantGen {
 				t.Fatalf("Fresher = rv %s gen %d (PV rv %s), want rv %s gen %d", got.ResourceVersion, gen(got), got.PVs[0].ResourceVersion, tc.wantRV, tc.wantGen)
 			}
 			if tc.index.ResourceVersion == tc.wantRV && got != tc.index {

@@ -31,7 +31,7 @@ type PVRef struct {
 	// Claims are this PV's own claims at ResourceVersion (shared with
 	// the entry, never modified): a commit writes each PV its own claims
 	// plus the change, never a claim that only another PV still shows.
-	Claims map[string]Claim
+	Claims ClaimSet
 	// Retiring is this PV's RetiringAnnotation at ResourceVersion.
 	Retiring []Retiring
 }
@@ -51,7 +51,7 @@ type Volume struct {
 	ClaimRef    *corev1.ObjectReference // the bound PVC, for events
 	// ResourceVersion of the primary PV.
 	ResourceVersion string
-	Claims          map[string]Claim
+	Claims          ClaimSet
 	// Attachments: at most one per node, ordered by node (AttachmentOn).
 	// A slice, not a map: a volume has one or two, and a Go map of one
 	// entry costs several hundred bytes.
@@ -92,11 +92,11 @@ func (v *Volume) Holders() []fencing.Holder {
 		return nil
 	}
 	byNode := map[string]fencing.Holder{}
-	for node, c := range v.Claims {
+	for node, c := range v.Claims.All() {
 		byNode[node] = fencing.Holder{Node: node, UID: c.NodeUID, Since: c.At}
 	}
 	for _, a := range v.Attachments {
-		if _, claimed := v.Claims[a.Node]; !claimed && !a.Attached {
+		if !v.HasClaim(a.Node) && !a.Attached {
 			// A VolumeAttachment that is not attached is a request, or a
 			// completed detach: a refused second node's VA must not block
 			// the holder (or anyone after it).
@@ -154,8 +154,7 @@ func (v *Volume) Grants(mode corev1.PersistentVolumeAccessMode) bool {
 
 // HasClaim reports whether node has a committed claim on the volume.
 func (v *Volume) HasClaim(node string) bool {
-	_, ok := v.Claims[node]
-	return ok
+	return v.Claims.Has(node)
 }
 
 // Ref names the volume for events and fencing.
@@ -224,7 +223,8 @@ func (x *AttachmentIndex) volumeLocked(handle string) *Volume {
 // merge builds the entry of a handle with several PVs (or a PV and the
 // attachments of a deleted one).
 func merge(handle string, entries []*Volume) *Volume {
-	m := &Volume{Handle: handle, Claims: map[string]Claim{}}
+	m := &Volume{Handle: handle}
+	claims := map[string]Claim{}
 	var primary *Volume
 	for _, e := range entries {
 		if e.ResourceVersion != "" {
@@ -234,8 +234,8 @@ func merge(handle string, entries []*Volume) *Volume {
 				primary = e
 			}
 		}
-		for n, c := range e.Claims {
-			if prev, ok := m.Claims[n]; ok {
+		for n, c := range e.Claims.All() {
+			if prev, ok := claims[n]; ok {
 				// The same claim mirrored, or a claim one PV has not been
 				// given yet: keep the latest write and the earliest start.
 				if prev.Gen > c.Gen {
@@ -245,7 +245,7 @@ func merge(handle string, entries []*Volume) *Volume {
 					c.At = prev.At
 				}
 			}
-			m.Claims[n] = c
+			claims[n] = c
 		}
 		for _, a := range e.Attachments {
 			m.Attachments = withAttachment(m.Attachments, a)
@@ -255,9 +255,7 @@ func merge(handle string, entries []*Volume) *Volume {
 		m.PVName, m.ResourceVersion = primary.PVName, primary.ResourceVersion
 		m.AccessModes, m.Block, m.ClaimRef = primary.AccessModes, primary.Block, primary.ClaimRef
 	}
-	if len(m.Claims) == 0 {
-		m.Claims = nil
-	}
+	m.Claims = NewClaimSet(claims)
 	return m
 }
 

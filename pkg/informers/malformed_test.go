@@ -45,7 +45,7 @@ func TestMalformedPVSkippedOncePerVersion(t *testing.T) {
 	if pvs.gets["pv-1"] != 2 {
 		t.Errorf("synced %d times for two versions", pvs.gets["pv-1"])
 	}
-	if v := h.index.Volume("vol-1"); v == nil || len(v.Claims) != 1 {
+	if v := h.index.Volume("vol-1"); v == nil || v.Claims.Len() != 1 {
 		t.Fatalf("a corrupt annotation freed the volume: %+v", v)
 	}
 	if got := set.Counts()[[2]string{MalformedKindPV, MalformedClaims}]; got != 1 {
@@ -80,7 +80,7 @@ func TestMalformedPVSkippedOncePerVersion(t *testing.T) {
 	fixed := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-b":"2026-11-22T13:00:00Z"}`)
 	fixed.ResourceVersion = "4"
 	h.put(fixed)
-	if v := h.index.Volume("vol-1"); v == nil || len(v.Claims) != 1 || v.Claims["node-b"].At.IsZero() {
+	if v := h.index.Volume("vol-1"); v == nil || v.Claims.Len() != 1 || claimOn(v.Claims, "node-b").At.IsZero() {
 		t.Fatalf("the fixed PV is not indexed: %+v", v)
 	}
 	if c := set.Counts(); c[[2]string{MalformedKindPV, MalformedClaims}] != 0 || c[[2]string{MalformedKindPV, MalformedRetiring}] != 0 || len(set.ForHandle("vol-1")) != 0 {
@@ -116,7 +116,7 @@ func TestUnreadableRetiringIndexed(t *testing.T) {
 	p := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)
 	p.Annotations[RetiringAnnotation] = "not json"
 	h.put(p)
-	if v := h.index.Volume("vol-1"); len(v.Claims) != 1 {
+	if v := h.index.Volume("vol-1"); v.Claims.Len() != 1 {
 		t.Fatalf("claims not indexed: %+v", v)
 	}
 	if c := set.Counts(); c[[2]string{MalformedKindPV, MalformedRetiring}] != 1 || c[[2]string{MalformedKindPV, MalformedClaims}] != 0 {

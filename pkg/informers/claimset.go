@@ -1,0 +1,105 @@
+package informers
+
+import (
+	"iter"
+	"slices"
+	"strings"
+	"time"
+	"unique"
+)
+
+// ClaimSet is a volume's claims by node as the index holds them: a slice
+// sorted by node rather than a map, because a volume has one or two
+// claims and a Go map of one entry costs about 1.3 KB. The strings that
+// repeat across volumes (node name, node UID, capability, host NQN) are
+// interned. A ClaimSet is never modified once built; the zero value is
+// empty. The annotation and the API writes keep map[string]Claim (Map).
+type ClaimSet struct{ s []heldClaim }
+
+// heldClaim is one node's Claim in a ClaimSet.
+type heldClaim struct {
+	node, nodeUID, capability, hostNQN unique.Handle[string]
+	at                                 time.Time
+	nonce                              string // one per attachment: not interned
+	pvs                                []string
+	gen                                int64
+	readOnly                           bool
+}
+
+// NewClaimSet holds the claims of m (nil or empty: none).
+func NewClaimSet(m map[string]Claim) ClaimSet {
+	if len(m) == 0 {
+		return ClaimSet{}
+	}
+	s := make([]heldClaim, 0, len(m))
+	for node, c := range m {
+		s = append(s, heldClaim{
+			node:       unique.Make(node),
+			nodeUID:    unique.Make(c.NodeUID),
+			capability: unique.Make(c.Capability),
+			hostNQN:    unique.Make(c.HostNQN),
+			at:         c.At,
+			nonce:      c.Nonce,
+			pvs:        c.PVs,
+			gen:        c.Gen,
+			readOnly:   c.ReadOnly,
+		})
+	}
+	slices.SortFunc(s, func(a, b heldClaim) int { return strings.Compare(a.node.Value(), b.node.Value()) })
+	return ClaimSet{s: s}
+}
+
+func (h heldClaim) claim() Claim {
+	return Claim{
+		At:         h.at,
+		NodeUID:    h.nodeUID.Value(),
+		Capability: h.capability.Value(),
+		ReadOnly:   h.readOnly,
+		Gen:        h.gen,
+		HostNQN:    h.hostNQN.Value(),
+		Nonce:      h.nonce,
+		PVs:        h.pvs,
+	}
+}
+
+// Len is the number of claims.
+func (s ClaimSet) Len() int { return len(s.s) }
+
+// Get returns node's claim, if there is one.
+func (s ClaimSet) Get(node string) (Claim, bool) {
+	i, ok := slices.BinarySearchFunc(s.s, node, func(h heldClaim, node string) int { return strings.Compare(h.node.Value(), node) })
+	if !ok {
+		return Claim{}, false
+	}
+	return s.s[i].claim(), true
+}
+
+// Has reports whether node has a claim.
+func (s ClaimSet) Has(node string) bool {
+	_, ok := s.Get(node)
+	return ok
+}
+
+// All yields every node and its claim, ordered by node.
+func (s ClaimSet) All() iter.Seq2[string, Claim] {
+	return func(yield func(string, Claim) bool) {
+		for _, h := range s.s {
+			if !yield(h.node.Value(), h.claim()) {
+				return
+			}
+		}
+	}
+}
+
+// Map returns the claims as a new map (nil when there are none), the form
+// the annotation and the claim writes use.
+func (s ClaimSet) Map() map[string]Claim {
+	if len(s.s) == 0 {
+		return nil
+	}
+	m := make(map[string]Claim, len(s.s))
+	for node, c := range s.All() {
+		m[node] = c
+	}
+	return m
+}
