@@ -12,9 +12,11 @@ import (
 // sorted by node rather than a map, because a volume has one or two
 // claims and a Go map of one entry costs about 1.3 KB. The strings that
 // repeat across volumes (node name, node UID, capability, host NQN) are
-// interned. A ClaimSet is never modified once built; the zero value is
-// empty. The annotation and the API writes keep map[string]Claim (Map).
-type ClaimSet struct{ s []heldClaim }
+// interned. The slice is behind a pointer so that a volume without claims
+// (most of them) pays one word for it in its entry and in its PVRef. A
+// ClaimSet is never modified once built; the zero value is empty. The
+// annotation and the API writes keep map[string]Claim (Map).
+type ClaimSet struct{ p *[]heldClaim }
 
 // heldClaim is one node's Claim in a ClaimSet.
 type heldClaim struct {
@@ -46,7 +48,15 @@ func NewClaimSet(m map[string]Claim) ClaimSet {
 		})
 	}
 	slices.SortFunc(s, func(a, b heldClaim) int { return strings.Compare(a.node.Value(), b.node.Value()) })
-	return ClaimSet{s: s}
+	return ClaimSet{p: &s}
+}
+
+// held is the set's slice (nil when empty).
+func (s ClaimSet) held() []heldClaim {
+	if s.p == nil {
+		return nil
+	}
+	return *s.p
 }
 
 func (h heldClaim) claim() Claim {
@@ -63,15 +73,16 @@ func (h heldClaim) claim() Claim {
 }
 
 // Len is the number of claims.
-func (s ClaimSet) Len() int { return len(s.s) }
+func (s ClaimSet) Len() int { return len(s.held()) }
 
 // Get returns node's claim, if there is one.
 func (s ClaimSet) Get(node string) (Claim, bool) {
-	i, ok := slices.BinarySearchFunc(s.s, node, func(h heldClaim, node string) int { return strings.Compare(h.node.Value(), node) })
+	held := s.held()
+	i, ok := slices.BinarySearchFunc(held, node, func(h heldClaim, node string) int { return strings.Compare(h.node.Value(), node) })
 	if !ok {
 		return Claim{}, false
 	}
-	return s.s[i].claim(), true
+	return held[i].claim(), true
 }
 
 // Has reports whether node has a claim.
@@ -83,7 +94,7 @@ func (s ClaimSet) Has(node string) bool {
 // All yields every node and its claim, ordered by node.
 func (s ClaimSet) All() iter.Seq2[string, Claim] {
 	return func(yield func(string, Claim) bool) {
-		for _, h := range s.s {
+		for _, h := range s.held() {
 			if !yield(h.node.Value(), h.claim()) {
 				return
 			}
@@ -94,10 +105,10 @@ func (s ClaimSet) All() iter.Seq2[string, Claim] {
 // Map returns the claims as a new map (nil when there are none), the form
 // the annotation and the claim writes use.
 func (s ClaimSet) Map() map[string]Claim {
-	if len(s.s) == 0 {
+	if s.Len() == 0 {
 		return nil
 	}
-	m := make(map[string]Claim, len(s.s))
+	m := make(map[string]Claim, s.Len())
 	for node, c := range s.All() {
 		m[node] = c
 	}

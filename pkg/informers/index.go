@@ -47,7 +47,6 @@ type Volume struct {
 	PVs         []PVRef // every PV of the handle, by name
 	Handle      string  // spec.csi.volumeHandle; empty until the PV is seen
 	AccessModes []corev1.PersistentVolumeAccessMode
-	Block       bool
 	ClaimRef    *corev1.ObjectReference // the bound PVC, for events
 	// ResourceVersion of the primary PV.
 	ResourceVersion string
@@ -64,6 +63,10 @@ type Volume struct {
 	// Of one PV's entry only.
 	created time.Time
 	bound   bool
+
+	// Block: the PV's volumeMode is Block. Declared beside bound so the
+	// two share a word (the entry stays in a smaller size class).
+	Block bool
 }
 
 // Indexed reports whether the entry has a PersistentVolume: only then can
