@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // claimOn is node's claim in cs, or none.
@@ -60,5 +61,43 @@ func TestClaimSetHoldsWhatTheAnnotationSays(t *testing.T) {
 		} else if !reflect.DeepEqual(cs.Map(), m) {
 			t.Errorf("%s: Map = %+v, want %+v", raw, cs.Map(), m)
 		}
+	}
+}
+
+// TestClaimSetInternsWhatRepeats: two volumes' claims decoded apart share
+// one copy of the node name, node UID, capability and host NQN (what
+// repeats across volumes); the nonce, one per attachment, is their own.
+func TestClaimSetInternsWhatRepeats(t *testing.T) {
+	raw := func(nonce string) string {
+		return `{"node-a":{"at":"2026-11-23T08:00:00Z","uid":"u-a","cap":"mount/SINGLE_NODE_WRITER","nqn":"nqn.a","n":"` + nonce + `"}}`
+	}
+	var sets []ClaimSet
+	for _, n := range []string{"nonce-1", "nonce-2"} {
+		m, err := ParseClaims(raw(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, NewClaimSet(m))
+	}
+	var nodes [2]string
+	var claims [2]Claim
+	for i, s := range sets {
+		for node, c := range s.All() {
+			nodes[i], claims[i] = node, c
+		}
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	for what, pair := range map[string][2]string{
+		"node":       nodes,
+		"node UID":   {claims[0].NodeUID, claims[1].NodeUID},
+		"capability": {claims[0].Capability, claims[1].Capability},
+		"host NQN":   {claims[0].HostNQN, claims[1].HostNQN},
+	} {
+		if pair[0] != pair[1] || !same(pair[0], pair[1]) {
+			t.Errorf("%s %q and %q: not one shared copy", what, pair[0], pair[1])
+		}
+	}
+	if claims[0].Nonce == claims[1].Nonce {
+		t.Errorf("nonces %q and %q: the claims are mixed up", claims[0].Nonce, claims[1].Nonce)
 	}
 }
