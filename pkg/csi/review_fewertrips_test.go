@@ -151,3 +151,72 @@ func TestPublishFresherBehindAnotherReplicasWrite(t *testing.T) {
 		})
 	}
 }
+
+// An open's next round takes the export from the swap's read-back
+// instead of reading it again. Here the read-back is stale by the time
+// that round reads the claims: replica a opened the export to node-a and
+// read it back; before a reads the claims again, node-a is unpublished
+// and node-b published through replica b, which moves the export on.
+// a's round decides on the stale read-back and the live claims (node-b
+// alone): node-a is not told it may write, node-b's export stays and is
+// not dropped.
+func TestPublishOpenReadBackStaleBeforeTheClaimsRead(t *testing.T) {
+	shared := newFakeAPI(testNode(nodeA), testNode(nodeB))
+	rdsFake := newFakeRDS(1 << 40)
+	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
+		claims.CutStorageOnFence(cs)
+	}
+	ac := newLaggingClient(t, shared) // no stream held: only its PV reads are gated
+	a := newPublishEnvWith(t, ac.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	a.client = shared
+	b := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const pv = "pvc-24000000-0000-4000-8000-0000000000a3"
+	id := a.newVolume(shared, pv, corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+
+	// a's first read of the claims once the export is open: the round
+	// after its open, which takes the export from the read-back.
+	opened, resume := make(chan struct{}), make(chan struct{})
+	var gate sync.Once
+	ac.PrependReactor("get", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if d, ok := rdsFake.disk(id); ok && d.Exported {
+			gate.Do(func() { close(opened); <-resume })
+		}
+		return false, nil, nil
+	})
+	answered := make(chan error, 1)
+	go func() { _, err := a.publish(id, nodeA, rwo); answered <- err }()
+	select {
+	case <-opened:
+	case err := <-answered:
+		t.Fatalf("publish answered (%v) without reading the claims after its open landed", err)
+	}
+	hostA := hostOn(t, a, shared, id, pv, nodeA)
+	wantExport(t, a, id, true, hostA)
+
+	a.dropAutoVA(id, nodeA)
+	b.waitClaims(id, nodeA)
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	b.waitClaims(id)
+	if _, err := b.publish(id, nodeB, rwo); err != nil {
+		t.Fatal(err)
+	}
+	hostB := b.hostOf(id, nodeB)
+	wantExport(t, b, id, true, hostB)
+	drops := b.drops(id)
+
+	close(resume)
+	if err := <-answered; err == nil {
+		t.Fatal("node-a was told it may write after its unpublish and node-b's publish")
+	}
+	wantExport(t, b, id, true, hostB)
+	if b.drops(id) != drops {
+		t.Fatalf("node-b's connection was dropped (%d drops, was %d)", b.drops(id), drops)
+	}
+	if c := claimsOf(t, shared, pv); len(c) != 1 || !has(c, nodeB) {
+		t.Fatalf("claims %v, want node-b's alone", keys(c))
+	}
+}
