@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"os/exec"
 	"testing"
 )
 
@@ -10,10 +9,7 @@ import (
 // (both replicas count it: one alert, not two), and not for a PV fixed
 // within that time, nor at zero.
 func TestMalformedObjectsAlert(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (Debian package prometheus); TestPrometheusRules still checked the rules statically")
-	}
+	promtool := needPromtool(t)
 	_, groups := alertExprs(t)
 	claims := `kind="PersistentVolume",reason="unreadable-claims"`
 	retiring := `kind="PersistentVolume",reason="unreadable-retiring"`

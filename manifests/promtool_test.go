@@ -1,14 +1,8 @@
 package manifests
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
 )
@@ -47,40 +41,9 @@ type (
 // live migration (no alert), three nodes, another driver's volumes, a
 // stuck attachment; and the driver's own leader and RDS gauges.
 func TestAlertsOnKubeStateMetrics(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (Debian package prometheus); TestPrometheusRules still checked the rules statically")
-	}
-	s := load(t)
-	pr := mustGet[*unstructured.Unstructured](t, s, "PrometheusRule", namespace, "rds-csi")
-	groups, _, err := unstructured.NestedSlice(pr.Object, "spec", "groups")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exprs := map[string]string{}
-	for _, g := range groups {
-		for _, r := range g.(map[string]any)["rules"].([]any) {
-			rule := r.(map[string]any)
-			name, _ := rule["alert"].(string)
-			exprs[name], _ = rule["expr"].(string)
-		}
-	}
-	expr := func(alert string) string {
-		t.Helper()
-		if exprs[alert] == "" {
-			t.Fatalf("alert %s is missing or has no expr", alert)
-		}
-		return exprs[alert]
-	}
-
-	dir := t.TempDir()
-	rules, err := yaml.Marshal(map[string]any{"groups": groups})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	promtool := needPromtool(t)
+	exprs, groups := alertExprs(t)
+	expr := func(alert string) string { return mustExpr(t, exprs, alert) }
 
 	driver := `attacher="` + csi.DefaultDriverName + `"`
 	series := func(s, v string) promSeries { return promSeries{Series: s, Values: v} }
@@ -192,18 +155,25 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 			},
 		},
 	}
-	data, err := yaml.Marshal(file)
+	promtoolTest(t, promtool, groups, file)
+}
+
+// needPromtool is promtool's path; without it the test is skipped
+// (TestPrometheusRules still checks the rules statically).
+func needPromtool(t *testing.T) string {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Fatal(err)
+		t.Skip("promtool is not installed (Debian package prometheus); TestPrometheusRules still checked the rules statically")
 	}
-	testFile := filepath.Join(dir, "alerts_test.yaml")
-	if err := os.WriteFile(testFile, data, 0o600); err != nil {
-		t.Fatal(err)
+	return promtool
+}
+
+// mustExpr is alert's expression among exprs (alertExprs).
+func mustExpr(t *testing.T, exprs map[string]string, alert string) string {
+	t.Helper()
+	if exprs[alert] == "" {
+		t.Fatalf("alert %s is missing or has no expr", alert)
 	}
-	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yaml")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "SUCCESS") {
-		t.Errorf("promtool test rules: %v\n%s", err, out)
-	}
+	return exprs[alert]
 }

@@ -89,18 +89,9 @@ func TestRDSHealthRulesUseExportedMetrics(t *testing.T) {
 // stays deep and one with a spike; a leader whose polls fail and one whose
 // polls succeed; a part that keeps failing and one that failed once.
 func TestRDSHealthAlerts(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not installed (Debian package prometheus); TestPrometheusRules still checked the rules statically")
-	}
+	promtool := needPromtool(t)
 	exprs, groups := alertExprs(t)
-	expr := func(alert string) string {
-		t.Helper()
-		if exprs[alert] == "" {
-			t.Fatalf("alert %s is missing or has no expr", alert)
-		}
-		return exprs[alert]
-	}
+	expr := func(alert string) string { return mustExpr(t, exprs, alert) }
 	series := func(s, v string) promSeries { return promSeries{Series: s, Values: v} }
 	none := []promSample{}
 	leader := `pod="rds-csi-controller-0"`
