@@ -1,10 +1,7 @@
 package metrics
 
 import (
-	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 // TestMalformedObjects: the gauge follows the counts at each scrape, every
@@ -41,13 +38,5 @@ func TestMalformedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	problems, err := promlint.NewWithMetricFamilies(families).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, "rds_csi_malformed") {
-			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-		}
-	}
+	lintFamilies(t, families, "rds_csi_malformed")
 }

@@ -210,15 +210,7 @@ func TestEveryFamilyHasThePrefixAndPassesPromlint(t *testing.T) {
 	if own != 17 {
 		t.Errorf("found %d rds_csi_ families, want 17 (update this test when adding one)", own)
 	}
-	problems, err := promlint.NewWithMetricFamilies(families).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, Namespace+"_") {
-			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-		}
-	}
+	lintFamilies(t, families, Namespace+"_")
 }
 
 func TestLabelValuesStayBounded(t *testing.T) {
@@ -309,5 +301,20 @@ func TestUnreadableEntriesCounter(t *testing.T) {
 	}
 	if v, _ := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{}); v != 5 {
 		t.Fatalf("after two more skipped entries: %v, want 5", v)
+	}
+}
+
+// lintFamilies fails t for every promlint problem of a family whose name
+// starts with prefix.
+func lintFamilies(t *testing.T, families []*dto.MetricFamily, prefix string) {
+	t.Helper()
+	problems, err := promlint.NewWithMetricFamilies(families).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, prefix) {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
 	}
 }

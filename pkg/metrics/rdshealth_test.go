@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
@@ -144,15 +143,7 @@ func TestRDSHealthLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	problems, err := promlint.NewWithMetricFamilies(families).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, "rds_csi_rds_") {
-			t.Errorf("%s: %s", p.Metric, p.Text)
-		}
-	}
+	lintFamilies(t, families, "rds_csi_rds_")
 }
 
 // Found by the outside review of issue 27.
