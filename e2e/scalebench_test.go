@@ -39,7 +39,8 @@ import (
 // and a few bad objects of each kind in badKinds), then the driver is
 // started RDS_CSI_E2E_BENCH_RUNS times (default 3) on each initial sync
 // path of RDS_CSI_E2E_BENCH_PATHS (default "watch-list list": as the API
-// server offers it, then with KUBE_FEATURE_WatchListClient=false), one
+// server offers it, then with KUBE_FEATURE_WatchListClient=false;
+// "watch-list-json" streams in JSON instead of protobuf), one
 // after the other, the paths taking turns so that the machine's load
 // falls on both alike; each start is measured from exec:
 //
@@ -74,8 +75,8 @@ func TestScaleStartBench(t *testing.T) {
 		paths = []string{syncWatchList, syncList}
 	}
 	for _, p := range paths {
-		if p != syncWatchList && p != syncList {
-			t.Fatalf("RDS_CSI_E2E_BENCH_PATHS: unknown path %q (watch-list, list)", p)
+		if p != syncWatchList && p != syncList && p != syncWatchListJSON {
+			t.Fatalf("RDS_CSI_E2E_BENCH_PATHS: unknown path %q (watch-list, list, watch-list-json)", p)
 		}
 	}
 	runs := 3
@@ -106,6 +107,9 @@ var benchScales = map[string]framework.ScaleSpec{
 const (
 	syncWatchList = "watch-list" // as the API server offers it
 	syncList      = "list"       // KUBE_FEATURE_WatchListClient=false
+	// As the API server offers it, in JSON (--kube-api-content-type), the
+	// encoding before protobuf became the default.
+	syncWatchListJSON = "watch-list-json"
 )
 
 // startRun is one driver start.
@@ -184,10 +188,14 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 	if path == syncList {
 		t.Setenv("KUBE_FEATURE_WatchListClient", "false")
 	}
+	args := []string{"--http-endpoint=127.0.0.1:" + strconv.Itoa(port), "--v=2"}
+	if path == syncWatchListJSON {
+		args = append(args, "--kube-api-content-type=application/json")
+	}
 	t0 := time.Now()
 	d := framework.StartDriver(t, tl, bin, e.Dir, sim, dep, framework.DriverOptions{
 		Name:      fmt.Sprintf("rds-csi-driver-%s-%d", path, run),
-		ExtraArgs: []string{"--http-endpoint=127.0.0.1:" + strconv.Itoa(port), "--v=2"},
+		ExtraArgs: args,
 	})
 	out.probeReady = time.Since(t0)
 	os.Unsetenv("KUBE_FEATURE_WatchListClient")
@@ -525,8 +533,11 @@ func createBad(ctx context.Context, c kubernetes.Interface, spec framework.Scale
 func scaleTable(name, path string, spec framework.ScaleSpec, bad badObjects, etcdVersion string, runs []startRun) string {
 	var b strings.Builder
 	asked := "as the API server offers it"
-	if path == syncList {
+	switch path {
+	case syncList:
 		asked = "KUBE_FEATURE_WatchListClient=false"
+	case syncWatchListJSON:
+		asked = "as the API server offers it, --kube-api-content-type=application/json"
 	}
 	fmt.Fprintf(&b, "\n%s, %s: %d PVs with %d attached VolumeAttachments, %d Nodes; %d bad objects (%s); etcd %s\n\n",
 		name, asked, spec.PVs, spec.PVs, spec.Nodes, bad.total(), bad, etcdVersion)

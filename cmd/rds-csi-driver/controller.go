@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -39,6 +40,10 @@ import (
 type controllerOptions struct {
 	Kubeconfig   string
 	HTTPEndpoint string
+	// KubeAPIContentType is how the controller's requests and watches
+	// are encoded (protobuf or JSON; every object it reads or writes is
+	// a built-in type, which kube-apiserver serves as protobuf).
+	KubeAPIContentType string
 
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -76,6 +81,7 @@ type controllerOptions struct {
 func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	def := fencing.DefaultConfig()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API (default: in-cluster configuration)")
+	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", contentTypeProtobuf, "how requests to the Kubernetes API and its answers are encoded: "+contentTypeProtobuf+" (the default, as kube-controller-manager's: kube-apiserver encodes and the controller decodes each PV, VolumeAttachment and Node several times faster, so it starts sooner at scale) or "+contentTypeJSON+" (for a proxy in front of kube-apiserver that passes JSON only)")
 	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address of the /healthz, /readyz and /metrics endpoint, e.g. :8080 (empty: none); opened at start: an address that cannot be listened on stops the driver")
 	fs.BoolVar(&o.LeaderElection, "leader-election", false, "elect one controller replica to run background actions (node-failure fencing); every replica serves publishes")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
@@ -147,6 +153,9 @@ func (o *controllerOptions) validate() error {
 	if o.LeaderElection && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
 		problems = append(problems, fmt.Sprintf("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
 	}
+	if ct := o.contentType(); ct != contentTypeProtobuf && ct != contentTypeJSON {
+		problems = append(problems, fmt.Sprintf("--kube-api-content-type=%q is neither %s nor %s", o.KubeAPIContentType, contentTypeProtobuf, contentTypeJSON))
+	}
 	if o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 || o.OrphanedClaimThreshold < 0 {
 		problems = append(problems, "--not-ready-threshold and --orphaned-claim-threshold must not be negative, --migration-timeout must be positive")
 	}
@@ -182,6 +191,21 @@ func (o *controllerOptions) validate() error {
 	return nil
 }
 
+// The encodings --kube-api-content-type accepts.
+const (
+	contentTypeProtobuf = runtime.ContentTypeProtobuf
+	contentTypeJSON     = runtime.ContentTypeJSON
+)
+
+// contentType is --kube-api-content-type; protobuf when not set (options
+// built without the flags).
+func (o *controllerOptions) contentType() string {
+	if o.KubeAPIContentType == "" {
+		return contentTypeProtobuf
+	}
+	return o.KubeAPIContentType
+}
+
 // minHeartbeatThreshold: the shortest --heartbeat-threshold, two renewals
 // of a kubelet with nodeLeaseDurationSeconds=10 (every 2.5 s). Per node it
 // is raised further to two of that node's own renewals
@@ -205,6 +229,14 @@ func (o *controllerOptions) restConfig() (*rest.Config, error) {
 		return nil, err
 	}
 	cfg.UserAgent = "rds-csi-controller/" + csi.Version
+	// Protobuf for the built-in types the controller reads and writes;
+	// JSON stays acceptable in answers (a patch's body keeps its own
+	// type whatever this says).
+	cfg.ContentType = o.contentType()
+	cfg.AcceptContentTypes = cfg.ContentType
+	if cfg.ContentType == contentTypeProtobuf {
+		cfg.AcceptContentTypes = contentTypeProtobuf + "," + contentTypeJSON
+	}
 	// Informers do the reading; writes are claims, events and the Lease.
 	cfg.QPS, cfg.Burst = 50, 100
 	return cfg, nil

@@ -383,7 +383,7 @@ func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, pu
 		// --heartbeat-threshold and --fence-guard-share keep their own
 		// rules (controllerOptions.validate).
 		n = append(n, featureFlags{"--publish", "with --publish=false the controller uses no Kubernetes API and runs no attachment index, fencing, leader election or RDS health poll",
-			[]string{"kubeconfig", "leader-election", "not-ready-threshold", "migration-timeout", "orphaned-claim-threshold",
+			[]string{"kubeconfig", "kube-api-content-type", "leader-election", "not-ready-threshold", "migration-timeout", "orphaned-claim-threshold",
 				"watch-disconnect-threshold", "fence-call-timeout", "rds-health-interval"}})
 	}
 	if nopts.Kind != connectorTCP {
