@@ -343,7 +343,7 @@ func (c *Client) SwapExportAuth(ctx context.Context, slot string, from, to Expor
 		return after, nvme.DHCHAPSecret{}, err
 	}
 	if to.Open && !password.IsZero() && from != to && (d.Secret.IsZero() || d.SecretUnreadable) {
-		what := "prints no nvme-tcp-server-secret"
+		what := "prints no nvme-tcp-server-secret (a RouterOS user without the sensitive policy may not see it)"
 		if d.SecretUnreadable {
 			what = "prints its nvme-tcp-server-secret in a form this driver cannot read (not DHHC-1)"
 		}
