@@ -134,4 +134,3 @@ func mapKeys(m map[string]string) []string {
 	}
 	return out
 }
-
