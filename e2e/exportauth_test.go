@@ -4,6 +4,9 @@ package e2e
 
 import (
 	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,6 +128,20 @@ func TestExportAuthAttachAndMove(t *testing.T) {
 		t.Errorf("PV %s was attached to %d nodes at once; history %+v", w.pv, got, w.mon.History(w.pv))
 	}
 	done()
+
+	// Neither secret is in any component's log or on the timeline (which
+	// holds every object change and event).
+	for _, name := range []string{"rds-csi-driver.log", "csi-attacher.log", "csi-provisioner.log", "timeline.log"} {
+		text, err := os.ReadFile(filepath.Join(w.e.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sec := range []nvme.DHCHAPSecret{secretA, secretB} {
+			if strings.Contains(string(text), sec.Reveal()) {
+				t.Errorf("%s shows an attachment's secret", name)
+			}
+		}
+	}
 }
 
 func mapKeys(m map[string]string) []string {
