@@ -48,6 +48,9 @@ type attachOptions struct {
 	driverArgs []string
 	// cadence of the fake kubelets (zero: framework.FastCadence).
 	cadence framework.KubeletCadence
+	// nodeIDs: node IDs other than the name that nodes' plugins
+	// register, by node (registered before the first attach).
+	nodeIDs map[string]string
 }
 
 // provisionData creates the StorageClass "rds" and a 1Gi RWO PVC e2e/data,
@@ -89,6 +92,11 @@ func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attac
 	}
 	for _, n := range nodes {
 		w.nodes[n] = e.NewNodeWith(n, cadence)
+		if id, ok := o.nodeIDs[n]; ok {
+			if err := w.nodes[n].SetNodeID(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	var err error
 	if w.mon, err = framework.WatchAttachments(ctx, c); err != nil {

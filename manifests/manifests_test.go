@@ -960,7 +960,8 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 
 	t.Run("overlays/storage-fencing", func(t *testing.T) {
-		// The component on top of the base, as a site overlay uses it.
+		// The components on top of the base, as a site overlay uses them
+		// (export-auth needs storage-fencing).
 		root := t.TempDir()
 		if err := os.CopyFS(root, os.DirFS(".")); err != nil {
 			t.Fatal(err)
@@ -969,7 +970,7 @@ func TestKustomizeBuild(t *testing.T) {
 		if err := os.MkdirAll(site, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\ncomponents:\n  - ../storage-fencing\n"
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\ncomponents:\n  - ../storage-fencing\n  - ../export-auth\n"
 		if err := os.WriteFile(filepath.Join(site, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -982,7 +983,7 @@ func TestKustomizeBuild(t *testing.T) {
 			t.Fatal("no controller Deployment")
 		}
 		args := dep.obj.(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
-		for _, want := range []string{"--storage-fencing=allow-host", "--out-of-service-taint=true"} {
+		for _, want := range []string{"--storage-fencing=allow-host", "--out-of-service-taint=true", "--export-auth=dhchap"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("the driver's args %v lack %s", args, want)
 			}

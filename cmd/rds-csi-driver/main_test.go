@@ -49,6 +49,9 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"RDS command timeout too short", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=500ms"}, 2, []string{"--rds-command-timeout=500ms is outside 1s..10m0s"}},
 		{"RDS command timeout of hours", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-command-timeout=1h"}, 2, []string{"--rds-command-timeout=1h0m0s is outside"}},
 		{"leader election timings", []string{"--mode=controller", "--rds-address=10.0.0.1", "--leader-election", "--leader-election-lease-duration=5s", "--leader-election-renew-deadline=10s"}, 2, []string{"lease-duration > renew-deadline"}},
+		{"export auth without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--export-auth=dhchap"}, 2, []string{"--export-auth=dhchap needs --storage-fencing=allow-host"}},
+		{"bad export auth", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--export-auth=yes"}, 2, []string{"--export-auth must be off or dhchap, not \"yes\""}},
+		{"export auth, no attachment key", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=allow-host", "--export-auth=dhchap", "--kubeconfig=" + writeKubeconfig(t, dir), "--attachment-key-file=" + dir + "/no-key", "--rds-known-hosts-file=" + dir + "/kh"}, 1, []string{"reading the attachment key", "no-key"}},
 		{"no Kubernetes API", []string{"--mode=controller", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/key", "--rds-known-hosts-file=" + dir + "/kh", "--kubeconfig=" + dir + "/nope"}, 1, []string{"needs the Kubernetes API"}},
 	}
 	for _, tc := range tests {
@@ -71,6 +74,18 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 	if code := run(context.Background(), []string{"--version"}, &stdout, &stderr); code != 0 || strings.TrimSpace(stdout.String()) == "" {
 		t.Errorf("--version: exit %d, %q", code, stdout.String())
 	}
+}
+
+// writeKubeconfig writes a kubeconfig that parses (nothing is dialled
+// before the flags and files are checked) and returns its path.
+func writeKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "kubeconfig")
+	cfg := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // startSimulator runs the RDS simulator in dir until the test ends, with

@@ -74,7 +74,9 @@ const fakeKubeletVersion = "v1.36.3"
 // name), and its Lease in kube-node-lease, which a goroutine renews until
 // Fail is called.
 type FakeKubelet struct {
-	Name    string
+	Name string
+	// nodeID: what its CSI plugin registers (SetNodeID); "" is Name.
+	nodeID  string
 	client  kubernetes.Interface
 	tl      *Timeline
 	cadence KubeletCadence
@@ -294,6 +296,34 @@ func (k *FakeKubelet) DeregisterPlugin(ctx context.Context) error {
 	return nil
 }
 
+// SetNodeID registers the plugin again with node ID id (for example the
+// node name and a node key, "name/x25519:...", as a node plugin that can
+// authenticate NVMe connects registers).
+func (k *FakeKubelet) SetNodeID(ctx context.Context, id string) error {
+	k.mu.Lock()
+	k.nodeID = id
+	k.mu.Unlock()
+	// A CSINode driver's node ID is immutable: the kubelet drops the entry
+	// and adds it again, as on a plugin's re-registration.
+	if err := k.setPlugin(ctx, false); err != nil {
+		return err
+	}
+	if err := k.setPlugin(ctx, true); err != nil {
+		return err
+	}
+	k.tl.Logf("node %s: CSI plugin registered with node ID %s", k.Name, id)
+	return nil
+}
+
+func (k *FakeKubelet) id() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.nodeID == "" {
+		return k.Name
+	}
+	return k.nodeID
+}
+
 // RegisterPlugin is the plugin's registration again (node-driver-
 // registrar), as after a restart.
 func (k *FakeKubelet) RegisterPlugin(ctx context.Context) error {
@@ -312,7 +342,7 @@ func (k *FakeKubelet) setPlugin(ctx context.Context, on bool) error {
 		}
 		cn.Spec.Drivers = nil
 		if on {
-			cn.Spec.Drivers = []storagev1.CSINodeDriver{{Name: DriverName, NodeID: k.Name, TopologyKeys: []string{TopologyKey}}}
+			cn.Spec.Drivers = []storagev1.CSINodeDriver{{Name: DriverName, NodeID: k.id(), TopologyKeys: []string{TopologyKey}}}
 		}
 		_, err = k.client.StorageV1().CSINodes().Update(ctx, cn, metav1.UpdateOptions{})
 		return err
@@ -329,7 +359,7 @@ func (k *FakeKubelet) setPlugin(ctx context.Context, on bool) error {
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}
-			n.Annotations[nodeIDAnnotation] = nodeIDs(k.Name)
+			n.Annotations[nodeIDAnnotation] = nodeIDs(k.id())
 		} else {
 			delete(n.Annotations, nodeIDAnnotation)
 		}

@@ -1,16 +1,21 @@
 package csi
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base32"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/srvlab/rds-csi/pkg/exportauth"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/nvme"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // Per-attachment host NQNs (storage fencing). Every new claim of a volume
@@ -155,4 +160,35 @@ func LoadAttachmentKey(keyFile, sshKeyFile string) ([]byte, error) {
 	m := hmac.New(sha256.New, b)
 	m.Write([]byte("rds-csi attachment key v1"))
 	return m.Sum(nil), nil
+}
+
+// Authenticated attachments (--export-auth=dhchap). An attachment's export
+// password is derived, like its host NQN, with the attachment key, from
+// the volume and the host NQN it goes with: a repeated publish of the same
+// attachment computes the same password (no new set, the same secret, the
+// connection staged with it stays good), and a fence or a move, which
+// always gives the export a new host NQN, gives it a new password. The
+// controller never derives the secret itself: RouterOS makes it of the
+// password, and it is read back (rds.Client.SwapExportAuth).
+
+// exportPasswordEncoding: lower-case base32 without padding, letters and
+// digits only (rds.NewExportPassword).
+var exportPasswordEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// exportPassword is the password of handle's export while it allows host.
+func exportPassword(key []byte, handle, host string) (rds.ExportPassword, error) {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("rds-csi export password v1\x00" + handle + "\x00" + host))
+	return rds.NewExportPassword(strings.ToLower(exportPasswordEncoding.EncodeToString(m.Sum(nil))))
+}
+
+// sealSecret seals an attachment's secret to the node's key
+// (exportauth.Seal) with an ephemeral key derived from the attachment key,
+// the volume, the host, the node's key and the secret: a repeated publish
+// of the same attachment answers the same publish_context, as every
+// repeated publish does, and a new secret or node key gives another.
+func sealSecret(key []byte, handle, host string, to exportauth.PublicKey, secret nvme.DHCHAPSecret) (string, error) {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("rds-csi seal ephemeral v1\x00" + handle + "\x00" + host + "\x00" + to.String() + "\x00" + secret.Reveal()))
+	return exportauth.Seal(secret, to, bytes.NewReader(m.Sum(nil)))
 }

@@ -194,6 +194,8 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, statusf(codes.NotFound, "ControllerPublishVolume: volume %s: %v; no node of this driver registers such an ID", id, identErr)
 	case req.GetVolumeCapability() == nil:
 		return nil, statusf(codes.InvalidArgument, "ControllerPublishVolume: volume %s: volume_capability is required", id)
+	case s.d.opts.ExportAuthOn() && ident.Key == nil:
+		return nil, statusf(codes.FailedPrecondition, "volume %s: node %s registers no node key (its node ID is %q): with --export-auth=%s every attachment's secret is sealed to the key of the node it is published to. The node plugin there is older than this controller, its kernel cannot authenticate NVMe connections, or its key file could not be kept (its log says which): fix the node plugin, and the attach is retried", id, node, req.GetNodeId(), ExportAuthDHCHAP)
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s: %v", id, err)
@@ -553,10 +555,41 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			// NQNs) the node connects with its own NQN.
 			pc[PublishContextHostNQN] = s.d.claimHost(id, node, live)
 		}
+		if s.d.opts.ExportAuthOn() {
+			if err := p.authenticate(ctx, pc, res); err != nil {
+				s.pub.Reporter.PublishFailed("storage")
+				return nil, err
+			}
+		}
 	}
 	s.pub.Reporter.Published(v.Ref(), node, decision)
 	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
 	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
+}
+
+// authenticate adds an authenticated attachment's keys to publish_context
+// (--export-auth=dhchap): the secret the export was read back with, sealed
+// to the requester's node key. An export that prints no secret is left
+// unauthenticated in publish_context, as it is on the RDS: an attachment
+// made before the mode was turned on (or opened by a replica without it),
+// which keeps working until it moves (docs/attachments.md, "Turning it
+// on"); so is an export open to any host (readers only: nothing to
+// fence). The secret never reaches a log line or an error.
+func (p *publishing) authenticate(ctx context.Context, pc map[string]string, res exportResult) error {
+	id, node := p.req.GetVolumeId(), p.ident.Name
+	switch {
+	case res.secretUnreadable:
+		return statusf(codes.Unavailable, "volume %s: its export on the RDS prints a secret in a form this driver cannot read, so node %s could not authenticate; run rdsctl selftest on this RDS (docs/routeros.md, \"The export password\")", id, node)
+	case res.state.Host == "" || res.secret.IsZero():
+		klog.FromContext(ctx).Info("published without authentication: the export has no password", "volume", id, "node", node, "export", res.state.String())
+		return nil
+	}
+	sealed, err := sealSecret(p.s.d.opts.AttachmentKey, id, res.state.Host, *p.ident.Key, res.secret)
+	if err != nil {
+		return statusf(codes.Internal, "volume %s: sealing its secret to node %s's key: %v", id, node, err)
+	}
+	pc[PublishContextAuth], pc[PublishContextSecret] = AuthDHCHAP, sealed
+	return nil
 }
 
 // onEveryPV: node's claim c (from the index's merged view) stands: no

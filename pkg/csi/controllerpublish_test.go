@@ -50,7 +50,7 @@ func (e *publishEnv) newVolume(client *fake.Clientset, name string, mode corev1.
 func (e *publishEnv) publish(id, node string, c *csi.VolumeCapability) (*csi.ControllerPublishVolumeResponse, error) {
 	e.t.Helper()
 	made := e.ensureVA(id, node)
-	resp, err := e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: c})
+	resp, err := e.cs.ControllerPublishVolume(e.callContext(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: c})
 	if err != nil && made {
 		// The test asks what the refused or failed publish left; the
 		// VolumeAttachment made for it is not part of that.
@@ -68,7 +68,7 @@ func (e *publishEnv) publish(id, node string, c *csi.VolumeCapability) (*csi.Con
 func (e *publishEnv) unpublish(id, node string) error {
 	e.t.Helper()
 	e.dropAutoVA(id, node)
-	_, err := e.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
+	_, err := e.cs.ControllerUnpublishVolume(e.callContext(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -26,6 +27,10 @@ type RDS interface {
 	// SwapExport changes the export from one state to another in one
 	// conditional command (rds.Client.SwapExport).
 	SwapExport(ctx context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error)
+	// SwapExportAuth is SwapExport that sets the export's password in the
+	// same command and reads the secret back (rds.Client.SwapExportAuth;
+	// --export-auth=dhchap).
+	SwapExportAuth(ctx context.Context, slot string, from, to rds.ExportState, password rds.ExportPassword) (rds.ExportState, nvme.DHCHAPSecret, error)
 	// Retombstone gives a closed export whose allowed host RouterOS does
 	// not print a fresh one (rds.Client.Retombstone).
 	Retombstone(ctx context.Context, slot string, to rds.ExportState) (rds.ExportState, error)

@@ -102,6 +102,16 @@ type publishEnv struct {
 	events *record.FakeRecorder
 	stop   context.CancelFunc
 	done   chan struct{}
+	// ctx, when set, is the context publish and unpublish call with (a
+	// test that captures the log).
+	ctx context.Context
+}
+
+func (e *publishEnv) callContext() context.Context {
+	if e.ctx != nil {
+		return e.ctx
+	}
+	return context.Background()
 }
 
 // newPublishEnv starts a replica on client and waits until its informers

@@ -2,11 +2,13 @@ package csi
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -43,6 +45,37 @@ type fakeRDS struct {
 	// onChange runs after every change of a disk's export state (a swap
 	// landing, on time or late).
 	onChange func(slot string, before, after rds.Disk)
+	// secrets: the secret each password set so far makes (as RouterOS is
+	// assumed to: the same password, the same secret), compared with
+	// ExportPassword.Equal, which never shows one.
+	secrets []fakeSecret
+	// keepPasswordOnHostChange: a broken RouterOS, or client, that keeps
+	// the old password when a swap moves the allowed host (the model
+	// check's negative control).
+	keepPasswordOnHostChange bool
+}
+
+type fakeSecret struct {
+	pw     rds.ExportPassword
+	secret nvme.DHCHAPSecret
+}
+
+// secretLocked is the secret pw makes.
+func (f *fakeRDS) secretLocked(pw rds.ExportPassword) nvme.DHCHAPSecret {
+	if pw.IsZero() {
+		return nvme.DHCHAPSecret{}
+	}
+	for _, s := range f.secrets {
+		if s.pw.Equal(pw) {
+			return s.secret
+		}
+	}
+	sec, err := nvme.NewDHCHAPSecret(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	f.secrets = append(f.secrets, fakeSecret{pw, sec})
+	return sec
 }
 
 // lateSwap is a SwapExport command in flight after its caller saw a
@@ -60,6 +93,8 @@ type lateSwap struct {
 	// the step by which it lands, or is lost).
 	due  int
 	lost bool
+	// password: what the command sets (nil: SwapExport, it keeps it).
+	password *rds.ExportPassword
 }
 
 // hold stops the next call of a method until released, so a test can keep
@@ -231,26 +266,52 @@ func (f *fakeRDS) SwapExport(_ context.Context, slot string, from, to rds.Export
 	if err != nil {
 		return rds.ExportState{}, err
 	}
+	after, _, err := f.swapCallLocked(slot, from, to, nil)
+	return after, err
+}
+
+// SwapExportAuth models rds.Client's: SwapExport that also sets the
+// password (a zero one clears it), returning the secret read back; a
+// password set and no secret read back is an error.
+func (f *fakeRDS) SwapExportAuth(_ context.Context, slot string, from, to rds.ExportState, pw rds.ExportPassword) (rds.ExportState, nvme.DHCHAPSecret, error) {
+	err := f.enter("SwapExportAuth")
+	defer f.mu.Unlock()
+	if err != nil {
+		return rds.ExportState{}, nvme.DHCHAPSecret{}, err
+	}
+	after, d, err := f.swapCallLocked(slot, from, to, &pw)
+	if err != nil {
+		return after, nvme.DHCHAPSecret{}, err
+	}
+	if to.Open && !pw.IsZero() && from != to && d.Secret.IsZero() {
+		return after, nvme.DHCHAPSecret{}, fmt.Errorf("%w: disk %q prints no secret", rds.ErrBadOutput, slot)
+	}
+	return after, d.Secret, nil
+}
+
+func (f *fakeRDS) swapCallLocked(slot string, from, to rds.ExportState, pw *rds.ExportPassword) (rds.ExportState, rds.Disk, error) {
 	if _, ok := f.disks[slot]; ok && from != to && f.delaySwap != nil {
 		// rds.Client sends no command when from == to (a read back only).
 		f.lateSeq++
-		s := &lateSwap{id: f.lateSeq, slot: slot, from: from, to: to, changes: f.changes[slot]}
+		s := &lateSwap{id: f.lateSeq, slot: slot, from: from, to: to, changes: f.changes[slot], password: pw}
 		if f.delaySwap(s) {
 			f.inFlight = append(f.inFlight, s)
-			return rds.ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w: command timed out after it was sent: %v",
+			return rds.ExportState{}, rds.Disk{}, fmt.Errorf("exporting disk %q: %s -> %s: %w: command timed out after it was sent: %v",
 				slot, from, to, rds.ErrOutcomeUnknown, context.DeadlineExceeded)
 		}
 	}
 	d, ok := f.disks[slot]
 	if !ok {
-		return rds.ExportState{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
+		return rds.ExportState{}, rds.Disk{}, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
 	}
-	f.swapLocked(slot, from, to)
+	if from != to {
+		f.swapLocked(slot, from, to, pw)
+	}
 	d = f.disks[slot]
 	if after := rds.StateOf(&d); after != to {
-		return after, fmt.Errorf("%w: disk %q is %s, not %s", rds.ErrExportChanged, slot, after, to)
+		return after, d, fmt.Errorf("%w: disk %q is %s, not %s", rds.ErrExportChanged, slot, after, to)
 	}
-	return to, nil
+	return to, d, nil
 }
 
 // Retombstone models rds.Client's: a closed export gets the fresh closed
@@ -269,13 +330,13 @@ func (f *fakeRDS) Retombstone(_ context.Context, slot string, to rds.ExportState
 	if d.Exported {
 		return rds.StateOf(&d), fmt.Errorf("%w: disk %q is open", rds.ErrExportChanged, slot)
 	}
-	f.swapLocked(slot, rds.StateOf(&d), to)
+	f.swapLocked(slot, rds.StateOf(&d), to, nil)
 	return to, nil
 }
 
 // swapLocked is the compare-and-swap of one SwapExport command landing
 // now; it reports whether it matched.
-func (f *fakeRDS) swapLocked(slot string, from, to rds.ExportState) bool {
+func (f *fakeRDS) swapLocked(slot string, from, to rds.ExportState, pw *rds.ExportPassword) bool {
 	d, ok := f.disks[slot]
 	if !ok || rds.StateOf(&d) != from {
 		return false
@@ -283,6 +344,9 @@ func (f *fakeRDS) swapLocked(slot string, from, to rds.ExportState) bool {
 	before := d
 	if d.Exported && !to.Open {
 		f.drops[slot]++
+	}
+	if pw != nil && !(f.keepPasswordOnHostChange && d.AllowHost != to.Host && !d.Secret.IsZero()) {
+		d.Secret = f.secretLocked(*pw)
 	}
 	d.Exported, d.AllowHost = to.Open, to.Host
 	f.disks[slot] = d
@@ -300,7 +364,7 @@ func (f *fakeRDS) swapLocked(slot string, from, to rds.ExportState) bool {
 // unlanded.
 func (f *fakeRDS) landLocked(s *lateSwap) bool {
 	f.loseLocked(s)
-	return f.swapLocked(s.slot, s.from, s.to)
+	return f.swapLocked(s.slot, s.from, s.to, s.password)
 }
 
 func (f *fakeRDS) loseLocked(s *lateSwap) {
@@ -453,4 +517,11 @@ func (f *fakeRDS) Probe(context.Context) (*rds.SystemInfo, error) {
 		return nil, err
 	}
 	return &rds.SystemInfo{Version: "7.20.4 (stable)", BoardName: "RDS2216"}, nil
+}
+
+// callCount is how many calls of method arrived.
+func (f *fakeRDS) callCount(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[method]
 }

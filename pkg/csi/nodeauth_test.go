@@ -146,7 +146,7 @@ func sealRaw(t *testing.T, to *exportauth.NodeKey, plain string) string {
 // publishes them again, and every NodeStage (a pod moved here, a reboot)
 // is refused for good.
 func TestNodeStageAfterTheNodeKeyWasReplaced(t *testing.T) {
-	t.Skip("hole: a secret sealed to the node's previous key is refused with FAILED_PRECONDITION saying 'a new publish seals it to the current key', but Kubernetes does not publish an attached VolumeAttachment again, so the volume cannot be staged on this node until its VolumeAttachment is deleted by hand. Needs a design: the node keeping its previous key(s), or the controller re-publishing when a node's registered key changes")
+	t.Skip("hole: a secret sealed to the node's previous key is refused with FAILED_PRECONDITION saying 'a new publish seals it to the current key', but Kubernetes does not publish an attached VolumeAttachment again, so the volume cannot be staged on this node until its VolumeAttachment is deleted by hand. Needs a design. The node keeping its previous key(s) does not reach it: the plugin replaces its key only when the key file is gone (LoadOrCreateNodeKey), so the old key is gone with it. What would: the controller re-sealing the secret to the node's new key (seen in its CSINode) into the VolumeAttachment's status, which the attacher owns (needs update on volumeattachments/status and care not to race the attacher)")
 	const vol = "pvc-8d2f6a1e-3c4b-4e5d-9f60-7a8b9c0d1e2f"
 	secret, err := nvme.NewDHCHAPSecret(bytes.NewReader(bytes.Repeat([]byte{9}, 32)))
 	if err != nil {

@@ -60,6 +60,12 @@ type Options struct {
 	// AttachmentKeyFile: where AttachmentKey is read from ("" derives it
 	// from RDSKeyFile).
 	AttachmentKeyFile string
+	// ExportAuth: ExportAuthOff, or ExportAuthDHCHAP (needs
+	// StorageFencingAllowHost): every attachment's export also gets a
+	// password of its own, derived from AttachmentKey, and the node is
+	// handed the secret RouterOS makes of it, sealed to the node's key
+	// (docs/attachments.md, "Authenticated attachments").
+	ExportAuth string
 
 	// CopyFromData says whether RouterOS's /disk add copy-from copies a
 	// disk's data on this RDS: CopyFromDataSupported (assumed, not
@@ -78,6 +84,15 @@ const (
 	StorageFencingOff       = "off"
 	StorageFencingAllowHost = "allow-host"
 )
+
+// Export authentication modes (--export-auth).
+const (
+	ExportAuthOff    = "off"
+	ExportAuthDHCHAP = "dhchap"
+)
+
+// ExportAuthOn: attachments authenticate (--export-auth=dhchap).
+func (o *Options) ExportAuthOn() bool { return o.ExportAuth == ExportAuthDHCHAP }
 
 // What /disk add copy-from does with a disk's data (--copy-from-data).
 const (
@@ -117,6 +132,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.StorageFencing, "storage-fencing", StorageFencingOff, "off, or allow-host: each volume's NVMe/TCP export is open only to the host NQN of the node it is published to, closed while unpublished, and a fence cuts the fenced host off (semantics of RouterOS' allow-host assumed, docs/routeros.md)")
 	fs.StringVar(&o.CopyFromData, "copy-from-data", CopyFromDataSupported, "whether RouterOS' /disk add copy-from copies a disk's data on this RDS: supported (assumed; rdsctl selftest --data measures it), or unsupported: CreateSnapshot and CreateVolume from a snapshot or volume fail with FAILED_PRECONDITION instead of making an empty copy")
 	fs.StringVar(&o.AttachmentKeyFile, "attachment-key-file", "", "with --storage-fencing=allow-host: a file of at least 32 secret bytes (mounted from a Secret) that each attachment's own host NQN is derived from; default: derived from --rds-key-file. Changing it changes the NQN of every live attachment: change it only with no volume attached")
+	fs.StringVar(&o.ExportAuth, "export-auth", ExportAuthOff, "off, or dhchap (needs --storage-fencing=allow-host and node plugins that register a node key): each attachment's export also gets its own password, derived from the attachment key, and its node the DH-HMAC-CHAP secret RouterOS makes of it, sealed to the node's key in publish_context (RouterOS' export password assumed, docs/routeros.md); a node without a key is refused")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight RPCs may finish after SIGTERM")
 }
 
@@ -143,6 +159,15 @@ func (o *Options) Validate() error {
 	case "", StorageFencingOff, StorageFencingAllowHost: // "": off
 	default:
 		add("--storage-fencing must be %s or %s, not %q", StorageFencingOff, StorageFencingAllowHost, o.StorageFencing)
+	}
+	switch o.ExportAuth {
+	case "", ExportAuthOff: // "": off
+	case ExportAuthDHCHAP:
+		if o.StorageFencing != StorageFencingAllowHost {
+			add("--export-auth=%s needs --storage-fencing=%s: the password is set with the allowed host of each attachment's export, and without storage fencing an export has none", ExportAuthDHCHAP, StorageFencingAllowHost)
+		}
+	default:
+		add("--export-auth must be %s or %s, not %q", ExportAuthOff, ExportAuthDHCHAP, o.ExportAuth)
 	}
 	switch o.CopyFromData {
 	case "", CopyFromDataSupported, CopyFromDataUnsupported: // "": supported

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -26,8 +27,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/srvlab/rds-csi/pkg/exportauth"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -74,6 +77,10 @@ import (
 // index with nothing in flight, and after the heal (every command in
 // flight landed or lost, then the leader's reconcile), every export is
 // open to its live claims' attachment alone, or closed with no claim.
+// With --export-auth=dhchap too (the third run) nodes register node keys
+// and connect with the secret they open; the host NQN is taken as
+// copyable, so the secret decides who reconnects, and no export may carry
+// a retired attachment's secret (the secret is part of the token).
 // Findings it made are regression tests in model_scenarios_test.go.
 
 var (
@@ -116,7 +123,22 @@ type model struct {
 	// register <name>/<host NQN>, fences cut the host off the RDS) and the
 	// checker also follows the RDS: which nodes may be connected to each
 	// volume (see connect/exportChanged).
-	fenced   bool
+	fenced bool
+	// auth: --export-auth=dhchap too (fenced only). Every node registers a
+	// node key and connects with the secret it opens from publish_context.
+	// The host NQN is then taken as copyable (it travels in clear): a node
+	// that knows a secret can present any host NQN, so a node reconnects
+	// whenever the export's secret is its own, whatever the allowed host,
+	// and an export must never carry the secret of a retired attachment.
+	auth     bool
+	nodeKeys map[string]*exportauth.NodeKey
+	// connSecret: volume/node -> the secret a node connected with;
+	// secretOf: volume -> host -> the secret its attachment was given.
+	connSecret map[string]nvme.DHCHAPSecret
+	secretOf   map[string]map[string]nvme.DHCHAPSecret
+	// onFail, when set, gets a failure instead of the test (the negative
+	// control), and the model's goroutine ends.
+	onFail   func(msg string)
 	rds      *fakeRDS
 	conns    map[string]map[string]bool // volume -> nodes possibly connected
 	connHost map[string]string          // volume/node -> host NQN it connected with
@@ -180,7 +202,14 @@ type model struct {
 }
 
 func newModel(t *testing.T, seed int64, fenced bool) *model {
-	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced,
+	return newModelWith(t, seed, fenced, false, nil)
+}
+
+// newModelWith is newModel with --export-auth=dhchap (auth, fenced only)
+// and rdsFake changed by mod before the replicas start.
+func newModelWith(t *testing.T, seed int64, fenced, auth bool, mod func(*fakeRDS)) *model {
+	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced, auth: auth && fenced,
+		nodeKeys: map[string]*exportauth.NodeKey{}, connSecret: map[string]nvme.DHCHAPSecret{}, secretOf: map[string]map[string]nvme.DHCHAPSecret{},
 		conns: map[string]map[string]bool{}, connHost: map[string]string{}, answeredCtx: map[string]map[string]string{},
 		claimed: map[string]map[string]string{}, released: map[string]map[string]int{}, retired: map[string]map[string]int{},
 		replacedOwn: map[string]bool{},
@@ -200,7 +229,17 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 		m.watches[gvr.Resource] = w
 	}
 	rdsFake := newFakeRDS(1 << 40)
+	if mod != nil {
+		mod(rdsFake)
+	}
 	m.rds = rdsFake
+	for _, n := range m.nodes {
+		k, err := exportauth.NewNodeKey(rand.New(rand.NewSource(seed + int64(len(n)*1000+int(n[1])))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.nodeKeys[n] = k
+	}
 	if fenced {
 		rdsFake.delaySwap = m.delaySwap
 		rdsFake.atCall = func(string) { m.landDue(false) }
@@ -209,6 +248,9 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 	opts := testOptions()
 	if fenced {
 		opts = allowHostOptions()
+	}
+	if m.auth {
+		opts = exportAuthOptions()
 	}
 	clk := clocktesting.NewFakeClock(publishNow)
 	for i := 0; i < 2; i++ {
@@ -258,8 +300,14 @@ func (m *model) newNode(name string) *corev1.Node {
 	return n
 }
 
-// nodeID is what a node's plugin registers: the node name.
-func (m *model) nodeID(node string) string { return node }
+// nodeID is what a node's plugin registers: the node name (and its node
+// key, with auth).
+func (m *model) nodeID(node string) string {
+	if m.auth {
+		return node + "/" + m.nodeKeys[node].Public.String()
+	}
+	return node
+}
 
 func modelNQN(node string) string {
 	return "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000" + node[1:] + "0"
@@ -319,9 +367,16 @@ func (m *model) exportChanged(slot string, before, after rds.Disk) {
 		if at, ok := m.retired[slot][after.AllowHost]; ok {
 			m.violate("volume %s: the RDS export was opened to host %s, an attachment retired at step %d: a fenced or detached attachment is let in again", slot, after.AllowHost, at)
 		}
+		if m.auth && !after.Secret.IsZero() {
+			for h, at := range m.retired[slot] {
+				if sec, ok := m.secretOf[slot][h]; ok && sec.Equal(after.Secret) {
+					m.violate("volume %s: the RDS export (allowing %s) takes the secret of attachment %s, retired at step %d: whoever holds that secret can present the new host NQN and write", slot, after.AllowHost, h, at)
+				}
+			}
+		}
 		for _, node := range m.nodes {
 			host, ok := m.connHost[slot+"/"+node]
-			if !ok || m.conns[slot][node] || !(after.AllowHost == host || after.AllowHost == "") {
+			if !ok || m.conns[slot][node] || !m.admits(slot, node, host, after) {
 				continue
 			}
 			if m.conns[slot] == nil {
@@ -345,6 +400,17 @@ func (m *model) exportChanged(slot string, before, after rds.Disk) {
 		m.retired[slot][h] = m.step
 		delete(m.released[slot], h)
 	}
+}
+
+// admits: the export after lets node's kernel in again, reconnecting as
+// host. With auth and a secret on the export, the secret decides and the
+// host NQN does not (anyone can present any NQN); otherwise the host.
+func (m *model) admits(slot, node, host string, after rds.Disk) bool {
+	if m.auth && !after.Secret.IsZero() {
+		sec, ok := m.connSecret[slot+"/"+node]
+		return ok && sec.Equal(after.Secret)
+	}
+	return after.AllowHost == host || after.AllowHost == ""
 }
 
 // delaySwap decides (f.mu held) whether a SwapExport is answered as a
@@ -553,6 +619,28 @@ func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 	if !d.Exported || !(d.AllowHost == host || (v.multi && d.AllowHost == "")) {
 		m.fail("node %s was told it may write volume %s, but the RDS export is nvme-tcp-export=%t allow-host=%q", node, v.id, d.Exported, d.AllowHost)
 	}
+	if m.auth {
+		// The node connects with the secret it opens (none when
+		// publish_context carries none): the RDS must take it.
+		var sec nvme.DHCHAPSecret
+		if sealed, ok := pc[PublishContextSecret]; ok {
+			var err error
+			if sec, err = m.nodeKeys[node].Open(sealed); err != nil {
+				m.fail("node %s cannot open the secret of volume %s: %v", node, v.id, err)
+			}
+		}
+		if !d.Secret.IsZero() && !d.Secret.Equal(sec) {
+			m.fail("node %s was told it may write volume %s, but the RDS export takes another secret than the one it was given (given one: %t)", node, v.id, !sec.IsZero())
+		}
+		m.connSecret[v.id+"/"+node] = sec
+		if !sec.IsZero() {
+			m.stats["connect with a secret"]++
+			if m.secretOf[v.id] == nil {
+				m.secretOf[v.id] = map[string]nvme.DHCHAPSecret{}
+			}
+			m.secretOf[v.id][host] = sec
+		}
+	}
 	if m.conns[v.id] == nil {
 		m.conns[v.id] = map[string]bool{}
 	}
@@ -648,6 +736,7 @@ func (m *model) disconnect(v *modelVolume, node string) {
 	if m.uid[node] != "" && !m.oos[node] {
 		delete(m.conns[v.id], node)
 		delete(m.connHost, v.id+"/"+node) // unstaged: the kernel's controller is gone
+		delete(m.connSecret, v.id+"/"+node)
 	}
 }
 
@@ -770,6 +859,13 @@ func (m *model) fail(format string, args ...any) {
 	variant := "claims"
 	if m.fenced {
 		variant = "storage-fencing"
+	}
+	if m.auth {
+		variant = "export-auth"
+	}
+	if m.onFail != nil {
+		m.onFail(fmt.Sprintf("seed %d, step %d: %s", m.seed, m.step, fmt.Sprintf(format, args...)))
+		goruntime.Goexit()
 	}
 	m.t.Fatalf("seed %d (rerun: RDS_CSI_MODEL_SEED=%d RDS_CSI_MODEL_OPS=%d go test -run TestPublishModel/%s ./pkg/csi), step %d: %s\nlast answers and events:\n%s",
 		m.seed, m.seed, m.step, variant, m.step, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
@@ -1288,15 +1384,43 @@ func TestPublishModel(t *testing.T) {
 	// Storage fencing on: the same schedule, and the checker also follows
 	// who may be connected on the RDS.
 	t.Run("storage-fencing", func(t *testing.T) { runModel(t, true) })
+	// Authenticated attachments too: the secret is part of the token.
+	t.Run("export-auth", func(t *testing.T) { runModelWith(t, true, true) })
 }
 
-func runModel(t *testing.T, fenced bool) {
+// TestPublishModelCatchesAKeptPassword is the export-auth model's negative
+// control: an RDS (or a client) that keeps the old password when a swap
+// moves the allowed host must be caught.
+func TestPublishModelCatchesAKeptPassword(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		var failure string
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m := newModelWith(t, seed, true, true, func(f *fakeRDS) { f.keepPasswordOnHostChange = true })
+			m.onFail = func(msg string) { failure = msg }
+			for i := 0; i < 2000 && failure == ""; i++ {
+				m.randomStep()
+			}
+		}()
+		<-done
+		if failure != "" {
+			t.Logf("caught: %s", failure)
+			return
+		}
+	}
+	t.Fatal("a kept password went unnoticed over 20 seeds of 2000 steps")
+}
+
+func runModel(t *testing.T, fenced bool) { runModelWith(t, fenced, false) }
+
+func runModelWith(t *testing.T, fenced, auth bool) {
 	ops, seeds := modelOps(t)
 	per := ops / len(seeds)
 	totals := map[string]int{}
 	start := time.Now()
 	for _, seed := range seeds {
-		m := newModel(t, seed, fenced)
+		m := newModelWith(t, seed, fenced, auth, nil)
 		for i := 0; i < per; i++ {
 			m.randomStep()
 		}
@@ -1311,7 +1435,7 @@ func runModel(t *testing.T, fenced bool) {
 	}
 	sort.Strings(lines)
 	t.Logf("%d operations over %d seeds in %s, 0 violations, 0 stuck: %s", per*len(seeds), len(seeds), time.Since(start).Round(time.Millisecond), strings.Join(lines, " "))
-	if totals["publish OK"] == 0 || totals["publish FailedPrecondition"] == 0 {
+	if totals["publish OK"] == 0 || totals["publish FailedPrecondition"] == 0 || (auth && totals["connect with a secret"] == 0) {
 		t.Fatalf("degenerate run: %v", totals)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -110,6 +111,11 @@ type exportResult struct {
 	// shown: retiring attachments (informers.RetiringAnnotation) that a
 	// PV of the handle still claims: their records must stay.
 	shown []informers.Retiring
+	// secret: the export's secret as read with state (zero: none
+	// printed); secretUnreadable: printed in a form the client cannot
+	// read (--export-auth=dhchap).
+	secret           nvme.DHCHAPSecret
+	secretUnreadable bool
 }
 
 // readersOnly: every claim is a MULTI_NODE_READER_ONLY publish and the
@@ -203,11 +209,19 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 	// decides again).
 	// readBack: the export as the last swap read it back, for the next
 	// round (g.readBack).
-	var readBack *rds.ExportState
+	var readBack *rds.Disk
+	// secret, secretRead: what the last swap read back of the secret
+	// (secretRead false: a swap that does not read it, whose read back
+	// is then not taken for the next round under --export-auth).
+	var (
+		secret     nvme.DHCHAPSecret
+		secretRead bool
+	)
 	swap := func(from, to rds.ExportState, holder string, do func() (rds.ExportState, error)) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("stopped before changing the export of volume %s: %w", handle, err)
 		}
+		secret, secretRead = nvme.DHCHAPSecret{}, false
 		after, err := do()
 		switch {
 		case errors.Is(err, rds.ErrExportChanged):
@@ -216,8 +230,8 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		case err != nil:
 			return err
 		}
-		if g.readBack {
-			readBack = &after
+		if g.readBack && (secretRead || !s.d.opts.ExportAuthOn()) {
+			readBack = &rds.Disk{Slot: handle, Exported: after.Open, AllowHost: after.Host, Secret: secret}
 		}
 		changed = true
 		logger.Info("storage fencing: export changed", "from", from.String(), "to", exportLabel(to), "holder", holder)
@@ -302,7 +316,7 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 		var next rds.ExportState
 		switch {
 		case matches(cur, want) && (changed || !g.retire || (want.Open && !cut)):
-			return exportResult{state: cur, claims: claims, first: first, shown: live.shown}, nil
+			return exportResult{state: cur, claims: claims, first: first, shown: live.shown, secret: d.Secret, secretUnreadable: d.SecretUnreadable}, nil
 		case cur.Open && cur == dropPark:
 			// The park of a drop: a fresh tombstone (every connection
 			// goes with the export).
@@ -359,19 +373,53 @@ func (s *ControllerServer) syncExport(ctx context.Context, handle string, g expo
 			// Open from closed.
 			next = want
 		}
-		if err := swap(cur, next, holder, func() (rds.ExportState, error) { return s.d.rds.SwapExport(ctx, handle, cur, next) }); err != nil {
+		if err := swap(cur, next, holder, func() (rds.ExportState, error) { return s.swapExport(ctx, handle, d, next, &secret, &secretRead) }); err != nil {
 			return exportResult{}, err
 		}
 	}
 	return exportResult{}, fmt.Errorf("%w: the export of volume %s kept changing for %d rounds (other controller replicas or an operator)", rds.ErrExportChanged, handle, syncRounds)
 }
 
+// swapExport makes one swap of syncExport. With --export-auth=dhchap the
+// password goes in the same command (rds.Client.SwapExportAuth): an open
+// to an attachment's host gets that attachment's password (exportPassword),
+// a close or an open to any host (readers only) none; a park keeps the
+// password it has (its host is one nobody has, so nobody can use it, and
+// a password change might drop the connections the park is there to
+// keep: docs/routeros.md). The secret read back goes to secret, and
+// secretRead says whether it was read. Without the mode, an export d
+// shows a secret of (made while the mode was on) has its password cleared
+// by the swap: its next holder is told of no secret.
+func (s *ControllerServer) swapExport(ctx context.Context, handle string, d *rds.Disk, next rds.ExportState, secret *nvme.DHCHAPSecret, secretRead *bool) (rds.ExportState, error) {
+	cur := rds.StateOf(d)
+	if !s.d.opts.ExportAuthOn() {
+		if d.Secret.IsZero() && !d.SecretUnreadable {
+			return s.d.rds.SwapExport(ctx, handle, cur, next)
+		}
+		after, _, err := s.d.rds.SwapExportAuth(ctx, handle, cur, next, rds.ExportPassword{})
+		return after, err
+	}
+	if next.Open && next.Host != "" && parkedFrom(s.d.opts.AttachmentKey, handle, next.Host, cur.Host) {
+		return s.d.rds.SwapExport(ctx, handle, cur, next)
+	}
+	var pw rds.ExportPassword
+	if next.Open && next.Host != "" {
+		var err error
+		if pw, err = exportPassword(s.d.opts.AttachmentKey, handle, next.Host); err != nil {
+			return rds.ExportState{}, err
+		}
+	}
+	after, sec, err := s.d.rds.SwapExportAuth(ctx, handle, cur, next, pw)
+	*secret, *secretRead = sec, err == nil
+	return after, err
+}
+
 // readExport reads volume handle's disk for a round of syncExport, or
-// takes the export from known: a swap's read-back, made after its command
-// landed (its allowed host is known: a swap reads back nothing else).
-func (s *ControllerServer) readExport(ctx context.Context, handle string, known *rds.ExportState) (*rds.Disk, error) {
+// takes it from known: a swap's read-back, made after its command landed
+// (its allowed host is known: a swap reads back nothing else).
+func (s *ControllerServer) readExport(ctx context.Context, handle string, known *rds.Disk) (*rds.Disk, error) {
 	if known != nil {
-		return &rds.Disk{Slot: handle, Exported: known.Open, AllowHost: known.Host}, nil
+		return known, nil
 	}
 	return s.d.rds.GetDisk(ctx, handle)
 }
