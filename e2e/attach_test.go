@@ -48,6 +48,9 @@ type attachOptions struct {
 	driverArgs []string
 	// cadence of the fake kubelets (zero: framework.FastCadence).
 	cadence framework.KubeletCadence
+	// pluginLease: each node plugin renews its own Lease of this duration
+	// (zero: none), and a node that stops stops it too.
+	pluginLease time.Duration
 }
 
 // provisionData creates the StorageClass "rds" and a 1Gi RWO PVC e2e/data,

@@ -88,6 +88,32 @@ func startNodeLease(t *testing.T, e *framework.Env, node string, duration time.D
 	return stop
 }
 
+// startNodeLeases starts each node's plugin Lease of duration d (none when
+// d is zero) and waits until each has been renewed twice; it returns what
+// stops each (a no-op when none was started).
+func startNodeLeases(t *testing.T, e *framework.Env, d time.Duration, nodes ...string) map[string]func() {
+	t.Helper()
+	stop := map[string]func(){}
+	for _, n := range nodes {
+		stop[n] = func() {}
+	}
+	if d == 0 {
+		return stop
+	}
+	done := e.TL.Step(fmt.Sprintf("every node plugin renews its own Lease (%s, every %s)", d, d/4))
+	deployNodePluginIdentity(t, e)
+	for _, n := range nodes {
+		stop[n] = startNodeLease(t, e, n, d)
+	}
+	for _, n := range nodes {
+		if _, err := framework.WaitFor(e.Ctx, e.TL, 30*time.Second, n+"'s plugin Lease renewed twice", pluginLeaseRenewed(e.Client, n, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done()
+	return stop
+}
+
 // pluginLeaseRenewed holds once node's plugin Lease has been renewed n
 // times since the condition was made (the first read counts as none).
 func pluginLeaseRenewed(c kubernetes.Interface, node string, n int) framework.Condition {
@@ -126,20 +152,9 @@ func TestNodePluginLeaseKeepsAKubeletRestartFromFencing(t *testing.T) {
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 
-	done := tl.Step("every node plugin renews its own Lease (10 s, every 2.5 s)")
-	deployNodePluginIdentity(t, e)
-	stop := map[string]func(){}
-	for _, n := range nodes {
-		stop[n] = startNodeLease(t, e, n, 10*time.Second)
-	}
-	for _, n := range nodes {
-		if _, err := framework.WaitFor(ctx, tl, 30*time.Second, n+"'s plugin Lease renewed twice", pluginLeaseRenewed(c, n, 2)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done()
+	stop := startNodeLeases(t, e, 10*time.Second, nodes...)
 
-	done = tl.Step("node-a's kubelet stops for 75 s; its node plugin renews on")
+	done := tl.Step("node-a's kubelet stops for 75 s; its node plugin renews on")
 	w.nodes["node-a"].Fail()
 	if err := exportHeldFor(w.sim, w.handle, host, 75*time.Second); err != nil {
 		t.Fatalf("with node-a's node plugin renewing: %v", err)
