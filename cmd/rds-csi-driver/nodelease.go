@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -32,7 +33,7 @@ type nodeLeaseOptions struct {
 func (o *nodeLeaseOptions) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "node-lease", false, "node mode: keep a Lease of this node plugin's own ("+nodelease.Prefix+"<node> in --node-lease-namespace), renewed every quarter of --node-lease-duration, a second sign of life beside the kubelet's: with storage fencing a node is fenced on its heartbeat only when both are silent, so a kubelet restart never fences a running node. Needs API access (in-cluster, or --kubeconfig): create, get and update of Leases in that namespace (manifests/overlays/storage-fencing). A failed renewal is logged and retried; the CSI service never depends on it")
 	fs.DurationVar(&o.Duration, "node-lease-duration", nodelease.DefaultDuration, "with --node-lease: the duration the Lease states (renewed every quarter of it), like the kubelet's nodeLeaseDurationSeconds: 40s by default, 10s on a node pool of the faster failover (at least "+nodelease.MinDuration.String()+", whole seconds; docs/attachments.md)")
-	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases: where the node plugin writes its own (--node-lease) and where the controller watches them with --heartbeat-threshold (default: the pod's namespace)")
+	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases: where the node plugin writes its own (--node-lease) and where the controller watches them with --heartbeat-threshold (default: the pod's namespace; outside a pod none: the controller then reads no node plugin Lease, and --node-lease needs this flag)")
 }
 
 // validate checks the node Lease's flags (given: the flags set).
@@ -58,7 +59,10 @@ func (o *nodeLeaseOptions) validate(mode string, given map[string]bool) []string
 }
 
 // namespace is where the node plugins' Leases are: the flag, or the pod's
-// namespace (that of the ServiceAccount token mounted in it).
+// namespace (that of the ServiceAccount token mounted in it); "" outside
+// a pod without the flag: the controller then reads no node plugin Lease
+// (its nodes are decided on their kubelets' alone), and --node-lease is
+// refused.
 func (o *nodeLeaseOptions) namespace() string {
 	if o.Namespace != "" {
 		return o.Namespace
@@ -66,13 +70,13 @@ func (o *nodeLeaseOptions) namespace() string {
 	return podNamespace()
 }
 
-// podNamespace is the namespace of the pod the driver runs in ("default"
-// outside a pod).
+// podNamespace is the namespace of the pod the driver runs in ("" outside
+// a pod).
 func podNamespace() string {
 	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
 		return strings.TrimSpace(string(b))
 	}
-	return "default"
+	return ""
 }
 
 // renewer returns the node plugin's Lease renewer for node, with a client
@@ -88,13 +92,17 @@ func (o *nodeLeaseOptions) renewer(kubeconfig, node string) (*nodelease.Renewer,
 	if err != nil {
 		return nil, fmt.Errorf("--node-lease needs the Kubernetes API (run in a pod with the node plugin's ServiceAccount token mounted, or pass --kubeconfig): %w", err)
 	}
+	ns := o.namespace()
+	if ns == "" {
+		return nil, errors.New("--node-lease outside a pod needs --node-lease-namespace (in a pod it is the pod's namespace)")
+	}
 	cfg.UserAgent = "rds-csi-node/" + csi.Version
 	cfg.QPS, cfg.Burst = 5, 10
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("Kubernetes client for the node plugin's Lease: %w", err)
 	}
-	return nodelease.NewRenewer(client, o.namespace(), node, o.Duration, nil)
+	return nodelease.NewRenewer(client, ns, node, o.Duration, nil)
 }
 
 // runInBackground runs f until ctx is done; the returned func stops it

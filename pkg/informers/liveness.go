@@ -707,6 +707,12 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		switch {
 		case apierrors.IsNotFound(err):
 			l.forget(r.sig, name)
+		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name):
+			// A node without a known plugin Lease is decided on its
+			// kubelet's alone: a plugin Lease that cannot be read (no
+			// access to the namespace, an API error) must not stop every
+			// fence of such nodes.
+			l.logger.V(2).Info("node plugin Lease not readable; the node has none known and is decided on its kubelet's Lease", "node", name, "lease", r.namespace+"/"+r.name, "err", err)
 		case err != nil:
 			return NodeState{}, fmt.Errorf("reading node %s's %s heartbeat Lease %s/%s: %w", name, r.sig, r.namespace, r.name, err)
 		default:
@@ -714,6 +720,14 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		}
 	}
 	return l.Decorate(name, s), nil
+}
+
+// knows: a Lease of node name's heartbeat sig has been seen.
+func (l *Liveness) knows(sig signal, name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.nodes[name]
+	return e != nil && e.beats[sig].rv != ""
 }
 
 // HeartbeatLost reports whether s (timed by Decorate) is past the

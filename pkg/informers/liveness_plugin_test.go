@@ -2,14 +2,19 @@ package informers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -241,6 +246,50 @@ func TestLivePluginLeaseReadCancelsTheFence(t *testing.T) {
 	}
 	if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
 		t.Fatalf("Stale %q %t with the kubelet silent for 42 s and no plugin Lease; want HeartbeatLost", reason, stale)
+	}
+}
+
+// A plugin Lease that cannot be read (the controller has no access to the
+// namespace, an API error) does not stop the fence of a node that has no
+// plugin Lease known: it is decided on its kubelet's alone. Before, every
+// such fence failed its live read and was retried for ever: a dead node
+// was never fenced (e2e TestUnattendedFailoverKubeletCadence, the driver
+// outside a pod, reading the Leases in "default"). A node whose plugin
+// Lease is known stays unconfirmed: its plugin may have renewed.
+func TestUnreadablePluginLease(t *testing.T) {
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	for _, known := range []bool{false, true} {
+		clock := clocktesting.NewFakeClock(time.Now())
+		l := NewLiveness(clock, cfg, 0)
+		l.ReadPluginLeases(pluginNamespace)
+		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"))
+		client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() == pluginNamespace {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "rds-csi-node-node-a", errors.New("no access"))
+			}
+			return false, nil, nil
+		})
+		l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+		l.observeLease("node-a", "7", 0)
+		if known {
+			l.observePluginLease("node-a", "p1", 40*time.Second)
+		}
+		clock.Step(21 * time.Second)
+		c := NewClaims(client, driver)
+		c.TimeWith(l)
+		s, err := c.LiveNode(context.Background(), "node-a")
+		if known {
+			if err == nil {
+				t.Errorf("plugin Lease known, unreadable: confirmed (%+v); want an error (unconfirmed)", s)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("no plugin Lease known, unreadable: %v; want the node decided on its kubelet's Lease", err)
+		}
+		if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+			t.Fatalf("no plugin Lease known, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", reason, stale)
+		}
 	}
 }
 
