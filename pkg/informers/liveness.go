@@ -390,11 +390,6 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 	return l.observe(kubeletLease, name, rv, leaseFor)
 }
 
-// observePluginLease is observeLease for the node plugin's Lease.
-func (l *Liveness) observePluginLease(name, rv string, leaseFor time.Duration) bool {
-	return l.observe(pluginLease, name, rv, leaseFor)
-}
-
 func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -453,10 +448,6 @@ func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) 
 // forgetLease: the node's kubelet Lease is gone; that heartbeat is not
 // known.
 func (l *Liveness) forgetLease(name string) { l.forget(kubeletLease, name) }
-
-// forgetPluginLease: the node plugin's Lease is gone; the node is timed
-// by its kubelet's alone.
-func (l *Liveness) forgetPluginLease(name string) { l.forget(pluginLease, name) }
 
 func (l *Liveness) forget(sig signal, name string) {
 	l.mu.Lock()

@@ -38,6 +38,12 @@ func pluginLeaseOf(node, rv string, duration time.Duration) *coordinationv1.Leas
 	}
 }
 
+// observePluginLease is observeLease for the node plugin's Lease, as the
+// controller's plugin Lease informer delivers it.
+func (l *Liveness) observePluginLease(name, rv string, leaseFor time.Duration) bool {
+	return l.observe(pluginLease, name, rv, leaseFor)
+}
+
 // The other side of TestKubeletRestartOnAFastNodeFencesNobody: on the
 // same fast pool node a loses power, its kubelet and its node plugin stop
 // renewing together. It is fenced for its lost heartbeat at the first
