@@ -2,6 +2,7 @@ package nodelease
 
 import (
 	"context"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,58 @@ func conflictOnce() func(action k8stesting.Action) (bool, runtime.Object, error)
 		}
 		done = true
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "rds-csi-node-node-a", nil)
+	}
+}
+
+// Run keeps renewing through failures: an API that refuses the first three
+// reads costs retries after 200, 400 and 800 ms (each logged, at most one
+// line a minute after the first), never the loop; the Lease is created at
+// the fourth try, and renewed an interval later.
+func TestRunRetriesFailures(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	client := fake.NewClientset()
+	failures := 3
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failures > 0 {
+			failures--
+			return true, nil, apierrors.NewServiceUnavailable("the API server is down")
+		}
+		return false, nil, nil
+	})
+	r, err := NewRenewer(client, "rds-csi", "node-a", 10*time.Second, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// step: once Run has written and set its timer (the fake clock's
+	// waiter); then the clock is stepped to it.
+	step := func(d time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !clock.HasWaiters(); {
+			if time.Now().After(deadline) {
+				t.Fatal("Run set no timer: it stopped")
+			}
+			goruntime.Gosched()
+		}
+		clock.Step(d)
+	}
+	for _, d := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 2500 * time.Millisecond} {
+		step(d)
+	}
+	// The fourth try created the Lease (at t0+1.4s), the fifth renewed it
+	// an interval later; wait for Run's next timer, set after it.
+	step(0)
+	l, err := client.CoordinationV1().Leases("rds-csi").Get(context.Background(), "rds-csi-node-node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no Lease after three failed tries and two more: %v", err)
+	}
+	if want := t0.Add(1400*time.Millisecond + 2500*time.Millisecond); !l.Spec.RenewTime.Time.Equal(want) || !l.Spec.AcquireTime.Time.Equal(t0.Add(1400*time.Millisecond)) {
+		t.Errorf("acquired %s, renewed %s; want %s and %s", l.Spec.AcquireTime, l.Spec.RenewTime, t0.Add(1400*time.Millisecond), want)
+	}
+	if r.failures != 0 {
+		t.Errorf("%d failures counted after renewals worked again", r.failures)
 	}
 }
