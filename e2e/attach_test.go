@@ -51,6 +51,9 @@ type attachOptions struct {
 	// nodeIDs: node IDs other than the name that nodes' plugins
 	// register, by node (registered before the first attach).
 	nodeIDs map[string]string
+	// pluginLease: each node plugin renews its own Lease of this duration
+	// (zero: none), and a node that stops stops it too.
+	pluginLease time.Duration
 }
 
 // provisionData creates the StorageClass "rds" and a 1Gi RWO PVC e2e/data,

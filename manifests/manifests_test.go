@@ -996,6 +996,7 @@ func TestKustomizeBuild(t *testing.T) {
 		if len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"nodes"}) || !slices.Equal(rules[0].Verbs, []string{"update"}) {
 			t.Errorf("the fencing ClusterRole grants %+v; want update on nodes only", rules)
 		}
+		nodeHeartbeat(t, byKey)
 	})
 
 	t.Run("overlays/example", func(t *testing.T) {

@@ -72,7 +72,10 @@ type controllerOptions struct {
 	// OutOfServiceTaint: taint a node out of service once a NotReady fence
 	// has cut it off (storage fencing only).
 	OutOfServiceTaint bool
-	storageFencing    bool
+	// nodeLeaseNamespace holds the node plugins' Leases, watched as a
+	// second heartbeat with --heartbeat-threshold (nodeLeaseOptions).
+	nodeLeaseNamespace string
+	storageFencing     bool
 	// guardShareSet: --fence-guard-share was given (0 is then an error,
 	// not the default).
 	guardShareSet bool
@@ -305,6 +308,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer, NodeRecovered: recovered,
 		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
 		OrphanedClaims: reporter.OrphanedClaimsNow, GuardShare: opts.FenceGuardShare,
+		NodePluginLeaseNamespace: opts.nodeLeaseNamespace,
 		GuardChanged: func(e informers.GuardEvent) {
 			klog.Background().Info("storage fencing: mass-outage guard", "holding", e.Holding, "suspect", e.Suspect, "nodes", e.Total, "some", e.Nodes)
 			reporter.GuardChanged(e.Holding, e.Suspect, e.Total, e.Nodes)

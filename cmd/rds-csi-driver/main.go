@@ -30,6 +30,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/health"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/metrics"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	copts.addFlags(fs)
 	var nopts connectorOptions
 	nopts.addFlags(fs)
+	var lopts nodeLeaseOptions
+	lopts.addFlags(fs)
 	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests, and never with --storage-fencing=allow-host, which opens exports only in ControllerPublish")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// A flag error is one line (the flag package would add the whole
@@ -92,12 +95,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rds-csi-driver: %v\n", err)
 		return 2
 	}
+	if problems := lopts.validate(opts.Mode, given); len(problems) > 0 {
+		fmt.Fprintf(stderr, "rds-csi-driver: invalid configuration: %s\n", strings.Join(problems, "; "))
+		return 2
+	}
 	// The files the flags name are read before the endpoints are opened:
 	// a bad one stops the driver without touching a socket. Reading them
 	// touches nothing.
 	var kube kubernetes.Interface
 	var client *rds.Client
 	var m *metrics.Metrics
+	copts.nodeLeaseNamespace = lopts.namespace()
+	var renewer *nodelease.Renewer // nil: no node plugin Lease
+	if lopts.Enabled {
+		r, err := lopts.renewer(copts.Kubeconfig, opts.NodeID)
+		if err != nil {
+			return fail("invalid configuration: %v", err)
+		}
+		renewer = r
+	}
 	if opts.Mode != csi.ModeNode {
 		// The controller talks to the RDS over SSH; the node only connects
 		// volumes over NVMe/TCP and needs no RDS credentials.
@@ -188,6 +204,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		node = timedNode{NodeServer: ns,
 			m: metrics.NewNodeMetrics(diag.registry, connectedSubsystems("/sys", opts.NQNPrefix))}
+	}
+	if renewer != nil {
+		// Beside the gRPC server, never in its way: a failed renewal is
+		// logged and retried.
+		defer runInBackground(ctx, renewer.Run)()
 	}
 	if proc != nil {
 		procCtx, stopProc := context.WithCancel(ctx)

@@ -523,9 +523,15 @@ func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
 		{controller, "--rds-health-interval=1m", "--rds-health-interval needs --publish"},
 		{node, "--nvme-ctrl-loss-timeout=10m", "--nvme-ctrl-loss-timeout needs --node-connector=tcp"},
 		{node, "--nvme-fast-io-fail-timeout=10s", "--nvme-fast-io-fail-timeout needs --node-connector=tcp"},
+		{node, "--node-lease-duration=40s", "--node-lease-duration needs --node-lease"},
+		{controller, "--node-lease", "--node-lease needs --mode=node or --mode=all"},
+		{node, "--node-lease --node-lease-duration=9s", "--node-lease-duration=9s must be whole seconds, at least 10s"},
+		{node, "--node-lease --node-lease-duration=12500ms", "--node-lease-duration=12.5s must be whole seconds"},
+		{node, "--node-lease-namespace=kube-node-lease", "--node-lease-namespace must not be kube-node-lease"},
+		{node, "--node-lease-namespace=Not_A_Namespace", `--node-lease-namespace "Not_A_Namespace" is not a namespace name`},
 	} {
 		endpoint := "unix://" + filepath.Join(dir, fmt.Sprintf("csi-%d.sock", i))
-		args := append(append([]string{"--endpoint=" + endpoint}, tc.base...), tc.arg)
+		args := append(append([]string{"--endpoint=" + endpoint}, tc.base...), strings.Fields(tc.arg)...)
 		code, serving, stderr := startOrExit(t, args, endpoint)
 		if serving || code != 2 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%s: exit %d, serving %v, stderr %q: want a usage error naming %q", tc.arg, code, serving, stderr, tc.want)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -202,6 +203,12 @@ func createObject(ctx context.Context, c kubernetes.Interface, obj runtime.Objec
 	case *storagev1.CSIDriver:
 		_, err = c.StorageV1().CSIDrivers().Create(ctx, x, o)
 		return "CSIDriver " + x.Name, err
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, x, o)
+		return "ValidatingAdmissionPolicy " + x.Name, err
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, x, o)
+		return "ValidatingAdmissionPolicyBinding " + x.Name, err
 	}
 	return fmt.Sprintf("%T", obj), fmt.Errorf("the harness does not create %T objects", obj)
 }

@@ -208,7 +208,7 @@ func describe(reason FenceReason) string {
 	case FenceNotReady:
 		return "the node has been NotReady longer than the configured threshold"
 	case FenceHeartbeatLost:
-		return "the node's heartbeat (its kubelet's Lease) has not been renewed for longer than the configured threshold"
+		return "the node's heartbeat (its kubelet's Lease, and its node plugin's where it keeps one) has not been renewed for longer than the configured threshold"
 	case FenceNodeRecreated:
 		return "the node object was deleted and re-created (another UID) since the volume was published to it"
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
 // OutOfServiceTaint is the taint an operator puts on a node that is down
@@ -104,6 +105,10 @@ type Config struct {
 	// OrphanedClaims, when set, is told the number of claims orphaned past
 	// the threshold whenever it may have changed.
 	OrphanedClaims func(n int)
+	// NodePluginLeaseNamespace, when set (and heartbeats are timed),
+	// holds the node plugins' Leases (pkg/nodelease): a node's second
+	// heartbeat, watched beside the kubelets'.
+	NodePluginLeaseNamespace string
 	// GuardShare is the mass-outage guard's share (Liveness; 0: the
 	// default).
 	GuardShare float64
@@ -175,6 +180,9 @@ func newController(index *AttachmentIndex, cfg Config) *Controller {
 	live := NewLiveness(cfg.Clock, cfg.Policy, cfg.GuardShare)
 	live.OnGuard(cfg.GuardChanged)
 	live.OnFlap(cfg.NodeFlapped)
+	if cfg.Policy.HeartbeatThreshold > 0 && cfg.NodePluginLeaseNamespace != "" {
+		live.ReadPluginLeases(cfg.NodePluginLeaseNamespace)
+	}
 	index.setLiveness(live)
 	return &Controller{
 		cfg:         cfg,
@@ -231,6 +239,11 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		if err := c.watchLeases(client, newInformer); err != nil {
 			return nil, err
 		}
+		if cfg.NodePluginLeaseNamespace != "" {
+			if err := c.watchPluginLeases(client, cfg.NodePluginLeaseNamespace, newInformer); err != nil {
+				return nil, err
+			}
+		}
 	}
 	c.vas, c.pvs, c.nodes = vaInf.GetStore(), pvInf.GetStore(), nodeInf.GetStore()
 	for inf, k := range map[cache.SharedIndexInformer]kind{vaInf: kindVA, pvInf: kindPV, nodeInf: kindNode} {
@@ -273,6 +286,30 @@ func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(s
 	inf := newInformer("leases", &coordinationv1.Lease{}, c.streams.listWatch("leases", client,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, o) }))
+	return c.handleLeases(inf)
+}
+
+// watchPluginLeases times the nodes' second heartbeat: the node plugins'
+// Leases in namespace (pkg/nodelease), selected by their label so that
+// the leader election Leases there are not cached. The cache keeps the
+// same compact records as the kubelets'.
+func (c *Controller) watchPluginLeases(client kubernetes.Interface, namespace string, newInformer func(string, runtime.Object, cache.ListerWatcher) cache.SharedIndexInformer) error {
+	leases := client.CoordinationV1().Leases(namespace)
+	selector := nodelease.Label + "=" + nodelease.LabelValue
+	inf := newInformer("node-plugin-leases", &coordinationv1.Lease{}, c.streams.listWatch("node-plugin-leases", client,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return leases.List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return leases.Watch(ctx, o)
+		}))
+	return c.handleLeases(inf)
+}
+
+// handleLeases feeds a Lease informer's changes to the Liveness.
+func (c *Controller) handleLeases(inf cache.SharedIndexInformer) error {
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.leaseSeen(obj) },
 		UpdateFunc: func(_, obj any) { c.leaseSeen(obj) },
@@ -281,7 +318,7 @@ func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(s
 				obj = t.Obj
 			}
 			if l, ok := obj.(*leaseRecord); ok {
-				c.live.forgetLease(l.name)
+				c.leaseGone(l)
 			}
 		},
 	})
@@ -289,15 +326,36 @@ func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(s
 	return err
 }
 
-// leaseSeen records a kubelet Lease as seen; a renewal brings the node
-// back to the worker when its heartbeat would pass the threshold.
+// heartbeatOf is the node and the heartbeat a Lease record stands for
+// (ok false: neither a kubelet's nor a node plugin's).
+func heartbeatOf(l *leaseRecord) (node string, sig signal, ok bool) {
+	if l.namespace == NodeLeaseNamespace {
+		return l.name, kubeletLease, true
+	}
+	if !l.nodePlugin {
+		return "", 0, false
+	}
+	node, ok = nodelease.NodeOf(l.name)
+	return node, pluginLease, ok
+}
+
+// leaseSeen records a heartbeat Lease as seen; a renewal brings the node
+// back to the worker when that heartbeat would pass its threshold.
 func (c *Controller) leaseSeen(obj any) {
 	l, ok := obj.(*leaseRecord)
 	if !ok {
 		return
 	}
-	if c.live.observeLease(l.name, l.resourceVersion, l.duration) {
-		c.queue.AddAfter(key{kind: kindNode, name: l.name}, c.live.HeartbeatThreshold(l.name)+time.Millisecond)
+	node, sig, ok := heartbeatOf(l)
+	if ok && c.live.observe(sig, node, l.resourceVersion, l.duration) {
+		c.queue.AddAfter(key{kind: kindNode, name: node}, c.live.thresholdOf(sig, node)+time.Millisecond)
+	}
+}
+
+// leaseGone forgets a deleted heartbeat Lease.
+func (c *Controller) leaseGone(l *leaseRecord) {
+	if node, sig, ok := heartbeatOf(l); ok {
+		c.live.forget(sig, node)
 	}
 }
 

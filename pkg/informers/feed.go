@@ -86,7 +86,11 @@ func (f *Feed) Remove(obj runtime.Object) error {
 		return err
 	}
 	if k == kindLease {
-		f.c.live.forgetLease(obj.(*coordinationv1.Lease).Name)
+		rec, err := f.c.records.record(obj)
+		if err != nil {
+			return err
+		}
+		f.c.leaseGone(rec.(*leaseRecord))
 		return nil
 	}
 	if err := store.Delete(obj); err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
 // NodeLeaseNamespace holds the kubelets' heartbeat Leases, one per node,
@@ -74,12 +75,21 @@ const guardEventNodes = 20
 //
 //   - NotReadySeen: when this controller first saw the incarnation not
 //     Ready, since it last saw it Ready.
-//   - RenewedSeen: when it last saw the node's kubelet Lease change.
+//   - RenewedSeen: when it last saw the node's heartbeat: its kubelet's
+//     Lease change, or its node plugin's (pkg/nodelease), whichever is
+//     heard from later.
 //
-// Each node's heartbeat is timed against its own threshold: the
-// configured one, raised to HeartbeatFloor of the duration its Lease
+// A node has up to two heartbeats, each timed against its own threshold:
+// the configured one, raised to HeartbeatFloor of the duration its Lease
 // states, so a threshold set for kubelets that renew fast never times out
-// one still on the 10 s default.
+// one still on the 10 s default. The node is heard from as long as either
+// is within its threshold: a kubelet away for longer than its threshold
+// (a restart, an upgrade, a crash loop) on a node whose plugin still
+// renews is no dead node. A node without a plugin Lease is decided on its
+// kubelet's alone. NotReady is timed from the later of the node's turning
+// NotReady and its plugin's last renewal: a NotReady condition is the
+// kubelet's (or kube-controller-manager's about the kubelet), and a
+// renewing plugin says the node runs.
 //
 // Both are floored at the moment this controller's view of the API was
 // last restored (its start, a watch reconnected after a gap) and at the
@@ -107,8 +117,8 @@ type Liveness struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeSeen
-	// lastRenewal: when any Lease was last seen renewed.
-	lastRenewal time.Time
+	// lastRenewal: when any Lease of each signal was last seen renewed.
+	lastRenewal [signals]time.Time
 	restored    time.Time
 	released    time.Time
 	holding     bool
@@ -116,9 +126,47 @@ type Liveness struct {
 	// health changed since.
 	evaluated time.Time
 	dirty     bool
-	// leasesFor counts the nodes by the Lease duration last seen (the
-	// longest one paces the silence rule of observeLease).
-	leasesFor map[time.Duration]int
+	// leasesFor counts the nodes by the Lease duration last seen, per
+	// signal (the longest one paces the silence rule of observe).
+	leasesFor [signals]map[time.Duration]int
+	// pluginNamespace holds the node plugins' Leases ("": none are
+	// read).
+	pluginNamespace string
+}
+
+// signal is one of a node's heartbeats.
+type signal int
+
+const (
+	// kubeletLease: the kubelet's Lease in kube-node-lease.
+	kubeletLease signal = iota
+	// pluginLease: the node plugin's Lease (pkg/nodelease).
+	pluginLease
+	signals
+)
+
+func (s signal) String() string {
+	if s == pluginLease {
+		return "node plugin"
+	}
+	return "kubelet"
+}
+
+// beat is what this controller saw of one heartbeat of a node.
+type beat struct {
+	renewed  time.Time     // last seen renewed (zero: no Lease seen)
+	rv       string        // the Lease's resourceVersion as last seen
+	leaseFor time.Duration // the Lease's duration as last seen (0: none stated)
+	// floorBefore: the floor of a longer duration the Lease stated before
+	// its last one, kept until a renewal at the shorter one shows the
+	// writer renews at it (0: none).
+	floorBefore time.Duration
+}
+
+// floor is the HeartbeatFloor of b's writer: of its Lease's duration, or
+// of a longer one it stated before until a renewal at the new one.
+func (b *beat) floor() time.Duration {
+	return max(HeartbeatFloor(b.leaseFor), b.floorBefore)
 }
 
 type nodeSeen struct {
@@ -128,18 +176,22 @@ type nodeSeen struct {
 	down     bool      // tainted out of service: declared down, not counted
 	notReady time.Time // first seen not Ready since last seen Ready
 	readyAt  time.Time // last seen turning Ready
-	renewed  time.Time // last seen renewed (zero: no Lease seen)
 	resumed  time.Time // last seen renewed after a lapse
 	// back: last seen renewed after no renewal for longer than the
 	// threshold, whether or not this controller's view was restored
 	// meanwhile (Recovered times the recovery period from it).
-	back     time.Time
-	leaseRV  string
-	leaseFor time.Duration // the Lease's duration as last seen (0: none stated)
-	// floorBefore: the floor of a longer duration the Lease stated before
-	// its last one, kept until a renewal at the shorter one shows the
-	// kubelet renews at it (0: none).
-	floorBefore time.Duration
+	back  time.Time
+	beats [signals]beat
+}
+
+// hasBeat: some heartbeat of e's was seen.
+func (e *nodeSeen) hasBeat() bool {
+	for i := range e.beats {
+		if e.beats[i].rv != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // flapWindows: two returns from a lapse within this many recovery
@@ -160,9 +212,17 @@ func NewLiveness(c clock.PassiveClock, cfg fencing.Config, share float64) *Liven
 	if share <= 0 {
 		share = DefaultGuardShare
 	}
-	return &Liveness{clock: c, cfg: cfg, share: share, nodes: map[string]*nodeSeen{}, restored: c.Now(),
-		leasesFor: map[time.Duration]int{}, logger: klog.Background().WithName("liveness")}
+	l := &Liveness{clock: c, cfg: cfg, share: share, nodes: map[string]*nodeSeen{}, restored: c.Now(),
+		logger: klog.Background().WithName("liveness")}
+	for i := range l.leasesFor {
+		l.leasesFor[i] = map[time.Duration]int{}
+	}
+	return l
 }
+
+// ReadPluginLeases makes the node plugins' Leases in namespace a second
+// heartbeat (the live reads that back a fence read them there).
+func (l *Liveness) ReadPluginLeases(namespace string) { l.pluginNamespace = namespace }
 
 // OnGuard sets the callback told about every change of the guard.
 func (l *Liveness) OnGuard(f func(GuardEvent)) { l.onGuard = f }
@@ -195,7 +255,9 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 	now := l.clock.Now()
 	if !s.Exists {
 		if e := l.nodes[name]; e != nil {
-			l.countLease(e, 0, false)
+			for sig := range signals {
+				l.countLease(sig, &e.beats[sig], 0, false)
+			}
 		}
 		delete(l.nodes, name)
 		l.dirty = true
@@ -204,15 +266,17 @@ func (l *Liveness) observeNode(name string, s NodeState) {
 	e := l.entry(name)
 	if e.uid != s.UID {
 		// Another incarnation: nothing seen of the old one applies but
-		// its Lease (named after the node, not the incarnation).
-		renewed := e.renewed
-		if e.uid != "" && !renewed.IsZero() {
-			// The old one's last renewal is not the new one's: its
-			// kubelet has not had the chance to renew yet. Timed
-			// from now, as its NotReady condition is.
-			renewed = now
+		// its Leases (named after the node, not the incarnation).
+		beats := e.beats
+		for i := range beats {
+			if e.uid != "" && !beats[i].renewed.IsZero() {
+				// The old one's last renewal is not the new one's: its
+				// kubelet (or plugin) has not had the chance to renew
+				// yet. Timed from now, as its NotReady condition is.
+				beats[i].renewed = now
+			}
 		}
-		*e = nodeSeen{uid: s.UID, renewed: renewed, leaseRV: e.leaseRV, leaseFor: e.leaseFor, floorBefore: e.floorBefore}
+		*e = nodeSeen{uid: s.UID, beats: beats}
 	}
 	switch {
 	case s.Ready && (!e.known || !e.ready):
@@ -240,40 +304,67 @@ func (l *Liveness) recoveryPeriod(e *nodeSeen) time.Duration {
 	return max(l.cfg.NotReadyThreshold, l.heartbeatThreshold(e))
 }
 
-// heartbeatThreshold is e's own (0: heartbeats are not timed).
-func (l *Liveness) heartbeatThreshold(e *nodeSeen) time.Duration {
-	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: e.floor()})
+// beatThreshold is the threshold of heartbeat b (0: not timed).
+func (l *Liveness) beatThreshold(b *beat) time.Duration {
+	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: b.floor()})
 }
 
-// floor is the HeartbeatFloor of e's kubelet: of its Lease's duration, or
-// of a longer one it stated before until a renewal at the new one.
-func (e *nodeSeen) floor() time.Duration {
-	return max(HeartbeatFloor(e.leaseFor), e.floorBefore)
+// heard is the heartbeat e was heard from last, by deadline: of the ones
+// seen, the one whose threshold runs out last, each renewal floored at f
+// (zero: not floored). nil: none seen.
+func (l *Liveness) heard(e *nodeSeen, f time.Time) *beat {
+	var best *beat
+	var deadline time.Time
+	for i := range e.beats {
+		b := &e.beats[i]
+		if b.renewed.IsZero() {
+			continue
+		}
+		if d := later(b.renewed, f).Add(l.beatThreshold(b)); best == nil || d.After(deadline) {
+			best, deadline = b, d
+		}
+	}
+	return best
+}
+
+// heartbeatThreshold is e's own (0: heartbeats are not timed): of the
+// heartbeat it was heard from last, or its kubelet's.
+func (l *Liveness) heartbeatThreshold(e *nodeSeen) time.Duration {
+	if b := l.heard(e, l.floor()); b != nil {
+		return l.beatThreshold(b)
+	}
+	return l.beatThreshold(&e.beats[kubeletLease])
 }
 
 // HeartbeatThreshold is node name's heartbeat threshold: the configured
 // one, raised to what its kubelet's cadence allows (0: not timed).
 func (l *Liveness) HeartbeatThreshold(name string) time.Duration {
+	return l.thresholdOf(kubeletLease, name)
+}
+
+// thresholdOf is the threshold of node name's heartbeat sig.
+func (l *Liveness) thresholdOf(sig signal, name string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
-		return l.heartbeatThreshold(e)
+		return l.beatThreshold(&e.beats[sig])
 	}
 	return l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(0)})
 }
 
-// countLease moves e's count in leasesFor to the Lease duration d (known:
-// e has a Lease then); l.mu held.
-func (l *Liveness) countLease(e *nodeSeen, d time.Duration, known bool) {
-	if e.leaseRV != "" {
-		if l.leasesFor[e.leaseFor]--; l.leasesFor[e.leaseFor] <= 0 {
-			delete(l.leasesFor, e.leaseFor)
+// countLease moves b's count in leasesFor[sig] to the Lease duration d
+// (known: b has a Lease then); l.mu held.
+func (l *Liveness) countLease(sig signal, b *beat, d time.Duration, known bool) {
+	counts := l.leasesFor[sig]
+	if b.rv != "" {
+		if counts[b.leaseFor]--; counts[b.leaseFor] <= 0 {
+			delete(counts, b.leaseFor)
 		}
 	}
 	if known {
-		l.leasesFor[d]++
+		counts[d]++
 	}
-	e.leaseFor = d
+	b.leaseFor = d
 }
 
 // silence: every heartbeat silent this long is a gap in what this
@@ -282,51 +373,58 @@ func (l *Liveness) countLease(e *nodeSeen, d time.Duration, known bool) {
 // a real kubelet's renewals come a little over its interval apart, and
 // with one node left renewing every renewal would count as a gap, its
 // dead neighbour timed from it and never fenced.)
-func (l *Liveness) silence() time.Duration {
+//
+// Each signal is its own watch stream: silence is counted per signal.
+func (l *Liveness) silence(sig signal) time.Duration {
 	longest := l.cfg.HeartbeatThresholdOf(NodeState{})
-	for d := range l.leasesFor {
+	for d := range l.leasesFor[sig] {
 		longest = max(longest, l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(d)}))
 	}
 	return longest / 10 * suspectShare
 }
 
-// observeLease records a node's heartbeat Lease at resourceVersion rv,
+// observeLease records a node's kubelet Lease at resourceVersion rv,
 // stating a duration of leaseFor (0: none): a new version is a renewal
 // seen now. Reports whether it was one.
 func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
+	return l.observe(kubeletLease, name, rv, leaseFor)
+}
+
+func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(name)
-	if e.leaseRV == rv {
+	b := &e.beats[sig]
+	if b.rv == rv {
 		return false
 	}
-	if e.leaseRV != "" && e.leaseFor != leaseFor && HeartbeatFloor(leaseFor) < e.floor() {
+	if b.rv != "" && b.leaseFor != leaseFor && HeartbeatFloor(leaseFor) < b.floor() {
 		// Shorter: one write stating it is no sign yet that the
-		// kubelet renews at it (a patched Lease, which the kubelet
+		// writer renews at it (a patched Lease, which the kubelet
 		// overwrites at its next renewal at the old cadence).
-		e.floorBefore = e.floor()
+		b.floorBefore = b.floor()
 	} else {
-		e.floorBefore = 0
+		b.floorBefore = 0
 	}
-	if e.leaseRV == "" || e.leaseFor != leaseFor {
-		l.countLease(e, leaseFor, true)
+	if b.rv == "" || b.leaseFor != leaseFor {
+		l.countLease(sig, b, leaseFor, true)
 		if floor := HeartbeatFloor(leaseFor); l.cfg.HeartbeatThreshold > 0 && floor > l.cfg.HeartbeatThreshold {
 			stated := leaseFor
 			if stated <= 0 {
 				stated = DefaultNodeLeaseDuration
 			}
-			l.logger.Info("heartbeat threshold raised for this node to two of its kubelet's Lease renewals: a shorter one would fence it for one late renewal",
-				"node", name, "leaseDurationSeconds", int(leaseFor.Seconds()), "renewInterval", stated/4, "configured", l.cfg.HeartbeatThreshold, "threshold", floor)
+			l.logger.Info("heartbeat threshold raised for this node to two of its Lease's renewals: a shorter one would fence it for one late renewal",
+				"node", name, "heartbeat", sig.String(), "leaseDurationSeconds", int(leaseFor.Seconds()), "renewInterval", stated/4, "configured", l.cfg.HeartbeatThreshold, "threshold", floor)
 		}
 	}
 	now := l.clock.Now()
-	if !l.lastRenewal.IsZero() && l.cfg.HeartbeatThreshold > 0 && now.Sub(l.lastRenewal) > l.silence() {
-		// Every heartbeat fell silent at once and now one is back: a
-		// watch that stalled without closing, an API server that froze.
-		// What happened meanwhile was not seen.
+	if last := l.lastRenewal[sig]; !last.IsZero() && l.cfg.HeartbeatThreshold > 0 && now.Sub(last) > l.silence(sig) {
+		// Every heartbeat of this stream fell silent at once and now
+		// one is back: a watch that stalled without closing, an API
+		// server that froze. What happened meanwhile was not seen.
 		l.restored = now
 	}
-	if e.leaseRV != "" && l.lapsed(e, now) {
+	if e.hasBeat() && l.lapsed(e, now) {
 		// Back after a lapse; back again after another lapse within
 		// flapWindows recovery periods (a lapse itself lasts one) is a
 		// flap.
@@ -335,26 +433,30 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 		}
 		e.resumed, e.back = now, now
 	}
-	if e.leaseRV != "" && l.cfg.HeartbeatThreshold > 0 && now.Sub(e.renewed) > l.heartbeatThreshold(e) {
+	if e.hasBeat() && l.heartbeatLapsed(e, now, time.Time{}) {
 		// Healthy only from now, also when this controller's view was
 		// restored during the lapse and the floored heartbeat no
 		// longer looks lapsed (not a flap: after an API server outage
 		// every node is back like this).
 		e.back = now
 	}
-	e.leaseRV, e.renewed, l.lastRenewal = rv, now, now
+	b.rv, b.renewed, l.lastRenewal[sig] = rv, now, now
 	l.dirty = true
 	return true
 }
 
-// forgetLease: the node's Lease is gone; no heartbeat is known.
-func (l *Liveness) forgetLease(name string) {
+// forgetLease: the node's kubelet Lease is gone; that heartbeat is not
+// known.
+func (l *Liveness) forgetLease(name string) { l.forget(kubeletLease, name) }
+
+func (l *Liveness) forget(sig signal, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
-		l.countLease(e, 0, false)
-		e.renewed, e.leaseRV, e.floorBefore = time.Time{}, "", 0
-		if !e.known {
+		b := &e.beats[sig]
+		l.countLease(sig, b, 0, false)
+		*b = beat{}
+		if !e.known && !e.hasBeat() {
 			delete(l.nodes, name)
 		}
 		l.dirty = true
@@ -367,7 +469,7 @@ func (l *Liveness) LeaseVersion(name string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
-		return e.leaseRV
+		return e.beats[kubeletLease].rv
 	}
 	return ""
 }
@@ -390,8 +492,24 @@ func later(t, floor time.Time) time.Time {
 // lapsed: e is past a threshold, ignoring the guard.
 func (l *Liveness) lapsed(e *nodeSeen, now time.Time) bool {
 	f := l.floor()
-	return (l.cfg.NotReadyThreshold > 0 && !e.notReady.IsZero() && now.Sub(later(e.notReady, f)) > l.cfg.NotReadyThreshold) ||
-		(l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, f)) > l.heartbeatThreshold(e))
+	return (l.cfg.NotReadyThreshold > 0 && !e.notReady.IsZero() && now.Sub(l.notReadyFrom(e, f)) > l.cfg.NotReadyThreshold) ||
+		l.heartbeatLapsed(e, now, f)
+}
+
+// heartbeatLapsed: every heartbeat of e is past its threshold, timed from
+// f (zero: unfloored).
+func (l *Liveness) heartbeatLapsed(e *nodeSeen, now, f time.Time) bool {
+	if l.cfg.HeartbeatThreshold <= 0 {
+		return false
+	}
+	b := l.heard(e, f)
+	return b != nil && now.Sub(later(b.renewed, f)) > l.beatThreshold(b)
+}
+
+// notReadyFrom is when e's NotReady is timed from (e.notReady set): not
+// before f, nor before its node plugin was last heard from.
+func (l *Liveness) notReadyFrom(e *nodeSeen, f time.Time) time.Time {
+	return later(later(e.notReady, f), e.beats[pluginLease].renewed)
 }
 
 // suspect: e is not Ready, or its heartbeat is older than suspectShare of
@@ -400,20 +518,35 @@ func (l *Liveness) lapsed(e *nodeSeen, now time.Time) bool {
 // while every node of a partition has been silent for 10 to 20 s by the
 // time the first one lapses; 12 s leaves a healthy node's late renewal out
 // and counts four in five of a partition's nodes.
+//
+// A node whose plugin renews within its suspect age is not suspect for
+// being not Ready: it runs, and is not timed for NotReady either
+// (notReadyFrom).
 func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
+	f := l.floor()
 	if e.known && !e.ready {
-		return true
+		p := &e.beats[pluginLease]
+		if l.cfg.HeartbeatThreshold <= 0 || p.renewed.IsZero() || now.Sub(later(p.renewed, f)) > l.beatThreshold(p)/10*suspectShare {
+			return true
+		}
 	}
-	return l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(later(e.renewed, l.floor())) > l.heartbeatThreshold(e)/10*suspectShare
+	age, ok := l.heartbeatAge(e, now)
+	return ok && age > l.heartbeatThreshold(e)/10*suspectShare
 }
 
-// heartbeatAge is how long e's heartbeat has not been seen renewed,
-// timed from the floor (ok: heartbeats are timed and e has one).
+// heartbeatAge is how long e has not been heard from (the heartbeat of
+// heartbeatThreshold), timed from the floor (ok: heartbeats are timed and
+// e has one).
 func (l *Liveness) heartbeatAge(e *nodeSeen, now time.Time) (time.Duration, bool) {
-	if l.cfg.HeartbeatThreshold <= 0 || e.renewed.IsZero() {
+	if l.cfg.HeartbeatThreshold <= 0 {
 		return 0, false
 	}
-	return now.Sub(later(e.renewed, l.floor())), true
+	f := l.floor()
+	b := l.heard(e, f)
+	if b == nil {
+		return 0, false
+	}
+	return now.Sub(later(b.renewed, f)), true
 }
 
 // suspectShare, in tenths of the heartbeat threshold (see suspect); the
@@ -509,44 +642,90 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 		if e != nil && e.uid == s.UID && !e.notReady.IsZero() {
 			seen = e.notReady
 		}
-		s.NotReadySeen = later(seen, f)
+		s.NotReadySeen = later(later(seen, f), pluginRenewed(e))
 	}
-	if e != nil && !e.renewed.IsZero() {
-		s.RenewedSeen = later(e.renewed, f)
-		s.HeartbeatFloor = e.floor()
+	if e != nil {
+		if b := l.heard(e, f); b != nil {
+			s.RenewedSeen = later(b.renewed, f)
+			s.HeartbeatFloor = b.floor()
+		}
 	}
 	return s
 }
 
-// heartbeatLapsed: s (decorated) is past the heartbeat threshold now.
-func (l *Liveness) heartbeatLapsed(s NodeState) bool {
-	return l.cfg.HeartbeatThreshold > 0 && !s.RenewedSeen.IsZero() && l.clock.Now().Sub(s.RenewedSeen) > l.cfg.HeartbeatThresholdOf(s)
+// pluginRenewed is when e's node plugin was last seen renewing (zero:
+// never, or e nil).
+func pluginRenewed(e *nodeSeen) time.Time {
+	if e == nil {
+		return time.Time{}
+	}
+	return e.beats[pluginLease].renewed
 }
 
-// confirmLive times s, a live read of node name, and when its heartbeat
-// looks lost, confirms that with a live read of its Lease: a renewal this
+// timedLapse: s (decorated) is past the heartbeat threshold, or NotReady
+// past the NotReady threshold, now.
+func (l *Liveness) timedLapse(s NodeState) bool {
+	now := l.clock.Now()
+	return l.HeartbeatLost(s) || (l.cfg.NotReadyThreshold > 0 && !s.Ready && !s.NotReadySeen.IsZero() && now.Sub(s.NotReadySeen) > l.cfg.NotReadyThreshold)
+}
+
+// confirmLive times s, a live read of node name, and when it looks lost
+// to a timed rule (its heartbeat, NotReady), confirms that with live
+// reads of its Leases, the kubelet's and the node plugin's: a renewal this
 // controller has not seen yet (a paused process, a slow watch) clears it.
 // A Lease that cannot be read leaves the node unconfirmed: an error.
 func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface, name string, s NodeState) (NodeState, error) {
 	timed := l.Decorate(name, s)
-	if l == nil || !l.heartbeatLapsed(timed) {
+	if l == nil || l.cfg.HeartbeatThreshold <= 0 || !l.timedLapse(timed) {
 		return timed, nil
 	}
-	lease, err := client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		l.forgetLease(name)
-	case err != nil:
-		return NodeState{}, fmt.Errorf("reading node %s's heartbeat Lease: %w", name, err)
-	default:
-		l.observeLease(name, lease.ResourceVersion, leaseDuration(lease))
+	reads := []struct {
+		sig       signal
+		namespace string
+		name      string
+	}{{kubeletLease, NodeLeaseNamespace, name}}
+	if l.pluginNamespace != "" {
+		if lease, err := nodelease.Name(name); err == nil {
+			reads = append(reads, struct {
+				sig       signal
+				namespace string
+				name      string
+			}{pluginLease, l.pluginNamespace, lease})
+		}
+	}
+	for _, r := range reads {
+		lease, err := client.CoordinationV1().Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l.forget(r.sig, name)
+		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name):
+			// A node without a known plugin Lease is decided on its
+			// kubelet's alone: a plugin Lease that cannot be read (no
+			// access to the namespace, an API error) must not stop every
+			// fence of such nodes.
+			l.logger.V(2).Info("node plugin Lease not readable; the node has none known and is decided on its kubelet's Lease", "node", name, "lease", r.namespace+"/"+r.name, "err", err)
+		case err != nil:
+			return NodeState{}, fmt.Errorf("reading node %s's %s heartbeat Lease %s/%s: %w", name, r.sig, r.namespace, r.name, err)
+		default:
+			l.observe(r.sig, name, lease.ResourceVersion, leaseDuration(lease))
+		}
 	}
 	return l.Decorate(name, s), nil
 }
 
+// knows: a Lease of node name's heartbeat sig has been seen.
+func (l *Liveness) knows(sig signal, name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.nodes[name]
+	return e != nil && e.beats[sig].rv != ""
+}
+
 // HeartbeatLost reports whether s (timed by Decorate) is past the
 // heartbeat threshold.
-func (l *Liveness) HeartbeatLost(s NodeState) bool { return l != nil && l.heartbeatLapsed(s) }
+func (l *Liveness) HeartbeatLost(s NodeState) bool {
+	return l != nil && l.cfg.HeartbeatThreshold > 0 && !s.RenewedSeen.IsZero() && l.clock.Now().Sub(s.RenewedSeen) > l.cfg.HeartbeatThresholdOf(s)
+}
 
 // Recovered reports whether node name, as s shows it, has been seen
 // healthy (Ready, its heartbeat within the threshold) for the recovery
@@ -567,7 +746,7 @@ func (l *Liveness) Recovered(name string, s NodeState) (bool, time.Duration) {
 	if e == nil || e.readyAt.IsZero() {
 		return false, 0
 	}
-	if l.cfg.HeartbeatThreshold > 0 && !e.renewed.IsZero() && now.Sub(e.renewed) > l.heartbeatThreshold(e) {
+	if l.heartbeatLapsed(e, now, time.Time{}) {
 		return false, 0
 	}
 	since := e.readyAt

@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
 // The heartbeat model check (issue 23). Kubelets renew their Leases in
@@ -31,14 +32,20 @@ import (
 // 9 to 16 run the opt-in fast threshold (6 s) over kubelets at their own
 // cadence, four with Leases of 10 s (fast) and one of 40 s (the default):
 // there a node's threshold is its own, never below two of its renewals
-// (20 s for 40).
+// (20 s for 40). Seeds 17 to 24 add the node plugins' Leases (pkg/
+// nodelease), each at its node's kubelet's cadence, and kubelets that
+// restart (stop renewing for a while) on nodes that run on, their plugins
+// renewing: the invariant then holds for either Lease, a node is never
+// fenced for a lost heartbeat while the API shows its kubelet's or its
+// plugin's Lease renewed within that Lease's threshold.
 func TestHeartbeatModel(t *testing.T) {
 	total := 0
-	for seed := int64(1); seed <= 16; seed++ {
+	for seed := int64(1); seed <= 24; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		clock := clocktesting.NewFakeClock(t0)
 		threshold := 20 * time.Second
 		leaseFor := map[string]time.Duration{} // 0: none stated
+		plugins := seed > 16
 		if seed > 8 {
 			threshold = 6 * time.Second
 			// A fast pool with one kubelet not yet reconfigured (more
@@ -58,9 +65,12 @@ func TestHeartbeatModel(t *testing.T) {
 		}
 		cfg := fencing.Config{HeartbeatThreshold: threshold}
 		l := NewLiveness(clock, cfg, DefaultGuardShare)
+		if plugins {
+			l.ReadPluginLeases(pluginNamespace)
+		}
 		nodes := []string{"n0", "n1", "n2", "n3", "n4"}
 		var objs []runtime.Object
-		renewedAt := map[string]time.Time{}
+		renewedAt := map[signal]map[string]time.Time{kubeletLease: {}, pluginLease: {}}
 		for _, n := range nodes {
 			objs = append(objs, node(n, true, t0))
 		}
@@ -86,17 +96,21 @@ func TestHeartbeatModel(t *testing.T) {
 		}
 		client.PrependReactor("create", "leases", stamp)
 		client.PrependReactor("update", "leases", stamp)
-		leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
 		type event struct {
+			sig      signal
 			node, rv string
 			leaseFor time.Duration
 		}
 		var pending []event
-		renew := func(n string) {
+		renewLease := func(sig signal, n string) {
 			ctx := context.Background()
-			cur, err := leases.Get(ctx, n, metav1.GetOptions{})
+			leases, name := client.CoordinationV1().Leases(NodeLeaseNamespace), n
+			if sig == pluginLease {
+				leases, name = client.CoordinationV1().Leases(pluginNamespace), nodelease.Prefix+n
+			}
+			cur, err := leases.Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n}}
+				lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}
 				if d := leaseFor[n]; d > 0 {
 					secs := int32(d / time.Second)
 					lease.Spec.LeaseDurationSeconds = &secs
@@ -110,8 +124,19 @@ func TestHeartbeatModel(t *testing.T) {
 			if err != nil {
 				return // the API is down: the renewal never reached it
 			}
-			renewedAt[n] = clock.Now()
-			pending = append(pending, event{n, cur.ResourceVersion, leaseFor[n]})
+			renewedAt[sig][n] = clock.Now()
+			pending = append(pending, event{sig, n, cur.ResourceVersion, leaseFor[n]})
+		}
+		// restarting: a kubelet that does not renew on a node that runs on
+		// (its plugin renews).
+		restarting := map[string]bool{}
+		renew := func(n string) {
+			if !restarting[n] {
+				renewLease(kubeletLease, n)
+			}
+			if plugins {
+				renewLease(pluginLease, n)
+			}
 		}
 		for _, n := range nodes {
 			l.observeNode(n, NodeState{Exists: true, UID: n, Ready: true})
@@ -151,7 +176,7 @@ func TestHeartbeatModel(t *testing.T) {
 				k := 1 + rng.Intn(len(pending))
 				rng.Shuffle(k, func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
 				for _, ev := range pending[:k] {
-					l.observeLease(ev.node, ev.rv, ev.leaseFor)
+					l.observe(ev.sig, ev.node, ev.rv, ev.leaseFor)
 				}
 				pending = pending[k:]
 			case r < 78:
@@ -164,6 +189,10 @@ func TestHeartbeatModel(t *testing.T) {
 					// The watch reconnected after the outage.
 					l.Restored()
 				}
+			case r < 80 && plugins && rng.Intn(2) == 0:
+				// A kubelet restarts, or is back from one.
+				n := nodes[rng.Intn(len(nodes))]
+				restarting[n] = !restarting[n]
 			case r < 80:
 				// A node dies; a dead one comes back now and then.
 				n := nodes[rng.Intn(len(nodes))]
@@ -199,9 +228,12 @@ func TestHeartbeatModel(t *testing.T) {
 					continue
 				}
 				fences++
-				if reason == fencing.FenceHeartbeatLost && clock.Now().Sub(renewedAt[n]) <= own(n) {
-					t.Fatalf("seed %d step %d: node %s fenced (%s) although the API shows its Lease renewed %s ago (its threshold %s, Lease %s)",
-						seed, step, n, reason, clock.Now().Sub(renewedAt[n]), own(n), leaseFor[n])
+				for _, sig := range []signal{kubeletLease, pluginLease} {
+					at, ok := renewedAt[sig][n]
+					if reason == fencing.FenceHeartbeatLost && ok && clock.Now().Sub(at) <= own(n) {
+						t.Fatalf("seed %d step %d: node %s fenced (%s) although the API shows its %s Lease renewed %s ago (its threshold %s, Lease %s)",
+							seed, step, n, reason, sig, clock.Now().Sub(at), own(n), leaseFor[n])
+					}
 				}
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
 // The informers' caches hold these records instead of API objects: what
@@ -65,11 +67,14 @@ type nodeRecord struct {
 	driverTaint bool // carries the driver's out-of-service taint
 }
 
-// leaseRecord is a kubelet's Lease: that it changed, and its duration
-// (the kubelet's cadence), are what Liveness reads.
+// leaseRecord is a heartbeat Lease, a kubelet's or a node plugin's: that
+// it changed, and its duration (the writer's cadence), are what Liveness
+// reads.
 type leaseRecord struct {
 	name, namespace, resourceVersion string
 	duration                         time.Duration // 0: not stated
+	// nodePlugin: labelled as a node plugin's Lease (pkg/nodelease).
+	nodePlugin bool
 }
 
 // GetObjectMeta implements metav1.ObjectMetaAccessor (meta.Accessor).
@@ -147,7 +152,8 @@ func (m *recordMaker) record(obj any) (any, error) {
 		if ns == NodeLeaseNamespace {
 			ns = NodeLeaseNamespace // one copy
 		}
-		return &leaseRecord{name: o.Name, namespace: ns, resourceVersion: o.ResourceVersion, duration: leaseDuration(o)}, nil
+		return &leaseRecord{name: o.Name, namespace: ns, resourceVersion: o.ResourceVersion, duration: leaseDuration(o),
+			nodePlugin: o.Labels[nodelease.Label] == nodelease.LabelValue}, nil
 	}
 	return obj, nil
 }

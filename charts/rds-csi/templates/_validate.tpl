@@ -61,6 +61,7 @@ value to set instead. */ -}}
   "http-endpoint" (printf $fixed "the ports the probes and metrics use")
   "storage-fencing" (printf $value "storageFencing.enabled, which also grants the controller the RBAC storage fencing needs")
   "out-of-service-taint" (printf $value "storageFencing.outOfServiceTaint, which also grants the controller update on nodes")
+  "node-lease" (printf $value "storageFencing.enabled, which also gives the node plugin its API token and Lease RBAC")
   "driver-name" "must stay rds.csi.srvlab.io, the name the chart's CSIDriver, StorageClasses and kubelet registration path use"
   "attachment-key-file" "names a file the chart does not mount; with storageFencing.enabled the attachment key is derived from the SSH key in rds.sshSecret"
   "kubeconfig" "names a file the chart does not mount; the driver uses its ServiceAccount"

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/srvlab/rds-csi/pkg/csi"
+	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
+)
+
+// nodeLeaseOptions: the node plugin's own heartbeat (pkg/nodelease), a
+// second sign of life the controller reads beside the kubelet's Lease.
+type nodeLeaseOptions struct {
+	// Enabled: the node plugin keeps its Lease (node and all modes).
+	Enabled  bool
+	Duration time.Duration
+	// Namespace of the node plugins' Leases: where the node plugin writes
+	// its own, and where the controller watches them ("": the pod's).
+	Namespace string
+}
+
+func (o *nodeLeaseOptions) addFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "node-lease", false, "node mode: keep a Lease of this node plugin's own ("+nodelease.Prefix+"<node> in --node-lease-namespace), renewed every quarter of --node-lease-duration, a second sign of life beside the kubelet's: with storage fencing a node is fenced on its heartbeat only when both are silent, so a kubelet restart never fences a running node. Needs API access (in-cluster, or --kubeconfig): create, get and update of Leases in that namespace (manifests/overlays/storage-fencing). A failed renewal is logged and retried; the CSI service never depends on it")
+	fs.DurationVar(&o.Duration, "node-lease-duration", nodelease.DefaultDuration, "with --node-lease: the duration the Lease states (renewed every quarter of it), like the kubelet's nodeLeaseDurationSeconds: 40s by default, 10s on a node pool of the faster failover (at least "+nodelease.MinDuration.String()+", whole seconds; docs/attachments.md)")
+	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases: where the node plugin writes its own (--node-lease) and where the controller watches them with --heartbeat-threshold (default: the pod's namespace; outside a pod none: the controller then reads no node plugin Lease, and --node-lease needs this flag)")
+}
+
+// validate checks the node Lease's flags (given: the flags set).
+func (o *nodeLeaseOptions) validate(mode string, given map[string]bool) []string {
+	var problems []string
+	if o.Enabled && mode == csi.ModeController {
+		problems = append(problems, "--node-lease needs --mode=node or --mode=all: the controller keeps no node's Lease")
+	}
+	if given["node-lease-duration"] && !o.Enabled {
+		problems = append(problems, "--node-lease-duration needs --node-lease: without it no node plugin Lease is kept")
+	}
+	if o.Duration < nodelease.MinDuration || o.Duration%time.Second != 0 {
+		problems = append(problems, fmt.Sprintf("--node-lease-duration=%s must be whole seconds, at least %s (the kubelet's fastest opt-in cadence: a Lease of 10 s renewed every 2.5 s)", o.Duration, nodelease.MinDuration))
+	}
+	if ns := o.Namespace; ns != "" {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			problems = append(problems, fmt.Sprintf("--node-lease-namespace %q is not a namespace name: %s", ns, strings.Join(errs, "; ")))
+		} else if ns == informers.NodeLeaseNamespace {
+			problems = append(problems, "--node-lease-namespace must not be "+informers.NodeLeaseNamespace+": the kubelets' Leases there are named after their nodes, and the controller would take a node plugin's Lease for a node's")
+		}
+	}
+	return problems
+}
+
+// namespace is where the node plugins' Leases are: the flag, or the pod's
+// namespace (that of the ServiceAccount token mounted in it); "" outside
+// a pod without the flag: the controller then reads no node plugin Lease
+// (its nodes are decided on their kubelets' alone), and --node-lease is
+// refused.
+func (o *nodeLeaseOptions) namespace() string {
+	if o.Namespace != "" {
+		return o.Namespace
+	}
+	return podNamespace()
+}
+
+// podNamespace is the namespace of the pod the driver runs in ("" outside
+// a pod).
+func podNamespace() string {
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
+// renewer returns the node plugin's Lease renewer for node, with a client
+// of its own (in-cluster, or kubeconfig): a few writes a minute.
+func (o *nodeLeaseOptions) renewer(kubeconfig, node string) (*nodelease.Renewer, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--node-lease needs the Kubernetes API (run in a pod with the node plugin's ServiceAccount token mounted, or pass --kubeconfig): %w", err)
+	}
+	ns := o.namespace()
+	if ns == "" {
+		return nil, errors.New("--node-lease outside a pod needs --node-lease-namespace (in a pod it is the pod's namespace)")
+	}
+	cfg.UserAgent = "rds-csi-node/" + csi.Version
+	cfg.QPS, cfg.Burst = 5, 10
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("Kubernetes client for the node plugin's Lease: %w", err)
+	}
+	return nodelease.NewRenewer(client, ns, node, o.Duration, nil)
+}
+
+// runInBackground runs f until ctx is done; the returned func stops it
+// and waits for it.
+func runInBackground(ctx context.Context, f func(context.Context)) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f(ctx) }()
+	return func() { cancel(); <-done }
+}
