@@ -3,6 +3,7 @@ package rds
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -242,9 +243,41 @@ func entryText(e Entry) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", e.Number, e.Flags)
 	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%q", k, e.Values[k])
+		v := e.Values[k]
+		if sensitiveProperty(k) {
+			v = hiddenValue
+		}
+		fmt.Fprintf(&b, " %s=%q", k, v)
 	}
 	return b.String()
+}
+
+// sensitiveProperties are the /disk properties that carry an export's
+// authentication (the password, and the secret RouterOS makes of it, which
+// is what a host presents to connect), on the server side and the
+// initiator side. Their values are never logged.
+var sensitiveProperties = []string{"nvme-tcp-server-secret", "nvme-tcp-server-password", "nvme-tcp-secret", "nvme-tcp-password"}
+
+func sensitiveProperty(key string) bool { return slices.Contains(sensitiveProperties, key) }
+
+// loggableText is a skipped entry's text as it may be logged: without
+// any value of a sensitive property. An entry's text is either rendered
+// from its values (entryText: those are hidden already) or RouterOS's
+// raw lines, which may wrap a secret over two lines: then, with the
+// blanks and line breaks RouterOS may have put in taken out, any trace
+// of one not hidden (a sensitive property's name, a DH-HMAC-CHAP key's
+// prefix) withholds the whole text.
+func loggableText(text string) string {
+	squeezed := strings.ToLower(strings.Join(strings.Fields(text), ""))
+	for _, k := range sensitiveProperties {
+		squeezed = strings.ReplaceAll(squeezed, k+`="`+hiddenValue+`"`, "")
+	}
+	for _, mark := range append([]string{"dhhc-"}, sensitiveProperties...) {
+		if strings.Contains(squeezed, mark) {
+			return "(withheld: it holds an export's password or secret)"
+		}
+	}
+	return truncateTo(text, 300)
 }
 
 // mayUseFile reports whether a skipped entry may be a disk on path: its
@@ -311,7 +344,7 @@ func (c *Client) ListDisksReport(ctx context.Context) (DiskListing, error) {
 		c.skipped.Add(int64(n))
 		logger := klog.FromContext(ctx)
 		for _, s := range dl.Skipped {
-			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", truncateTo(s.Text, 300))
+			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", loggableText(s.Text))
 		}
 	}
 	return dl, nil
