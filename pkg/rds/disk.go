@@ -268,16 +268,57 @@ func sensitiveProperty(key string) bool { return slices.Contains(sensitiveProper
 // of one not hidden (a sensitive property's name, a DH-HMAC-CHAP key's
 // prefix) withholds the whole text.
 func loggableText(text string) string {
+	if holdsSecret(text) {
+		return "(withheld: it holds an export's password or secret)"
+	}
+	return truncateTo(text, 300)
+}
+
+// holdsSecret: text, with the blanks and line breaks RouterOS may have
+// put in taken out, shows a trace of a sensitive value that is not
+// hidden (a sensitive property's name, a DH-HMAC-CHAP key's prefix).
+func holdsSecret(text string) bool {
 	squeezed := strings.ToLower(strings.Join(strings.Fields(text), ""))
 	for _, k := range sensitiveProperties {
 		squeezed = strings.ReplaceAll(squeezed, k+`="`+hiddenValue+`"`, "")
 	}
 	for _, mark := range append([]string{"dhhc-"}, sensitiveProperties...) {
 		if strings.Contains(squeezed, mark) {
-			return "(withheld: it holds an export's password or secret)"
+			return true
 		}
 	}
-	return truncateTo(text, 300)
+	return false
+}
+
+// hideSensitiveOutput is a print's output as the command observer may
+// see it: each sensitive property's quoted value (wrapped over lines or
+// not) replaced by "<hidden>". Output that still shows a trace of one (an
+// unquoted value, which a wrap may continue on the next line; a name split
+// by a wrap) is withheld whole.
+func hideSensitiveOutput(out string) string {
+	for _, k := range sensitiveProperties {
+		var b strings.Builder
+		rest := out
+		for {
+			i := strings.Index(rest, k+`="`)
+			if i < 0 {
+				b.WriteString(rest)
+				break
+			}
+			b.WriteString(rest[:i] + k + `="` + hiddenValue + `"`)
+			rest = rest[i+len(k)+2:]
+			end := strings.IndexByte(rest, '"')
+			if end < 0 {
+				end = len(rest) - 1
+			}
+			rest = rest[end+1:]
+		}
+		out = b.String()
+	}
+	if holdsSecret(out) {
+		return "(output withheld: it holds an export's password or secret)\n"
+	}
+	return out
 }
 
 // mayUseFile reports whether a skipped entry may be a disk on path: its
