@@ -455,6 +455,9 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			if claim.Nonce, err = newNonce(); err != nil {
 				return nil, statusf(codes.Internal, "volume %s: %v", id, err)
 			}
+			// Made authenticated: from now on a publish of it answers its
+			// secret or fails (authenticate).
+			claim.Auth = s.d.opts.ExportAuthOn()
 		}
 	}
 	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
@@ -556,7 +559,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			pc[PublishContextHostNQN] = s.d.claimHost(id, node, live)
 		}
 		if s.d.opts.ExportAuthOn() {
-			if err := p.authenticate(ctx, pc, res); err != nil {
+			if err := p.authenticate(ctx, pc, res, live); err != nil {
 				s.pub.Reporter.PublishFailed("storage")
 				return nil, err
 			}
@@ -569,17 +572,23 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 
 // authenticate adds an authenticated attachment's keys to publish_context
 // (--export-auth=dhchap): the secret the export was read back with, sealed
-// to the requester's node key. An export that prints no secret is left
-// unauthenticated in publish_context, as it is on the RDS: an attachment
-// made before the mode was turned on (or opened by a replica without it),
-// which keeps working until it moves (docs/attachments.md, "Turning it
-// on"); so is an export open to any host (readers only: nothing to
-// fence). The secret never reaches a log line or an error.
-func (p *publishing) authenticate(ctx context.Context, pc map[string]string, res exportResult) error {
+// to the requester's node key. An export open to any host (readers only:
+// nothing to fence) is answered without. So is one that prints no secret
+// for an attachment made before the mode was turned on (claim c without
+// Auth), which keeps working until it moves (docs/attachments.md,
+// "Turning it on"). An attachment made with the mode on (c.Auth) whose
+// export prints no secret fails: its password may be set (a swap that
+// landed but whose read back showed no secret, a RouterOS user without
+// the sensitive policy), and a node told of no secret could not connect;
+// nothing tells that apart from an export without a password. The
+// secret never reaches a log line or an error.
+func (p *publishing) authenticate(ctx context.Context, pc map[string]string, res exportResult, c informers.Claim) error {
 	id, node := p.req.GetVolumeId(), p.ident.Name
 	switch {
 	case res.secretUnreadable:
 		return statusf(codes.Unavailable, "volume %s: its export on the RDS prints a secret in a form this driver cannot read, so node %s could not authenticate; run rdsctl selftest on this RDS (docs/routeros.md, \"The export password\")", id, node)
+	case res.state.Host != "" && res.secret.IsZero() && c.Auth:
+		return statusf(codes.Unavailable, "volume %s: its export on the RDS prints no secret (nvme-tcp-server-secret), but node %s's attachment was made with --export-auth=%s, so its password may be set and the node could not connect without it; give the controller's RouterOS user the sensitive policy (docs/deploy.md), or, if a controller replica without --export-auth opened it, move the volume (detach and attach again)", id, node, ExportAuthDHCHAP)
 	case res.state.Host == "" || res.secret.IsZero():
 		klog.FromContext(ctx).Info("published without authentication: the export has no password", "volume", id, "node", node, "export", res.state.String())
 		return nil

@@ -53,6 +53,18 @@ type fakeRDS struct {
 	// the old password when a swap moves the allowed host (the model
 	// check's negative control).
 	keepPasswordOnHostChange bool
+	// hideSecrets: a RouterOS user without the sensitive policy, who
+	// sees no nvme-tcp-server-secret although a password is set
+	// (GetDisk, ListDisks and a swap's read back print none).
+	hideSecrets bool
+}
+
+// printedLocked is d as a read of it prints.
+func (f *fakeRDS) printedLocked(d rds.Disk) rds.Disk {
+	if f.hideSecrets {
+		d.Secret = nvme.DHCHAPSecret{}
+	}
+	return d
 }
 
 type fakeSecret struct {
@@ -283,6 +295,7 @@ func (f *fakeRDS) SwapExportAuth(_ context.Context, slot string, from, to rds.Ex
 	if err != nil {
 		return after, nvme.DHCHAPSecret{}, err
 	}
+	d = f.printedLocked(d)
 	if to.Open && !pw.IsZero() && from != to && d.Secret.IsZero() {
 		return after, nvme.DHCHAPSecret{}, fmt.Errorf("%w: disk %q prints no secret", rds.ErrBadOutput, slot)
 	}
@@ -429,6 +442,7 @@ func (f *fakeRDS) GetDisk(_ context.Context, slot string) (*rds.Disk, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: disk %q", rds.ErrNotFound, slot)
 	}
+	d = f.printedLocked(d)
 	return &d, nil
 }
 
@@ -440,7 +454,7 @@ func (f *fakeRDS) ListDisks(context.Context) ([]rds.Disk, error) {
 	}
 	out := make([]rds.Disk, 0, len(f.disks))
 	for _, d := range f.disks {
-		out = append(out, d)
+		out = append(out, f.printedLocked(d))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
 	return out, nil

@@ -62,7 +62,23 @@ func ParsePublicKey(s string) (PublicKey, error) {
 		return k, fmt.Errorf("node key %q is not %d bytes of unpadded base64url", s, len(k))
 	}
 	copy(k[:], raw)
+	if err := k.check(); err != nil {
+		return PublicKey{}, fmt.Errorf("node key %q: %w", s, err)
+	}
 	return k, nil
+}
+
+// check refuses a low-order point: X25519 with one is the same known
+// value whatever the other side's key, so a secret sealed to it would open
+// for anyone. No node plugin makes one (keyFrom multiplies the base
+// point).
+func (k PublicKey) check() error {
+	var probe [32]byte
+	probe[0] = 9 // any scalar: clamped, it is a multiple of the cofactor
+	if _, err := curve25519.X25519(probe[:], k[:]); err != nil {
+		return errors.New("it is a low-order point of Curve25519, which no node plugin makes: anything sealed to it opens for anyone; the node ID was not written by this driver's node plugin")
+	}
+	return nil
 }
 
 // NodeKey is a node plugin's key pair.
@@ -165,6 +181,9 @@ func keyFrom(priv [32]byte) (*NodeKey, error) {
 func Seal(secret nvme.DHCHAPSecret, to PublicKey, r io.Reader) (string, error) {
 	if secret.IsZero() {
 		return "", errors.New("sealing an empty DH-HMAC-CHAP secret")
+	}
+	if err := to.check(); err != nil {
+		return "", fmt.Errorf("sealing to node key %s: %w", to, err)
 	}
 	pub := [32]byte(to)
 	out, err := box.SealAnonymous(nil, []byte(secret.Reveal()), &pub, r)

@@ -140,6 +140,12 @@ type Claim struct {
 	// (pkg/csi), so the annotation does not reveal it. Empty for claims
 	// made before per-attachment host NQNs: those allow HostNQN.
 	Nonce string `json:"n,omitempty"`
+	// Auth: the attachment was made with authenticated exports on
+	// (pkg/csi, --export-auth): its export gets a password, so a publish
+	// of it answers the secret or fails, never success without one.
+	// False for attachments made before the mode was on, which keep
+	// working unauthenticated until they move.
+	Auth bool `json:"auth,omitempty"`
 	// PVs: every PersistentVolume of the handle the claim was committed
 	// to, when there are several (a Retained volume's PV re-created): a
 	// release on a replica whose index has not seen one of them yet

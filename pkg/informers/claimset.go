@@ -25,7 +25,7 @@ type heldClaim struct {
 	nonce                              string // one per attachment: not interned
 	pvs                                []string
 	gen                                int64
-	readOnly                           bool
+	readOnly, auth                     bool
 }
 
 // NewClaimSet holds the claims of m (nil or empty: none).
@@ -45,6 +45,7 @@ func NewClaimSet(m map[string]Claim) ClaimSet {
 			pvs:        c.PVs,
 			gen:        c.Gen,
 			readOnly:   c.ReadOnly,
+			auth:       c.Auth,
 		})
 	}
 	slices.SortFunc(s, func(a, b heldClaim) int { return strings.Compare(a.node.Value(), b.node.Value()) })
@@ -69,6 +70,7 @@ func (h heldClaim) claim() Claim {
 		HostNQN:    h.hostNQN.Value(),
 		Nonce:      h.nonce,
 		PVs:        h.pvs,
+		Auth:       h.auth,
 	}
 }
 

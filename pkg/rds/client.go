@@ -66,8 +66,8 @@ type Config struct {
 	RetryMaxDelay     time.Duration // default 5s
 
 	// Observer, when set, sees every command attempt's outcome (for logs,
-	// metrics and the demo). A command's secrets (an export password) are
-	// shown as "<hidden>".
+	// metrics and the demo). A command's secrets (an export password), and
+	// a print's (a disk's nvme-tcp-server-secret), are shown as "<hidden>".
 	Observer func(CommandRecord)
 }
 
@@ -487,7 +487,12 @@ func (c *Client) runHiding(ctx context.Context, cmd string, secrets []string) (s
 		cmd = hideSecrets(cmd, secrets)
 	}
 	if c.cfg.Observer != nil {
-		c.cfg.Observer(CommandRecord{Command: cmd, Output: out, Err: err, Attempts: attempts, Duration: time.Since(start)})
+		seen := out
+		if isPrint(cmd) {
+			// A print of a disk with an export password shows its secret.
+			seen = hideSensitiveOutput(out)
+		}
+		c.cfg.Observer(CommandRecord{Command: cmd, Output: seen, Err: err, Attempts: attempts, Duration: time.Since(start)})
 	}
 	return out, err
 }

@@ -3,6 +3,7 @@ package rds
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -242,9 +243,82 @@ func entryText(e Entry) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", e.Number, e.Flags)
 	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%q", k, e.Values[k])
+		v := e.Values[k]
+		if sensitiveProperty(k) {
+			v = hiddenValue
+		}
+		fmt.Fprintf(&b, " %s=%q", k, v)
 	}
 	return b.String()
+}
+
+// sensitiveProperties are the /disk properties that carry an export's
+// authentication (the password, and the secret RouterOS makes of it, which
+// is what a host presents to connect), on the server side and the
+// initiator side. Their values are never logged.
+var sensitiveProperties = []string{"nvme-tcp-server-secret", "nvme-tcp-server-password", "nvme-tcp-secret", "nvme-tcp-password"}
+
+func sensitiveProperty(key string) bool { return slices.Contains(sensitiveProperties, key) }
+
+// loggableText is a skipped entry's text as it may be logged: without
+// any value of a sensitive property. An entry's text is either rendered
+// from its values (entryText: those are hidden already) or RouterOS's
+// raw lines, which may wrap a secret over two lines: then, with the
+// blanks and line breaks RouterOS may have put in taken out, any trace
+// of one not hidden (a sensitive property's name, a DH-HMAC-CHAP key's
+// prefix) withholds the whole text.
+func loggableText(text string) string {
+	if holdsSecret(text) {
+		return "(withheld: it holds an export's password or secret)"
+	}
+	return truncateTo(text, 300)
+}
+
+// holdsSecret: text, with the blanks and line breaks RouterOS may have
+// put in taken out, shows a trace of a sensitive value that is not
+// hidden (a sensitive property's name, a DH-HMAC-CHAP key's prefix).
+func holdsSecret(text string) bool {
+	squeezed := strings.ToLower(strings.Join(strings.Fields(text), ""))
+	for _, k := range sensitiveProperties {
+		squeezed = strings.ReplaceAll(squeezed, k+`="`+hiddenValue+`"`, "")
+	}
+	for _, mark := range append([]string{"dhhc-"}, sensitiveProperties...) {
+		if strings.Contains(squeezed, mark) {
+			return true
+		}
+	}
+	return false
+}
+
+// hideSensitiveOutput is a print's output as the command observer may
+// see it: each sensitive property's quoted value (wrapped over lines or
+// not) replaced by "<hidden>". Output that still shows a trace of one (an
+// unquoted value, which a wrap may continue on the next line; a name split
+// by a wrap) is withheld whole.
+func hideSensitiveOutput(out string) string {
+	for _, k := range sensitiveProperties {
+		var b strings.Builder
+		rest := out
+		for {
+			i := strings.Index(rest, k+`="`)
+			if i < 0 {
+				b.WriteString(rest)
+				break
+			}
+			b.WriteString(rest[:i] + k + `="` + hiddenValue + `"`)
+			rest = rest[i+len(k)+2:]
+			end := strings.IndexByte(rest, '"')
+			if end < 0 {
+				end = len(rest) - 1
+			}
+			rest = rest[end+1:]
+		}
+		out = b.String()
+	}
+	if holdsSecret(out) {
+		return "(output withheld: it holds an export's password or secret)\n"
+	}
+	return out
 }
 
 // mayUseFile reports whether a skipped entry may be a disk on path: its
@@ -311,7 +385,7 @@ func (c *Client) ListDisksReport(ctx context.Context) (DiskListing, error) {
 		c.skipped.Add(int64(n))
 		logger := klog.FromContext(ctx)
 		for _, s := range dl.Skipped {
-			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", truncateTo(s.Text, 300))
+			logger.Info("WARNING: skipped a /disk entry the driver cannot read; the other disks are listed", "entry", s.Number, "reason", s.Err.Error(), "text", loggableText(s.Text))
 		}
 	}
 	return dl, nil

@@ -68,7 +68,7 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 			return nil, fmt.Errorf("%w: copy of %q needs at least %d bytes, %d requested", ErrInvalidArgument, req.SourceSlot, src.Size, req.Size)
 		}
 	}
-	exportArgs, exportValues := copyExportArgs(req.Export)
+	exportArgs, exportValues := copyExportArgs(req.Export, !src.Secret.IsZero() || src.SecretUnreadable)
 	_, err = c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
 		append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
 	if errors.Is(err, ErrOutcomeUnknown) {
@@ -106,13 +106,20 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 // included. RouterOS's CLI manual says add's copy-from takes the new
 // item's default property values from the existing item, so a property the
 // add leaves out may be the source's: a copy of a volume open to a node
-// would be open to that node (docs/routeros.md, facts table). The
+// would be open to that node (docs/routeros.md, facts table). With
+// clearPassword (the source prints a secret: it has a password) the
 // password goes too (`nvme-tcp-server-password=""`, syntax assumed): a
 // copy that kept its source's would hand whoever opens it the source's
-// secret.
-func copyExportArgs(e *Export) (string, []string) {
+// secret. Without, the property is not sent: that RouterOS takes it on
+// add is assumed, and a copy of a disk without a password has none to
+// inherit.
+func copyExportArgs(e *Export, clearPassword bool) (string, []string) {
 	args, values := e.args()
-	return args + " nvme-tcp-server-allow-host-name=%s nvme-tcp-server-password=%s", append(values, "", "")
+	args, values = args+" nvme-tcp-server-allow-host-name=%s", append(values, "")
+	if clearPassword {
+		args, values = args+" nvme-tcp-server-password=%s", append(values, "")
+	}
+	return args, values
 }
 
 func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, error) {
