@@ -39,7 +39,8 @@ type guestRun struct {
 
 // boots: multipath Y runs everything; N runs what depends on the device
 // naming (connect and discovery, stage and publish, a path that bounces,
-// a fenced writer's device, where a fenced attachment's held writes wait).
+// a fenced writer's device, where a fenced attachment's held writes wait,
+// an authenticated attachment's device).
 var boots = []struct {
 	multipath string
 	runs      []guestRun
@@ -47,12 +48,12 @@ var boots = []struct {
 	{"Y", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
-		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns|TestVMSelftestData|TestVMVolumeWriteIOPS)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns|TestVMSelftestData|TestVMVolumeWriteIOPS|TestVMAuthenticatedExport|TestVMNodePluginAuthReport)$", "e2e-nvme.test"},
 	}},
 	{"N", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNodeFilesystemLifecycle|TestNodeBlockVolume|TestNodeExpandVolume|TestVMNodePathDownAndBack)$", "csi.test"},
-		{"./e2e/nvme", "^(TestVMFenceCutsWriter|TestVMFencedAttachmentReturns)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMFenceCutsWriter|TestVMFencedAttachmentReturns|TestVMAuthenticatedExport)$", "e2e-nvme.test"},
 	}},
 }
 
@@ -82,18 +83,25 @@ func TestNVMeTCPInVM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	start := time.Now()
-	kernel, initrd, err := vm.Prepare(ctx, root)
+	prep, err := vm.Prepare(ctx, root)
 	if err != nil {
 		unavailable(t, err)
 	}
+	t.Logf("kernel package %s (NVMe in-band authentication: %v)", prep.KernelPackage, prep.NVMeAuth)
 	cache := filepath.Join(root, ".cache", "nvme-vm")
-	base := vm.Config{Kernel: kernel, Initrd: initrd}
+	base := vm.Config{Kernel: prep.Kernel, Initrd: prep.Initrd}
 	if err := vm.Check(base); err != nil {
 		unavailable(t, err)
 	}
-	ko, err := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(kernel)), "lib", "modules", "*", "kernel", "drivers", "nvme", "host", "nvme-tcp.ko"))
+	// nvme-tcp.ko, or nvme-tcp.ko.xz where the package compresses its
+	// modules (6.12): the guest test loads it with finit_module.
+	ko, err := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(prep.Kernel)), "lib", "modules", "*", "kernel", "drivers", "nvme", "host", "nvme-tcp.ko*"))
 	if err != nil || len(ko) != 1 {
 		t.Fatalf("nvme-tcp.ko in the unpacked kernel: %v %v", ko, err)
+	}
+	kernelAuth := "0"
+	if prep.NVMeAuth {
+		kernelAuth = "1"
 	}
 	bin := filepath.Join(cache, "bin")
 	// The guest runs the binaries and loads nvme-tcp.ko by their host paths
@@ -164,7 +172,7 @@ func TestNVMeTCPInVM(t *testing.T) {
 			cfg := base
 			cfg.ResultsDir = results
 			cfg.KernelArgs = []string{"nvme_core.multipath=" + b.multipath}
-			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+ko[0], "RDS_NVME_VM_BIN="+bin)
+			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+ko[0], "RDS_NVME_VM_BIN="+bin, "RDS_NVME_VM_KERNEL_NVME_AUTH="+kernelAuth)
 			logFile := filepath.Join(results, "console.log")
 			_ = os.WriteFile(logFile, res.Output, 0o644)
 			summary := summarize(res.Output)
