@@ -66,7 +66,8 @@ type Config struct {
 	RetryMaxDelay     time.Duration // default 5s
 
 	// Observer, when set, sees every command attempt's outcome (for logs,
-	// metrics and the demo). Commands never contain secrets.
+	// metrics and the demo). A command's secrets (an export password) are
+	// shown as "<hidden>".
 	Observer func(CommandRecord)
 }
 
@@ -433,6 +434,16 @@ func (c *Client) drop(conn *ssh.Client) {
 // run executes one command, retrying transport failures with jittered
 // exponential backoff, and turns RouterOS error text into errors.
 func (c *Client) run(ctx context.Context, cmd string) (string, error) {
+	return c.runHiding(ctx, cmd, nil)
+}
+
+// runHiding is run for a command that carries secrets (an export
+// password): each of them is replaced by "<hidden>" in everything the
+// command leaves behind, the Observer's record (command log, metrics,
+// the demo) and the error (CommandError's command and RouterOS's answer,
+// which may quote the command back), so that only the SSH session sees
+// them.
+func (c *Client) runHiding(ctx context.Context, cmd string, secrets []string) (string, error) {
 	start := time.Now()
 	var (
 		out      string
@@ -471,11 +482,51 @@ func (c *Client) run(ctx context.Context, cmd string) (string, error) {
 			break
 		}
 	}
+	if len(secrets) > 0 {
+		out, err = hideSecrets(out, secrets), hideInError(err, secrets)
+		cmd = hideSecrets(cmd, secrets)
+	}
 	if c.cfg.Observer != nil {
 		c.cfg.Observer(CommandRecord{Command: cmd, Output: out, Err: err, Attempts: attempts, Duration: time.Since(start)})
 	}
 	return out, err
 }
+
+func hideSecrets(s string, secrets []string) string {
+	for _, v := range secrets {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, hiddenValue)
+		}
+	}
+	return s
+}
+
+// hideInError hides secrets in a CommandError (the only error that
+// carries a command or RouterOS's text); another error that shows one
+// anyway is replaced by its text with them hidden, keeping its kind.
+func hideInError(err error, secrets []string) error {
+	if err == nil {
+		return nil
+	}
+	var ce *CommandError
+	if errors.As(err, &ce) {
+		ce.Command, ce.Output = hideSecrets(ce.Command, secrets), hideSecrets(ce.Output, secrets)
+	}
+	if msg := err.Error(); hideSecrets(msg, secrets) != msg {
+		return &hiddenError{msg: hideSecrets(msg, secrets), err: err}
+	}
+	return err
+}
+
+// hiddenError is an error whose text had secrets hidden; errors.Is and As
+// still see what it wraps.
+type hiddenError struct {
+	msg string
+	err error
+}
+
+func (e *hiddenError) Error() string { return e.msg }
+func (e *hiddenError) Unwrap() error { return e.err }
 
 // exec renders a command (see command) and runs it.
 func (c *Client) exec(ctx context.Context, format string, values ...string) (string, error) {

@@ -42,7 +42,7 @@ var (
 
 // CommandError carries the RouterOS text of a refused command.
 type CommandError struct {
-	Command string // the command as sent (contains no secrets)
+	Command string // the command as sent, secrets (an export password) hidden
 	Output  string // the first line RouterOS printed
 	kind    error
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/nvme"
 )
 
 // Storage-level fencing: which host a disk's NVMe/TCP export is open to.
@@ -301,48 +303,121 @@ func StateOf(d *Disk) ExportState { return ExportState{Open: d.Exported, Host: d
 // established connection. The disk is read back afterwards and its state
 // returned; anything but `to` is ErrExportChanged (nothing was
 // overwritten: re-read and decide again). A missing disk is ErrNotFound.
-// Both hosts are validated (ValidateNQN) unless "".
+// Both hosts are validated (ValidateNQN) unless "". The export's password
+// is left as it is (SwapExportAuth sets it).
 //
 // Whether RouterOS applies both properties of one set together is assumed
 // (docs/routeros.md); the safety argument does not rest on their order:
 // either intermediate state is closed, or open to a host that either
 // state allowed.
 func (c *Client) SwapExport(ctx context.Context, slot string, from, to ExportState) (ExportState, error) {
+	_, after, err := c.swapExport(ctx, slot, from, to, nil)
+	return after, err
+}
+
+// SwapExportAuth is SwapExport that sets the export's password in the
+// same command (`... nvme-tcp-server-allow-host-name=T
+// nvme-tcp-server-password=P`); a zero password clears it (`""`). It
+// returns the secret read back with the state (nvme-tcp-server-secret,
+// what the allowed host must present; zero when none is printed). With
+// a password and `to` open, a read back that is `to` but shows no
+// secret, or one in a form this client cannot read, is an error naming
+// the slot (never the password): the host could not be told what to
+// present.
+//
+// The compare-and-swap condition stays on the slot, the export flag and
+// the allowed host alone, not on the password (which RouterOS never
+// prints, so no condition could be read back anyway): every password is
+// derived by the caller from the host it goes with, and storage fencing
+// never reuses a host NQN (each attachment has its own, each close a fresh
+// tombstone, each park a fresh one), so a state, host included, once left
+// never comes back, and whoever matches the host matches the password the
+// state was made with. The password travels in the command only: the
+// command is never logged, observed or put into an error with it
+// (runHiding).
+//
+// With from == to nothing is sent (a read back only), as SwapExport.
+func (c *Client) SwapExportAuth(ctx context.Context, slot string, from, to ExportState, password ExportPassword) (ExportState, nvme.DHCHAPSecret, error) {
+	d, after, err := c.swapExport(ctx, slot, from, to, &password)
+	if err != nil || d == nil {
+		return after, nvme.DHCHAPSecret{}, err
+	}
+	if to.Open && !password.IsZero() && from != to && (d.Secret.IsZero() || d.SecretUnreadable) {
+		what := "prints no nvme-tcp-server-secret"
+		if d.SecretUnreadable {
+			what = "prints its nvme-tcp-server-secret in a form this driver cannot read (not DHHC-1)"
+		}
+		return after, nvme.DHCHAPSecret{}, fmt.Errorf("%w: disk %q was given an export password with its allowed host, but %s: the host could not authenticate (RouterOS's export password is assumed, docs/routeros.md); run rdsctl selftest on this RDS, or turn --export-auth off", ErrBadOutput, slot, what)
+	}
+	return after, d.Secret, nil
+}
+
+// swapExport is SwapExport and SwapExportAuth (password nil: the password
+// is left as it is). It returns the disk read back too (nil when none was
+// read).
+func (c *Client) swapExport(ctx context.Context, slot string, from, to ExportState, password *ExportPassword) (*Disk, ExportState, error) {
 	if err := ValidateSlot(slot); err != nil {
-		return ExportState{}, err
+		return nil, ExportState{}, err
 	}
 	for _, h := range []string{from.Host, to.Host} {
 		if h != "" {
 			if err := ValidateNQN(h); err != nil {
-				return ExportState{}, err
+				return nil, ExportState{}, err
 			}
+		}
+	}
+	if password != nil && !password.IsZero() {
+		if _, err := NewExportPassword(password.v); err != nil {
+			return nil, ExportState{}, err
 		}
 	}
 	if from == to {
 		d, err := c.swapReadBack(ctx, slot, from, to)
 		if err != nil {
-			return ExportState{}, err
+			return nil, ExportState{}, err
 		}
-		return checkSwapRead(slot, from, to, d)
+		after, err := checkSwapRead(slot, from, to, d)
+		return d, after, err
 	}
-	_, err := c.exec(ctx, "/disk set [find where slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export="+yesNo(from.Open)+"] nvme-tcp-export="+yesNo(to.Open)+" nvme-tcp-server-allow-host-name=%s",
-		slot, from.Host, to.Host)
+	format := "/disk set [find where slot=%s and nvme-tcp-server-allow-host-name=%s and nvme-tcp-export=" + yesNo(from.Open) + "] nvme-tcp-export=" + yesNo(to.Open) + " nvme-tcp-server-allow-host-name=%s"
+	values := []string{slot, from.Host, to.Host}
+	var hidden []string
+	if password != nil {
+		format += " nvme-tcp-server-password=%s"
+		values = append(values, password.v)
+		hidden = []string{password.v}
+	}
+	cmd, err := command(format, values...)
+	if err == nil {
+		_, err = c.runHiding(ctx, cmd, hidden)
+	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		// Timed out or failed: it may still land (or have landed); the
 		// read back below cannot tell a late landing from none, so the
 		// caller re-reads before deciding again.
-		return ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w", slot, from, to, err)
+		return nil, ExportState{}, fmt.Errorf("exporting disk %q: %s -> %s: %w", slot, from, to, err)
 	}
 	d, err := c.swapReadBack(ctx, slot, from, to)
 	if err != nil {
-		return ExportState{}, err
+		return nil, ExportState{}, err
 	}
 	after, err := checkSwapRead(slot, from, to, d)
 	if err != nil {
-		return after, err
+		return d, after, err
 	}
-	klog.FromContext(ctx).Info("RDS export swapped", "slot", slot, "from", from.String(), "to", to.String())
-	return after, nil
+	klog.FromContext(ctx).Info("RDS export swapped", "slot", slot, "from", from.String(), "to", to.String(), "password", passwordLabel(password))
+	return d, after, nil
+}
+
+// passwordLabel says what a swap did to the password, for logs.
+func passwordLabel(p *ExportPassword) string {
+	switch {
+	case p == nil:
+		return "kept"
+	case p.IsZero():
+		return "cleared"
+	}
+	return "set"
 }
 
 // Retombstone gives a closed export whose allowed host RouterOS does not

@@ -106,10 +106,13 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 // included. RouterOS's CLI manual says add's copy-from takes the new
 // item's default property values from the existing item, so a property the
 // add leaves out may be the source's: a copy of a volume open to a node
-// would be open to that node (docs/routeros.md, facts table).
+// would be open to that node (docs/routeros.md, facts table). The
+// password goes too (`nvme-tcp-server-password=""`, syntax assumed): a
+// copy that kept its source's would hand whoever opens it the source's
+// secret.
 func copyExportArgs(e *Export) (string, []string) {
 	args, values := e.args()
-	return args + " nvme-tcp-server-allow-host-name=%s", append(values, "")
+	return args + " nvme-tcp-server-allow-host-name=%s nvme-tcp-server-password=%s", append(values, "", "")
 }
 
 func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, error) {
