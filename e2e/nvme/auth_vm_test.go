@@ -37,6 +37,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/srvlab/rds-csi/e2e/nvme/blocktag"
 	rdscsi "github.com/srvlab/rds-csi/pkg/csi"
@@ -217,7 +221,7 @@ func TestVMAuthenticatedExport(t *testing.T) {
 	defer cancel()
 	s := startAuthSim(t)
 	slot := "pvc-" + strings.TrimPrefix(uuidNQN(t), uuidNQNPrefix)
-	nqn := "nqn.2000-02.com.mikrotik:" + slot
+	nqn := volumeNQNPrefix + slot
 	holder := uuidNQN(t)
 	image := s.authDisk(t, ctx, slot, nqn)
 	atHolder := rds.ExportState{Open: true, Host: holder}
@@ -280,6 +284,40 @@ func TestVMAuthenticatedExport(t *testing.T) {
 	t.Run("back on the node: the fenced secret under the new host NQN", func(t *testing.T) { refused(t, c, nqn, back.Host, second, image, nvme.ErrAuthFailed) })
 	t.Run("back on the node: the old host NQN with its secret", func(t *testing.T) { refused(t, c, nqn, holder, second, image, nvme.ErrSubsystemNotFound) })
 
+	// NodeStageVolume as the node plugin runs it, the secret sealed to
+	// its key in publish_context: the fenced secret is refused with
+	// FAILED_PRECONDITION and changes nothing; the current one stages.
+	ns, key := authNodeServer(t, c)
+	block := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+	stage := func(secret nvme.DHCHAPSecret) error {
+		_, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: slot, StagingTargetPath: t.TempDir(), VolumeCapability: block,
+			VolumeContext: map[string]string{rdscsi.VolumeContextNVMeAddress: "127.0.0.1"}, PublishContext: sealedPublish(t, key, back.Host, secret)})
+		return err
+	}
+	t.Run("NodeStage with the fenced secret", func(t *testing.T) {
+		before := imageSum(t, image)
+		err := stage(second)
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no longer the export's holder") {
+			t.Fatalf("NodeStageVolume = %v, want FAILED_PRECONDITION saying the attachment is no longer the holder", err)
+		}
+		if strings.Contains(err.Error(), "DHHC-1:") {
+			t.Fatalf("the error shows a secret: %v", err)
+		}
+		if left := hostControllers(t, nqn, ""); len(left) != 0 || imageSum(t, image) != before {
+			t.Fatalf("controllers %v left, or the disk changed", left)
+		}
+	})
+	staging := t.TempDir()
+	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: slot, StagingTargetPath: staging, VolumeCapability: block,
+		VolumeContext: map[string]string{rdscsi.VolumeContextNVMeAddress: "127.0.0.1"}, PublishContext: sealedPublish(t, key, back.Host, third)}); err != nil {
+		t.Fatalf("NodeStageVolume with the current secret: %v", err)
+	}
+	if _, err := ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: slot, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the controllers of "+nqn+" are gone", func() bool { return len(hostControllers(t, nqn, "")) == 0 })
+
 	dev, err = c.Connect(ctx, nvme.Target{Address: "127.0.0.1", Port: fencePort, NQN: nqn, HostNQN: back.Host, Secret: third})
 	if err != nil {
 		t.Fatalf("the new attachment with its secret: %v", err)
@@ -338,6 +376,54 @@ func TestVMNodePluginAuthReport(t *testing.T) {
 	}
 }
 
+// volumeNQNPrefix is the driver's --nqn-prefix in these tests.
+const volumeNQNPrefix = "nqn.2000-02.com.mikrotik:"
+
+// authNodeServer serves pkg/csi's node service over c, with a node key of
+// its own (as the node plugin runs on a kernel that authenticates) and the
+// driver's interceptors (errors become gRPC codes there), on a unix socket
+// until the test ends, and returns a client of it.
+func authNodeServer(t testing.TB, c *nvme.TCPConnector) (csi.NodeClient, *exportauth.NodeKey) {
+	t.Helper()
+	key, err := exportauth.NewNodeKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := rdscsi.Options{Mode: rdscsi.ModeNode, DriverName: rdscsi.DefaultDriverName, Endpoint: "unix:///csi/csi.sock", NodeID: "vm-node",
+		RDSName: "rds1", NVMePort: fencePort, NQNPrefix: volumeNQNPrefix, MaxVolumesPerNode: 20}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ns := rdscsi.NewNodeServer(rdscsi.NewDriver(opts, nil), c, nil)
+	ns.SetNodeKey(key, "")
+	endpoint := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := rdscsi.Listen(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rdscsi.NewGRPCServer(nil, nil, ns)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return csi.NewNodeClient(conn), key
+}
+
+// sealedPublish is the publish_context of an authenticated attachment of
+// host: the secret sealed to the node's key, as the controller publishes
+// it.
+func sealedPublish(t testing.TB, key *exportauth.NodeKey, host string, secret nvme.DHCHAPSecret) map[string]string {
+	t.Helper()
+	sealed, err := exportauth.Seal(secret, key.Public, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{rdscsi.PublishContextHostNQN: host, rdscsi.PublishContextAuth: rdscsi.AuthDHCHAP, rdscsi.PublishContextSecret: sealed}
+}
+
 // BenchmarkVMAuthConnectAndStage measures, in one VM run, the NVMe/TCP
 // connect (pkg/nvme's connector: the kernel's connect and the wait for the
 // namespace's block device) and NodeStageVolume (pkg/csi: the connect,
@@ -358,17 +444,7 @@ func BenchmarkVMAuthConnectAndStage(b *testing.B) {
 	ctx := context.Background()
 	s := startAuthSim(b)
 	c, _ := fenceConnector(b, 0)
-	key, err := exportauth.NewNodeKey(rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts := rdscsi.Options{Mode: rdscsi.ModeNode, DriverName: rdscsi.DefaultDriverName, Endpoint: "unix:///csi/csi.sock", NodeID: "vm-node",
-		RDSName: "rds1", NVMePort: fencePort, NQNPrefix: "nqn.2000-02.com.mikrotik:", MaxVolumesPerNode: 20}
-	if err := opts.Validate(); err != nil {
-		b.Fatal(err)
-	}
-	ns := rdscsi.NewNodeServer(rdscsi.NewDriver(opts, nil), c, nil)
-	ns.SetNodeKey(key, "")
+	ns, key := authNodeServer(b, c)
 
 	type volume struct {
 		id, nqn, host string
@@ -379,7 +455,7 @@ func BenchmarkVMAuthConnectAndStage(b *testing.B) {
 	for i := range vols {
 		v := &vols[i]
 		v.id = "pvc-" + strings.TrimPrefix(uuidNQN(b), uuidNQNPrefix)
-		v.nqn, v.host = opts.NQNPrefix+v.id, uuidNQN(b)
+		v.nqn, v.host = volumeNQNPrefix+v.id, uuidNQN(b)
 		s.authDisk(b, ctx, v.id, v.nqn)
 		v.publish = map[string]string{rdscsi.PublishContextHostNQN: v.host}
 		password := ""
@@ -388,12 +464,7 @@ func BenchmarkVMAuthConnectAndStage(b *testing.B) {
 		}
 		v.secret = s.swap(b, ctx, v.id, rds.ExportState{}, rds.ExportState{Open: true, Host: v.host}, password)
 		if i == 1 {
-			sealed, err := exportauth.Seal(v.secret, key.Public, rand.Reader)
-			if err != nil {
-				b.Fatal(err)
-			}
-			v.publish[rdscsi.PublishContextAuth] = rdscsi.AuthDHCHAP
-			v.publish[rdscsi.PublishContextSecret] = sealed
+			v.publish = sealedPublish(b, key, v.host, v.secret)
 		}
 	}
 	capability := &csi.VolumeCapability{
