@@ -139,6 +139,10 @@ func TestConnectRefusedForAuthentication(t *testing.T) {
 		{"the secret rejected", syscall.EKEYREJECTED, true, ErrAuthFailed, "the export's password changed"},
 		{"a key error without a secret", syscall.EKEYREJECTED, false, ErrConnectFailed, "dmesg"},
 		{"an unreachable target with a secret", syscall.ECONNREFUSED, true, ErrTargetUnreachable, "check the RDS address"},
+		// Linux nvmet dropping the connection before its refusal arrives:
+		// the kernel's EIO, the subsystem offered to this host.
+		{"an I/O error with a secret, the subsystem offered", syscall.EIO, true, ErrConnectFailed, "the likely reason is the DH-HMAC-CHAP secret"},
+		{"an I/O error without a secret, the subsystem offered", syscall.EIO, false, ErrConnectFailed, "e.g. an unknown NQN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := authHost(t)

@@ -713,6 +713,13 @@ func (c *TCPConnector) connectError(ctx context.Context, t Target, addr string, 
 		if derr != nil {
 			klog.FromContext(ctx).V(2).Info("discovery after a refused connect failed", "nqn", nqn, "err", derr)
 		}
+		if derr == nil && !t.Secret.IsZero() {
+			// Offered to this host, and it authenticates: seen in the VM
+			// tier (Linux 6.12 nvmet, under load), a refused secret can
+			// end so, after the kernel's 60 s admin timeout, when the
+			// target drops the connection before its refusal arrives.
+			return fmt.Errorf("%w: connecting %s at %s: %w; the target offers it to this host, so the likely reason is the DH-HMAC-CHAP secret: the target may have refused it and dropped the connection before saying so (the node's kernel log, dmesg, tells); a retry that is refused again says so", ErrConnectFailed, nqn, target, err)
+		}
 	}
 	return fmt.Errorf("%w: connecting %s at %s: %w; the node's kernel log (dmesg) has the reason, e.g. an unknown NQN or a refused host NQN", ErrConnectFailed, nqn, target, err)
 }
