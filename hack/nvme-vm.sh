@@ -187,8 +187,17 @@ prepare() {
   stamp=$( (echo "$pkg"; cat "$root/hack/nvme-vm-init.sh" "$0") | sha256sum | cut -c1-16)
   initrd=$cache/initrd-$stamp.gz
   if [ ! -f "$initrd" ]; then
-    rm -f "$cache"/initrd-*.gz
+    # Older initramfs of this kernel go; another kernel's stay (the tier
+    # boots two kernels).
+    local f
+    for f in "$cache"/initrd-*.gz; do
+      [ -e "$f" ] || continue
+      if [ ! -f "$f.pkg" ] || [ "$(cat "$f.pkg")" = "$pkg" ]; then
+        rm -f "$f" "$f.pkg"
+      fi
+    done
     build_initrd "$kdir" "$initrd"
+    echo "$pkg" >"$initrd.pkg"
   fi
   echo "KERNEL_PACKAGE=$pkg"
   echo "KERNEL=$vmlinuz"

@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,26 +165,24 @@ func blockOf(t testing.TB, file string, i int64) []byte {
 	return b[i*blocktag.BlockSize : (i+1)*blocktag.BlockSize]
 }
 
-// refused connects as host with secret and wants an authentication
-// refusal that ended by itself (the context's generous deadline is only a
-// guard; no time is asserted), no controller left, and the disk's bytes
-// untouched.
+// refused connects as host with secret and wants the refusal (want), no
+// controller left, and the disk's bytes untouched. The context's generous
+// deadline is only a guard; no time is asserted.
+//
+// Linux nvmet, the simulator's target, sends its refusal of a secret
+// (FAILURE1) and tears the controller down at once; under load the
+// teardown can win, the refusal never reaches the host, and the kernel's
+// connect ends with EIO after its 60 s admin timeout (seen in most
+// loaded runs, never unloaded). Such an end counts as the refusal only
+// when the target's own log says it refused the secret ("host response
+// mismatch") and the connector's error blames the secret.
 func refused(t *testing.T, c *nvme.TCPConnector, nqn, host string, secret nvme.DHCHAPSecret, image string, want error) {
 	t.Helper()
 	before := imageSum(t, image)
+	klog := openKmsg(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	target := nvme.Target{Address: "127.0.0.1", Port: fencePort, NQN: nqn, HostNQN: host, Secret: secret}
-	dev, err := c.Connect(ctx, target)
-	if err != nil && !secret.IsZero() && errors.Is(err, nvme.ErrConnectFailed) {
-		// Linux nvmet, the simulator's target, can drop the connection
-		// before its refusal reaches the host: seen once under load, the
-		// connect then ended with EIO after the kernel's 60 s admin
-		// timeout (docs/node.md). The CO retries a failed NodeStage; so
-		// does this, once, and the retry must be refused for what it is.
-		t.Logf("retrying once after %v", err)
-		dev, err = c.Connect(ctx, target)
-	}
+	dev, err := c.Connect(ctx, nvme.Target{Address: "127.0.0.1", Port: fencePort, NQN: nqn, HostNQN: host, Secret: secret})
 	if err == nil {
 		writeBlock(t, dev, 1, 0xEE)
 		t.Fatalf("connected as %s (secret %v) and wrote through %s: the export let it in", host, secret, dev)
@@ -191,7 +190,12 @@ func refused(t *testing.T, c *nvme.TCPConnector, nqn, host string, secret nvme.D
 	if ctx.Err() != nil {
 		t.Fatalf("the refused connect ran into the test's deadline instead of failing: %v", err)
 	}
-	if !errors.Is(err, want) {
+	switch {
+	case errors.Is(err, want):
+		t.Logf("refused as expected: %v", err)
+	case want == nvme.ErrAuthFailed && nvmetDroppedRefusal(err, secret, klog.lines()):
+		t.Logf("refused: nvmet logged the secret's refusal and dropped the connection before the host heard it: %v", err)
+	default:
 		t.Fatalf("Connect as %s (secret %v) = %v, want %v", host, secret, err, want)
 	}
 	if strings.Contains(err.Error(), "DHHC-1:") {
@@ -203,7 +207,21 @@ func refused(t *testing.T, c *nvme.TCPConnector, nqn, host string, secret nvme.D
 	if imageSum(t, image) != before {
 		t.Fatal("the disk's bytes changed across a refused connect")
 	}
-	t.Logf("refused as expected: %v", err)
+}
+
+// nvmetDroppedRefusal: a connect with a secret that ended with EIO, which
+// the connector blamed on the secret, while nvmet logged that the host's
+// DH-HMAC-CHAP response did not match (refused the secret).
+func nvmetDroppedRefusal(err error, secret nvme.DHCHAPSecret, kernel []string) bool {
+	if secret.IsZero() || !errors.Is(err, nvme.ErrConnectFailed) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "DH-HMAC-CHAP secret") {
+		return false
+	}
+	for _, l := range kernel {
+		if strings.HasPrefix(l, "nvmet: ") && strings.Contains(l, "host response mismatch") {
+			return true
+		}
+	}
+	return false
 }
 
 // disconnect takes the node's controllers of nqn down and waits until they
@@ -307,8 +325,14 @@ func TestVMAuthenticatedExport(t *testing.T) {
 	}
 	t.Run("NodeStage with the fenced secret", func(t *testing.T) {
 		before := imageSum(t, image)
+		klog := openKmsg(t)
 		err := stage(second)
-		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no longer the export's holder") {
+		switch {
+		case status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "no longer the export's holder"):
+		case status.Code(err) == codes.Internal && strings.Contains(err.Error(), "DH-HMAC-CHAP secret") && slices.ContainsFunc(klog.lines(), func(l string) bool { return strings.Contains(l, "host response mismatch") }):
+			// nvmet's dropped refusal (see refused): INTERNAL, retried.
+			t.Logf("refused: nvmet logged the secret's refusal and dropped the connection before the host heard it: %v", err)
+		default:
 			t.Fatalf("NodeStageVolume = %v, want FAILED_PRECONDITION saying the attachment is no longer the holder", err)
 		}
 		if strings.Contains(err.Error(), "DHHC-1:") {

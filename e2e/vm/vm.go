@@ -569,10 +569,14 @@ type Prepared struct {
 
 // Prepare runs hack/nvme-vm.sh prepare in the repository at repoRoot
 // (downloading and unpacking the kernel package and building the
-// initramfs when missing; NVME_VM_KERNEL_PACKAGE in the environment picks
-// another kernel) and returns what it made ready.
-func Prepare(ctx context.Context, repoRoot string) (Prepared, error) {
+// initramfs when missing) and returns what it made ready. kernelPackage
+// picks the Debian kernel package; "" is the script's pinned one, or
+// NVME_VM_KERNEL_PACKAGE from the environment.
+func Prepare(ctx context.Context, repoRoot, kernelPackage string) (Prepared, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "nvme-vm.sh"), "prepare")
+	if kernelPackage != "" {
+		cmd.Env = append(os.Environ(), "NVME_VM_KERNEL_PACKAGE="+kernelPackage)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -60,7 +60,7 @@ func run(ctx context.Context, multipath, results string, memory, cpus int, kvm, 
 	if err != nil {
 		return 0, err
 	}
-	prep, err := vm.Prepare(ctx, root)
+	prep, err := vm.Prepare(ctx, root, "")
 	if err != nil {
 		return 0, err
 	}
