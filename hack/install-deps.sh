@@ -21,6 +21,8 @@ declare -A pkg=(
   # itself is downloaded into .cache/ by hack/nvme-vm.sh, never installed.
   [qemu-system-x86_64]=qemu-system-x86
   [busybox]=busybox-static
+  # xz unpacks the kernel package's modules (6.12 ships them .ko.xz).
+  [xz]=xz-utils
   [fio]=fio
   # The README's simulator example, run as written by go test ./docs.
   [ssh]=openssh-client

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # Prepares what the NVMe/TCP VM tier boots (e2e/vm, e2e/nvme): a Debian
 # kernel and a busybox initramfs carrying the modules for the nvmet target,
-# the nvme-tcp initiator, ext4, xfs, loop, 9p and overlay.
+# the nvme-tcp initiator (with NVMe in-band authentication where the kernel
+# has it), ext4, xfs, loop, 9p and overlay.
 #
 #   hack/nvme-vm.sh prepare   download/unpack/build what is missing; prints
-#                             KERNEL=... and INITRD=... (the default)
+#                             KERNEL_PACKAGE=, KERNEL=, INITRD= and
+#                             KERNEL_NVME_AUTH= (1 when the package's config
+#                             has NVMe host and target authentication, else
+#                             0) (the default)
 #
-# The kernel package is fetched with `apt-get download` and unpacked with
+# The kernel package is pinned: Debian bookworm's 6.12 from
+# bookworm-security, whose config has CONFIG_NVME_HOST_AUTH and
+# CONFIG_NVME_TARGET_AUTH (issue 26); the 6.1 kernel linux-image-amd64
+# depends on has no NVMe authentication. NVME_VM_KERNEL_PACKAGE overrides
+# it (e.g. linux-image-6.1.0-56-amd64, or "default" for what
+# linux-image-amd64 depends on today).
+#
+# The package is fetched with `apt-get download` and unpacked with
 # `dpkg-deb -x` into .cache/nvme-vm/: nothing is installed, nothing goes
 # into /boot and no initramfs hook runs. The initramfs is rebuilt only when
-# the kernel or this script changes. Tools (qemu-system-x86, busybox-static)
-# come from hack/install-deps.sh. Facts behind the choices:
+# the kernel or this script changes. Tools (qemu-system-x86, busybox-static,
+# xz-utils) come from hack/install-deps.sh. Facts behind the choices:
 # ../shared/NVME-VM.md.
 set -euo pipefail
 
@@ -18,32 +29,42 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${NVME_VM_CACHE:-$root/.cache/nvme-vm}
 mkdir -p "$cache"
 
-# The module load order: each module after the ones its .modinfo depends=
-# names (the package ships no modules.dep). virtio_mmio is for -M microvm.
-modules=(
-  configfs crct10dif_common crc_t10dif crc64 crc64_rocksoft t10_pi
-  nvme_core nvme_fabrics nvme_tcp nvmet nvmet_tcp
-  crc32c_generic jbd2 mbcache crc16 ext4 libcrc32c xfs loop
-  virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio virtio_pci virtio_mmio
-  9pnet 9pnet_virtio netfs fscache 9p overlay
-)
+# The pinned kernel (see the header).
+default_kernel_package=linux-image-6.12.117+deb12-amd64
 
+# The modules the guest needs; each is loaded after the ones its .modinfo
+# depends= names (resolve_modules: the package ships no modules.dep), and
+# those built into the kernel (modules.builtin) are left out: 6.12 has
+# virtio built in, 6.1 has it as modules. crc32c_generic is ext4's soft
+# dependency (crypto-crc32c), which no depends= names. On 6.12 nvme-core
+# depends on nvme-auth and nvmet on nvme-auth and nvme-keyring, so the
+# authentication modules come with them. virtio_mmio is for -M microvm.
+modules=(
+  configfs nvme_tcp nvmet nvmet_tcp
+  crc32c_generic ext4 xfs loop
+  virtio_pci virtio_mmio
+  9pnet_virtio 9p overlay
+)
 die() { echo "nvme-vm: $*" >&2; exit 1; }
 
 kernel_package() {
-  if [ -n "${NVME_VM_KERNEL_PACKAGE:-}" ]; then
-    echo "$NVME_VM_KERNEL_PACKAGE"
-    return
-  fi
-  # The current ABI is what the meta package depends on.
-  local p
-  p=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-  if [ -z "$p" ]; then
-    [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1 || true
+  local p=${NVME_VM_KERNEL_PACKAGE:-$default_kernel_package}
+  if [ "$p" = default ]; then
+    # The current ABI of the stable kernel is what the meta package
+    # depends on.
     p=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    if [ -z "$p" ]; then
+      [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1 || true
+      p=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    fi
+    [ -n "$p" ] || die "apt-cache knows no linux-image-amd64; run apt-get update (Debian only)"
   fi
-  [ -n "$p" ] || die "apt-cache knows no linux-image-amd64; run apt-get update (Debian only)"
   echo "$p"
+}
+
+# apt_knows reports whether apt has a candidate for package $1.
+apt_knows() {
+  apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'
 }
 
 # unpack_kernel prints the directory holding boot/ and lib/modules/.
@@ -54,6 +75,10 @@ unpack_kernel() {
     return
   fi
   command -v apt-get >/dev/null || die "apt-get is needed to download $pkg"
+  if ! apt_knows "$pkg"; then
+    [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1 || true
+    apt_knows "$pkg" || die "apt cannot find the kernel package $pkg. It comes from Debian bookworm-security: add 'deb http://deb.debian.org/debian-security bookworm-security main' to /etc/apt/sources.list and run apt-get update, or set NVME_VM_KERNEL_PACKAGE to another kernel package (NVME_VM_KERNEL_PACKAGE=default: the one linux-image-amd64 depends on, without NVMe authentication on bookworm)"
+  fi
   local dl=$cache/download
   rm -rf "$dl" "$dir"
   mkdir -p "$dl" "$dir"
@@ -64,6 +89,67 @@ unpack_kernel() {
   rm -rf "$dl"
   touch "$dir/.unpacked"
   echo "$dir"
+}
+
+# decompress writes module file $1 uncompressed to stdout: busybox insmod
+# reads plain .ko files only (Debian compresses 6.12's with xz).
+decompress() {
+  case "$1" in
+    *.ko.xz) xz -dc "$1" ;;
+    *.ko.zst) zstd -dc "$1" ;;
+    *.ko.gz) gzip -dc "$1" ;;
+    *.ko) cat "$1" ;;
+    *) return 1 ;;
+  esac
+}
+
+# modinfo_field prints field $2 (depends, ...) of module file $1 from its
+# .modinfo strings (no modinfo binary needed).
+modinfo_field() {
+  decompress "$1" | tr '\0' '\n' | sed -n "s/^$2=//p" | head -1
+}
+
+# resolve_modules fills order (the load order of the wanted modules and
+# everything they depend on, built-in ones left out) and module_file
+# (name -> file) for the kernel unpacked in $1. Names use underscores, as
+# the kernel does.
+declare -A module_file=() builtin=() visiting=() visited=()
+order=()
+resolve_modules() {
+  local kdir=$1 f n
+  while IFS= read -r f; do
+    n=$(basename "$f")
+    n=${n%%.ko*}
+    module_file[${n//-/_}]=$f
+  done < <(find "$kdir/lib/modules" -name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst' -o -name '*.ko.gz')
+  local b
+  for b in "$kdir"/lib/modules/*/modules.builtin; do
+    [ -f "$b" ] || continue
+    while IFS= read -r f; do
+      n=$(basename "$f")
+      n=${n%%.ko*}
+      builtin[${n//-/_}]=1
+    done <"$b"
+  done
+  for n in "${modules[@]}"; do
+    visit_module "$n"
+  done
+}
+
+visit_module() {
+  local m=${1//-/_}
+  [ -z "${visited[$m]:-}" ] || return 0
+  [ -z "${builtin[$m]:-}" ] || return 0
+  [ -z "${visiting[$m]:-}" ] || die "module $m depends on itself"
+  [ -n "${module_file[$m]:-}" ] || die "module $m is neither in the kernel package nor built in"
+  visiting[$m]=1
+  local deps d
+  deps=$(modinfo_field "${module_file[$m]}" depends)
+  for d in ${deps//,/ }; do
+    visit_module "$d"
+  done
+  visited[$m]=1
+  order+=("$m")
 }
 
 build_initrd() {
@@ -78,12 +164,10 @@ build_initrd() {
   work=$(mktemp -d "$cache/initrd.XXXXXX")
   mkdir -p "$work"/{bin,dev,proc,sys,host,lib/modules,etc}
   cp "$busybox" "$work/bin/busybox"
-  local m f order=()
-  for m in "${modules[@]}"; do
-    f=$(find "$kdir/lib/modules" -name "$m.ko" -o -name "${m//_/-}.ko" | head -1)
-    [ -n "$f" ] || die "module $m not found in $kdir"
-    cp "$f" "$work/lib/modules/$m.ko"
-    order+=("$m")
+  resolve_modules "$kdir"
+  local m
+  for m in "${order[@]}"; do
+    decompress "${module_file[$m]}" >"$work/lib/modules/$m.ko" || die "cannot unpack module $m (${module_file[$m]})"
   done
   printf '%s\n' "${order[@]}" >"$work/lib/modules/order"
   cp "$root/hack/nvme-vm-init.sh" "$work/init"
@@ -103,11 +187,40 @@ prepare() {
   stamp=$( (echo "$pkg"; cat "$root/hack/nvme-vm-init.sh" "$0") | sha256sum | cut -c1-16)
   initrd=$cache/initrd-$stamp.gz
   if [ ! -f "$initrd" ]; then
-    rm -f "$cache"/initrd-*.gz
+    # Older initramfs of this kernel go; another kernel's stay (the tier
+    # boots two kernels).
+    local f
+    for f in "$cache"/initrd-*.gz; do
+      [ -e "$f" ] || continue
+      if [ ! -f "$f.pkg" ] || [ "$(cat "$f.pkg")" = "$pkg" ]; then
+        rm -f "$f" "$f.pkg"
+      fi
+    done
     build_initrd "$kdir" "$initrd"
+    echo "$pkg" >"$initrd.pkg"
   fi
+  echo "KERNEL_PACKAGE=$pkg"
   echo "KERNEL=$vmlinuz"
   echo "INITRD=$initrd"
+  echo "KERNEL_NVME_AUTH=$(nvme_auth "$kdir")"
+}
+
+# nvme_auth prints 1 when the kernel in $1 was built with NVMe in-band
+# authentication for both the host and the target, else 0: from 6.7
+# CONFIG_NVME_HOST_AUTH, from 6.0 to 6.6 CONFIG_NVME_AUTH (which the host
+# side then has), and CONFIG_NVME_TARGET_AUTH.
+nvme_auth() {
+  local config
+  config=$(ls "$1"/boot/config-* 2>/dev/null | head -1)
+  [ -n "$config" ] || die "no config file in $1/boot"
+  local host=0 target=0
+  if grep -q '^CONFIG_NVME_HOST_AUTH=y' "$config"; then
+    host=1
+  elif ! grep -q 'CONFIG_NVME_HOST_AUTH' "$config" && grep -Eq '^CONFIG_NVME_AUTH=[ym]' "$config"; then
+    host=1
+  fi
+  grep -q '^CONFIG_NVME_TARGET_AUTH=y' "$config" && target=1
+  if [ "$host$target" = 11 ]; then echo 1; else echo 0; fi
 }
 
 case "${1:-prepare}" in

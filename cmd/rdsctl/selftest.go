@@ -635,8 +635,14 @@ func (st *selftestRun) runChecks(scratch string) {
 	if o.data != nil {
 		st.dataCompare(restoreNQN, hostA)
 	}
+	restoreAt, withPassword := st.passwordChecks(restore, restoreNQN, rds.ExportState{Open: true, Host: hostA}, hostC)
 	st.check("restore: close to a tombstone host", func() (string, error) {
-		after, err := c.SwapExport(ctx, restore, rds.ExportState{Open: true, Host: hostA}, rds.ExportState{Host: tomb})
+		if withPassword {
+			// The password goes with the host it was set for.
+			after, _, err := c.SwapExportAuth(ctx, restore, restoreAt, rds.ExportState{Host: tomb}, rds.ExportPassword{})
+			return describe(after) + ", password cleared", err
+		}
+		after, err := c.SwapExport(ctx, restore, restoreAt, rds.ExportState{Host: tomb})
 		return describe(after), err
 	})
 	st.check("delete "+restore, func() (string, error) {

@@ -16,9 +16,11 @@ import (
 // dataPath reaches a scratch disk's data the way a node does: connected to
 // its export as one host NQN. The self-test uses it to check that a copy
 // holds its source's data.
+// An export with a password (issue 26) is reached with its secret; a zero
+// secret connects without authentication.
 type dataPath interface {
-	write(ctx context.Context, nqn, hostNQN string, off int64, p []byte) error
-	read(ctx context.Context, nqn, hostNQN string, off int64, n int) ([]byte, error)
+	write(ctx context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, off int64, p []byte) error
+	read(ctx context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, off int64, n int) ([]byte, error)
 	describe() string
 }
 
@@ -49,8 +51,8 @@ func (p *nvmeDataPath) describe() string {
 	return fmt.Sprintf("NVMe/TCP to %s:%d", p.address, p.port)
 }
 
-func (p *nvmeDataPath) session(ctx context.Context, nqn, hostNQN string, flag int, fn func(*os.File) error) (err error) {
-	dev, err := p.c.Connect(ctx, nvme.Target{Address: p.address, Port: p.port, NQN: nqn, HostNQN: hostNQN})
+func (p *nvmeDataPath) session(ctx context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, flag int, fn func(*os.File) error) (err error) {
+	dev, err := p.c.Connect(ctx, nvme.Target{Address: p.address, Port: p.port, NQN: nqn, HostNQN: hostNQN, Secret: secret})
 	if err != nil {
 		return fmt.Errorf("connecting to %s over NVMe/TCP (%s:%d) as this run's host: %w", nqn, p.address, p.port, err)
 	}
@@ -71,8 +73,8 @@ func (p *nvmeDataPath) session(ctx context.Context, nqn, hostNQN string, flag in
 	return f.Close()
 }
 
-func (p *nvmeDataPath) write(ctx context.Context, nqn, hostNQN string, off int64, b []byte) error {
-	return p.session(ctx, nqn, hostNQN, os.O_RDWR, func(f *os.File) error {
+func (p *nvmeDataPath) write(ctx context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, off int64, b []byte) error {
+	return p.session(ctx, nqn, hostNQN, secret, os.O_RDWR, func(f *os.File) error {
 		if _, err := f.WriteAt(b, off); err != nil {
 			return err
 		}
@@ -80,9 +82,9 @@ func (p *nvmeDataPath) write(ctx context.Context, nqn, hostNQN string, off int64
 	})
 }
 
-func (p *nvmeDataPath) read(ctx context.Context, nqn, hostNQN string, off int64, n int) ([]byte, error) {
+func (p *nvmeDataPath) read(ctx context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, off int64, n int) ([]byte, error) {
 	b := make([]byte, n)
-	err := p.session(ctx, nqn, hostNQN, os.O_RDONLY, func(f *os.File) error {
+	err := p.session(ctx, nqn, hostNQN, secret, os.O_RDONLY, func(f *os.File) error {
 		_, err := f.ReadAt(b, off)
 		return err
 	})
@@ -104,7 +106,7 @@ func (st *selftestRun) dataWrite(nqn, host, other string) {
 		if _, err := rand.Read(p); err != nil {
 			return "", err
 		}
-		if err := st.o.data.write(st.ctx, nqn, host, dataOffset, p); err != nil {
+		if err := st.o.data.write(st.ctx, nqn, host, nvme.DHCHAPSecret{}, dataOffset, p); err != nil {
 			return "", err
 		}
 		st.pattern = p
@@ -113,7 +115,7 @@ func (st *selftestRun) dataWrite(nqn, host, other string) {
 	st.check("data: another host is refused", func() (string, error) {
 		ctx, cancel := context.WithTimeout(st.ctx, otherHostWait)
 		defer cancel()
-		_, err := st.o.data.read(ctx, nqn, other, dataOffset, 512)
+		_, err := st.o.data.read(ctx, nqn, other, nvme.DHCHAPSecret{}, dataOffset, 512)
 		if err == nil {
 			st.fact("allow-host-enforced", contradicted, "a host other than the allowed one connected and read the disk")
 			return "", fmt.Errorf("a host other than the allowed one connected to %s and read it: the allowed host is not enforced", nqn)
@@ -130,7 +132,7 @@ func (st *selftestRun) dataWrite(nqn, host, other string) {
 // open to host, where the pattern was written, and compares.
 func (st *selftestRun) dataCompare(nqn, host string) {
 	st.check("data: the restore holds the volume's data", func() (string, error) {
-		got, err := st.o.data.read(st.ctx, nqn, host, dataOffset, dataLen)
+		got, err := st.o.data.read(st.ctx, nqn, host, nvme.DHCHAPSecret{}, dataOffset, dataLen)
 		if err != nil {
 			return "", err
 		}

@@ -50,14 +50,14 @@ func TestNVMeDataPath(t *testing.T) {
 	ctx := context.Background()
 	const nqn, host = "nqn.2000-02.com.mikrotik:rdsctl-selftest-x", "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-4d3b-a3f5-ef19b5a7633b"
 	pattern := []byte("written over NVMe/TCP")
-	if err := p.write(ctx, nqn, host, 4<<20, pattern); err != nil {
+	if err := p.write(ctx, nqn, host, nvme.DHCHAPSecret{}, 4<<20, pattern); err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.read(ctx, nqn, host, 4<<20, len(pattern))
+	got, err := p.read(ctx, nqn, host, nvme.DHCHAPSecret{}, 4<<20, len(pattern))
 	if err != nil || !bytes.Equal(got, pattern) {
 		t.Fatalf("read %q, %v", got, err)
 	}
-	if _, err := p.read(ctx, nqn, host, 8<<20, 16); err == nil {
+	if _, err := p.read(ctx, nqn, host, nvme.DHCHAPSecret{}, 8<<20, 16); err == nil {
 		t.Error("a read past the device's end succeeded")
 	}
 	if len(fc.connects) != 3 || len(fc.disconnected) != 3 {
@@ -69,7 +69,7 @@ func TestNVMeDataPath(t *testing.T) {
 		}
 	}
 	fc.refuse = errors.New("connect refused")
-	if err := p.write(ctx, nqn, host, 0, pattern); err == nil || !strings.Contains(err.Error(), nqn) || !strings.Contains(err.Error(), "connect refused") {
+	if err := p.write(ctx, nqn, host, nvme.DHCHAPSecret{}, 0, pattern); err == nil || !strings.Contains(err.Error(), nqn) || !strings.Contains(err.Error(), "connect refused") {
 		t.Errorf("a refused connect: %v", err)
 	}
 }

@@ -39,6 +39,8 @@ var selftestFacts = []factDef{
 		unmeasured: "needs a host writing across the change: see docs/routeros.md, Storage fencing, to check it by hand"},
 	{id: "export-off-drops", fact: "nvme-tcp-export=no drops every established connection",
 		unmeasured: "needs a host writing across the change: see docs/routeros.md, Storage fencing, to check it by hand"},
+	{id: "password-secret", fact: "nvme-tcp-server-password, set with the allowed host, is taken and the disk prints a read-only nvme-tcp-server-secret in the DHHC-1 form"},
+	{id: "password-enforced", fact: "with a password, the allowed host connects presenting that secret (DH-HMAC-CHAP) and is refused without it"},
 	{id: "resize-grow", fact: "set file-size= grows a disk"},
 	{id: "disk-remove-keeps-file", fact: "/disk remove leaves the backing file, which /file remove deletes",
 		unmeasured: "the client removes both in one call and checks that both are gone; either way nothing is left"},

@@ -256,5 +256,6 @@ func (st *selftestRun) observe() {
 	if st.o.data == nil {
 		st.fact("copy-data", skipped, "the data check was skipped: run with -data on a Linux host that reaches the RDS over NVMe/TCP")
 		st.fact("allow-host-enforced", skipped, "needs -data (a host connecting over NVMe/TCP)")
+		st.fact("password-enforced", skipped, "needs -data (a host connecting over NVMe/TCP with a kernel that has NVMe in-band authentication)")
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
@@ -69,13 +70,16 @@ func runSelftest(cfg rds.Config, o selftestOptions) (string, error) {
 // writes the simulator's backing file of the disk exported under an NQN,
 // and, like an export that checks its allowed host, refuses a disk that is
 // not exported to exactly that host (unless anyHost: an RDS that does
-// not enforce its allowed host).
+// not enforce its allowed host), and, like nvmet with the allowed host's
+// DH-HMAC-CHAP key, a host without the disk's secret (unless noAuth: an
+// RDS that takes the password and does not require it).
 type simDataPath struct {
 	srv     *rdssim.Server
 	anyHost bool
+	noAuth  bool
 }
 
-func (p simDataPath) slot(nqn, hostNQN string) (string, error) {
+func (p simDataPath) slot(nqn, hostNQN string, secret nvme.DHCHAPSecret) (string, error) {
 	for _, d := range p.srv.Disks() {
 		if d.NVMeTCPNQN != nqn {
 			continue
@@ -83,21 +87,25 @@ func (p simDataPath) slot(nqn, hostNQN string) (string, error) {
 		if !d.NVMeTCPExport || d.AllowHostName != hostNQN && !p.anyHost {
 			return "", fmt.Errorf("%s refuses host %s: exported=%v, allowed host %q", nqn, hostNQN, d.NVMeTCPExport, d.AllowHostName)
 		}
+		// Like nvmet with the allowed host's DH-HMAC-CHAP key set.
+		if d.Secret != "" && !p.noAuth && secret.Reveal() != d.Secret {
+			return "", fmt.Errorf("%s refuses host %s: %w", nqn, hostNQN, nvme.ErrAuthFailed)
+		}
 		return d.Slot, nil
 	}
 	return "", fmt.Errorf("no subsystem %s", nqn)
 }
 
-func (p simDataPath) write(_ context.Context, nqn, hostNQN string, off int64, b []byte) error {
-	slot, err := p.slot(nqn, hostNQN)
+func (p simDataPath) write(_ context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, off int64, b []byte) error {
+	slot, err := p.slot(nqn, hostNQN, secret)
 	if err != nil {
 		return err
 	}
 	return p.srv.WriteDisk(slot, off, b)
 }
 
-func (p simDataPath) read(_ context.Context, nqn, hostNQN string, off int64, n int) ([]byte, error) {
-	slot, err := p.slot(nqn, hostNQN)
+func (p simDataPath) read(_ context.Context, nqn, hostNQN string, secret nvme.DHCHAPSecret, off int64, n int) ([]byte, error) {
+	slot, err := p.slot(nqn, hostNQN, secret)
 	if err != nil {
 		return nil, err
 	}
@@ -199,10 +207,69 @@ func TestSelftestVariants(t *testing.T) {
 					t.Errorf("fact %s has %d lines, want 1", def.id, n)
 				}
 			}
+			// After a failed data check the password's checks are skipped.
+			wantSecret, wantEnforced := confirmed, skipped
+			if tc.wantFailedData {
+				wantSecret = skipped
+			} else if tc.withData {
+				wantEnforced = confirmed
+			}
+			if got := factStatus(t, report, "password-secret"); got != wantSecret {
+				t.Errorf("password-secret %s, want %s (the simulator prints the secret)", got, wantSecret)
+			}
+			if got := factStatus(t, report, "password-enforced"); got != wantEnforced {
+				t.Errorf("password-enforced %s, want %s", got, wantEnforced)
+			}
 			neverOpenToAnyHost(t, srv)
 			nothingLeft(t, srv)
 		})
 	}
+}
+
+// The export password's lines (issue 26) say what the box showed: an RDS
+// that takes the password but lets the allowed host in without the secret
+// fails the data check and contradicts password-enforced; one that
+// refuses the property contradicts password-secret and the rest of the
+// self-test passes. Either way the disk is closed again and nothing is
+// left.
+func TestSelftestExportPassword(t *testing.T) {
+	t.Run("not enforced", func(t *testing.T) {
+		srv, cfg := selftestSim(t, nil)
+		o := selftestOpts()
+		o.data = simDataPath{srv: srv, noAuth: true}
+		report, err := runSelftest(cfg, o)
+		if err == nil || !strings.Contains(report, "FAIL  data: the allowed host without the secret") || !strings.Contains(report, "not enforced") {
+			t.Errorf("err %v, report:\n%s", err, report)
+		}
+		if got := factStatus(t, report, "password-secret"); got != confirmed {
+			t.Errorf("password-secret %s", got)
+		}
+		if got := factStatus(t, report, "password-enforced"); got != contradicted {
+			t.Errorf("password-enforced %s", got)
+		}
+		nothingLeft(t, srv)
+	})
+	t.Run("refused", func(t *testing.T) {
+		srv, cfg := selftestSim(t, nil)
+		// The three copies before it clear the password (nvme-tcp-server-
+		// password=""): the fourth command that names the property is the
+		// self-test's set. (On a box that refuses the property, those
+		// copies would fail too: docs/routeros.md.)
+		srv.InjectFault(rdssim.Fault{Kind: rdssim.FaultFail, Match: "nvme-tcp-server-password=", Nth: 4, Output: "expected end of command (line 1 column 90)"})
+		o := selftestOpts()
+		o.data = simDataPath{srv: srv}
+		report, err := runSelftest(cfg, o)
+		if err != nil || !strings.Contains(report, "the box takes no export password") {
+			t.Fatalf("err %v, report:\n%s", err, report)
+		}
+		if got := factStatus(t, report, "password-secret"); got != contradicted {
+			t.Errorf("password-secret %s", got)
+		}
+		if got := factStatus(t, report, "password-enforced"); got != skipped {
+			t.Errorf("password-enforced %s", got)
+		}
+		nothingLeft(t, srv)
+	})
 }
 
 // TestSelftestReportsFailureAndCleansUp: a refused resize fails the run,
@@ -422,11 +489,11 @@ func TestSelftestPanicInACheck(t *testing.T) {
 
 type panickingDataPath struct{}
 
-func (panickingDataPath) write(context.Context, string, string, int64, []byte) error {
+func (panickingDataPath) write(context.Context, string, string, nvme.DHCHAPSecret, int64, []byte) error {
 	panic("the data path broke")
 }
 
-func (panickingDataPath) read(context.Context, string, string, int64, int) ([]byte, error) {
+func (panickingDataPath) read(context.Context, string, string, nvme.DHCHAPSecret, int64, int) ([]byte, error) {
 	panic("the data path broke")
 }
 

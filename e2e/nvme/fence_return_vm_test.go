@@ -70,7 +70,6 @@ import (
 	"github.com/srvlab/rds-csi/e2e/nvme/blocktag"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
-	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
 const (
@@ -103,7 +102,7 @@ func TestVMFencedAttachmentReturns(t *testing.T) {
 
 // uuidNQN is a fresh host NQN of the form the controller derives for an
 // attachment (and uses for a tombstone): a random version-4 UUID.
-func uuidNQN(t *testing.T) string {
+func uuidNQN(t testing.TB) string {
 	t.Helper()
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -114,7 +113,7 @@ func uuidNQN(t *testing.T) string {
 	return fmt.Sprintf("%s%x-%x-%x-%x-%x", uuidNQNPrefix, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-func hostID(t *testing.T, nqn string) string {
+func hostID(t testing.TB, nqn string) string {
 	t.Helper()
 	id, err := nvme.AttachmentHostIdentity(nqn)
 	if err != nil {
@@ -136,19 +135,7 @@ type returnSim struct {
 func newReturnSim(t *testing.T, ctx context.Context, slot, nqn string) *returnSim {
 	t.Helper()
 	sim := startFenceSim(t, "keep") // every change here turns the export off or on: keep/drop makes no difference
-	d, err := sim.client.CreateDisk(ctx, rds.CreateDiskRequest{
-		Slot: slot, FilePath: "/" + rdssim.DefaultPoolName + "/" + slot + ".img", Size: fenceDiskSize,
-		Export: &rds.Export{Port: fencePort, NQN: nqn, Closed: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		deleteControllersOf(t, nqn)
-		if err := sim.client.DeleteDisk(context.Background(), slot, d.FilePath); err != nil {
-			t.Errorf("deleting disk %s: %v", slot, err)
-		}
-	})
+	d := closedDisk(t, ctx, sim.client, slot, nqn, fenceDiskSize)
 	return &returnSim{fenceSim: sim, t: t, ctx: ctx, slot: slot, image: filepath.Join(sim.dataDir, slot+".img"), state: rds.StateOf(d)}
 }
 

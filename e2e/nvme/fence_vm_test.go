@@ -117,8 +117,20 @@ func (a *answerClock) last(assign string, since int64) (int64, bool) {
 // fenceDisk creates a disk exported to no host and opens it to host.
 func (s *fenceSim) fenceDisk(t *testing.T, ctx context.Context, slot, nqn, host string) string {
 	t.Helper()
-	d, err := s.client.CreateDisk(ctx, rds.CreateDiskRequest{
-		Slot: slot, FilePath: "/" + rdssim.DefaultPoolName + "/" + slot + ".img", Size: fenceDiskSize,
+	closedDisk(t, ctx, s.client, slot, nqn, fenceDiskSize)
+	if _, err := s.client.SetExportHost(ctx, slot, host, true); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(s.dataDir, slot+".img")
+}
+
+// closedDisk creates a disk of size bytes in the simulator's pool, closed
+// and exported as nqn on fencePort once opened, and removes it with the
+// controllers of nqn when the test ends.
+func closedDisk(t testing.TB, ctx context.Context, c *rds.Client, slot, nqn string, size int64) *rds.Disk {
+	t.Helper()
+	d, err := c.CreateDisk(ctx, rds.CreateDiskRequest{
+		Slot: slot, FilePath: "/" + rdssim.DefaultPoolName + "/" + slot + ".img", Size: size,
 		Export: &rds.Export{Port: fencePort, NQN: nqn, Closed: true},
 	})
 	if err != nil {
@@ -126,19 +138,17 @@ func (s *fenceSim) fenceDisk(t *testing.T, ctx context.Context, slot, nqn, host 
 	}
 	t.Cleanup(func() {
 		deleteControllersOf(t, nqn)
-		if err := s.client.DeleteDisk(context.Background(), slot, d.FilePath); err != nil {
+		if err := c.DeleteDisk(context.Background(), slot, d.FilePath); err != nil {
 			t.Errorf("deleting disk %s: %v", slot, err)
 		}
 	})
-	if _, err := s.client.SetExportHost(ctx, slot, host, true); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(s.dataDir, slot+".img")
+	return d
 }
 
 // fenceConnector is one host's connector: its own host NQN, ctrl_loss_tmo
-// 5 s (see the top of the file), and fast_io_fail_tmo as given.
-func fenceConnector(t *testing.T, fastIOFail time.Duration) (*nvme.TCPConnector, string) {
+// 5 s (see the top of the file), and fast_io_fail_tmo as given (0: the
+// default).
+func fenceConnector(t testing.TB, fastIOFail time.Duration) (*nvme.TCPConnector, string) {
 	t.Helper()
 	c, err := nvme.NewTCPConnector(nvme.Config{
 		NQNPrefix:         fenceNQNPrefix,
@@ -189,7 +199,7 @@ func startWriter(t *testing.T, dev string, w *blocktag.Writer) (stop func() []bl
 }
 
 // waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -212,7 +222,7 @@ func countRecords(recs []blocktag.Record, keep func(blocktag.Record) bool) int {
 
 // hostControllers lists the controllers of subsystem nqn that host
 // (a host NQN) has in this kernel.
-func hostControllers(t *testing.T, nqn, host string) []string {
+func hostControllers(t testing.TB, nqn, host string) []string {
 	t.Helper()
 	entries, err := os.ReadDir("/sys/class/nvme")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -234,7 +244,7 @@ func sysAttr(dir, name string) string {
 }
 
 // deleteControllersOf removes what a test left connected to nqn.
-func deleteControllersOf(t *testing.T, nqn string) {
+func deleteControllersOf(t testing.TB, nqn string) {
 	for _, c := range hostControllers(t, nqn, "") {
 		_ = os.WriteFile(filepath.Join("/sys/class/nvme", c, "delete_controller"), []byte("1"), 0)
 	}

@@ -1,14 +1,16 @@
 //go:build nvmevm
 
 // The NVMe/TCP tier of the test suite (make e2e-nvme): it
-// boots the VM of e2e/vm twice, with nvme_core.multipath=Y and =N, and runs
+// boots the VM of e2e/vm on Debian's 6.12 kernel twice, with
+// nvme_core.multipath=Y and =N, and once on 6.1 (see boots), and runs
 // the guest tests of pkg/nvme, pkg/csi and csi-sanity against the shipped
 // binaries (sanity_vm_test.go) and the storage fencing proofs
 // (fence_vm_test.go; fence_return_vm_test.go: a fenced attachment's held
 // writes never land when the volume comes back to its node), and issue
 // 27's per-volume write counters (rdshealth_vm_test.go: a volume fio
-// writes shows writes on its PV's series, the other none; all build tag
-// nvmevm) inside against
+// writes shows writes on its PV's series, the other none), and issue 26's
+// authenticated attachments (auth_vm_test.go; all build tag nvmevm)
+// inside against
 // the real kernel target (nvmet, driven by rds-sim's exporter) and
 // initiator (nvme-tcp). The guest binaries are built here with `go test
 // -c`; the guest runs them from the host's root, shared read-only.
@@ -37,22 +39,39 @@ type guestRun struct {
 	name string // binary name
 }
 
-// boots: multipath Y runs everything; N runs what depends on the device
-// naming (connect and discovery, stage and publish, a path that bounces,
-// a fenced writer's device, where a fenced attachment's held writes wait).
+// kernel61 is Debian bookworm's 6.1 kernel package: no NVMe in-band
+// authentication, and a kernel that keeps reconnecting a fenced
+// attachment's controller after the target refused it (its writes held
+// until ctrl_loss_tmo). 6.12 gives the controller up at the first refusal,
+// which carries Do Not Retry ("A's controller gone 1.1 s after the fence",
+// TestVMFenceCutsWriter), so the held writes that
+// TestVMFencedAttachmentReturns is about cannot arise there: it runs on
+// 6.1, where they do.
+const kernel61 = "linux-image-6.1.0-56-amd64"
+
+// boots: on the pinned 6.12 kernel, multipath Y runs everything; N runs
+// what depends on the device naming (connect and discovery, stage and
+// publish, a path that bounces, a fenced writer's device, an
+// authenticated attachment's device). The 6.1 boot runs what needs that
+// kernel: the held writes of a fenced attachment, and the node's refusal
+// of authentication on a kernel without it.
 var boots = []struct {
-	multipath string
-	runs      []guestRun
+	name, kernel, multipath string // kernel: "" is hack/nvme-vm.sh's pinned package
+	runs                    []guestRun
 }{
-	{"Y", []guestRun{
+	{"multipath=Y", "", "Y", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNode|TestVM|TestSanity)", "csi.test"},
-		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMFencedAttachmentReturns|TestVMSelftestData|TestVMVolumeWriteIOPS)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMSanityBinaries|TestVMFenceCutsWriter|TestVMAllowedHostChangeOnly|TestVMSelftestData|TestVMVolumeWriteIOPS|TestVMAuthenticatedExport|TestVMNodePluginAuthReport)$", "e2e-nvme.test"},
 	}},
-	{"N", []guestRun{
+	{"multipath=N", "", "N", []guestRun{
 		{"./pkg/nvme", "^TestVM", "nvme.test"},
 		{"./pkg/csi", "^(TestNodeFilesystemLifecycle|TestNodeBlockVolume|TestNodeExpandVolume|TestVMNodePathDownAndBack)$", "csi.test"},
-		{"./e2e/nvme", "^(TestVMFenceCutsWriter|TestVMFencedAttachmentReturns)$", "e2e-nvme.test"},
+		{"./e2e/nvme", "^(TestVMFenceCutsWriter|TestVMAuthenticatedExport)$", "e2e-nvme.test"},
+	}},
+	{"kernel=6.1", kernel61, "Y", []guestRun{
+		{"./pkg/nvme", "^TestVMAuthUnsupportedMatchesKernel$", "nvme.test"},
+		{"./e2e/nvme", "^(TestVMFencedAttachmentReturns|TestVMNodePluginAuthReport|TestVMSelftestData)$", "e2e-nvme.test"},
 	}},
 }
 
@@ -82,19 +101,34 @@ func TestNVMeTCPInVM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	start := time.Now()
-	kernel, initrd, err := vm.Prepare(ctx, root)
-	if err != nil {
-		unavailable(t, err)
+	// Each kernel the boots name, prepared once.
+	type kernel struct {
+		prep vm.Prepared
+		ko   string // nvme-tcp.ko(.xz) in the unpacked package
+	}
+	kernels := map[string]kernel{}
+	for _, b := range boots {
+		if _, done := kernels[b.kernel]; done {
+			continue
+		}
+		prep, err := vm.Prepare(ctx, root, b.kernel)
+		if err != nil {
+			unavailable(t, err)
+		}
+		t.Logf("kernel package %s (NVMe in-band authentication: %v)", prep.KernelPackage, prep.NVMeAuth)
+		if err := vm.Check(vm.Config{Kernel: prep.Kernel, Initrd: prep.Initrd}); err != nil {
+			unavailable(t, err)
+		}
+		// nvme-tcp.ko, or nvme-tcp.ko.xz where the package compresses its
+		// modules (6.12): the guest test loads it with finit_module.
+		ko, err := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(prep.Kernel)), "lib", "modules", "*", "kernel", "drivers", "nvme", "host", "nvme-tcp.ko*"))
+		if err != nil || len(ko) != 1 {
+			t.Fatalf("nvme-tcp.ko in the unpacked kernel: %v %v", ko, err)
+		}
+		kernels[b.kernel] = kernel{prep: prep, ko: ko[0]}
 	}
 	cache := filepath.Join(root, ".cache", "nvme-vm")
-	base := vm.Config{Kernel: kernel, Initrd: initrd}
-	if err := vm.Check(base); err != nil {
-		unavailable(t, err)
-	}
-	ko, err := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(kernel)), "lib", "modules", "*", "kernel", "drivers", "nvme", "host", "nvme-tcp.ko"))
-	if err != nil || len(ko) != 1 {
-		t.Fatalf("nvme-tcp.ko in the unpacked kernel: %v %v", ko, err)
-	}
+	base := vm.Config{Kernel: kernels[""].prep.Kernel, Initrd: kernels[""].prep.Initrd}
 	bin := filepath.Join(cache, "bin")
 	// The guest runs the binaries and loads nvme-tcp.ko by their host paths
 	// (shown over the guest's own /tmp when the checkout is there).
@@ -146,8 +180,8 @@ func TestNVMeTCPInVM(t *testing.T) {
 	t.Logf("kernel, initramfs and guest binaries ready after %v", time.Since(start).Round(time.Second))
 
 	for _, b := range boots {
-		t.Run("multipath="+b.multipath, func(t *testing.T) {
-			results := filepath.Join(cache, "runs", "multipath-"+b.multipath)
+		t.Run(b.name, func(t *testing.T) {
+			results := filepath.Join(cache, "runs", strings.ReplaceAll(b.name, "=", "-"))
 			if err := os.RemoveAll(results); err != nil {
 				t.Fatal(err)
 			}
@@ -161,14 +195,20 @@ func TestNVMeTCPInVM(t *testing.T) {
 				fmt.Fprintf(&script, "%s -test.run %s -test.v -test.count=1 -test.timeout 20m 2>&1 || status=1\n", vm.ShellQuote(filepath.Join(bin, r.name)), vm.ShellQuote(r.run))
 			}
 			script.WriteString("exit $status\n")
+			k := kernels[b.kernel]
+			kernelAuth := "0"
+			if k.prep.NVMeAuth {
+				kernelAuth = "1"
+			}
 			cfg := base
+			cfg.Kernel, cfg.Initrd = k.prep.Kernel, k.prep.Initrd
 			cfg.ResultsDir = results
 			cfg.KernelArgs = []string{"nvme_core.multipath=" + b.multipath}
-			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+ko[0], "RDS_NVME_VM_BIN="+bin)
+			res, err := vm.Run(ctx, cfg, script.String(), "RDS_NVME_VM=1", "RDS_NVME_VM_NVME_TCP_KO="+k.ko, "RDS_NVME_VM_BIN="+bin, "RDS_NVME_VM_KERNEL_NVME_AUTH="+kernelAuth)
 			logFile := filepath.Join(results, "console.log")
 			_ = os.WriteFile(logFile, res.Output, 0o644)
 			summary := summarize(res.Output)
-			t.Logf("boot with multipath=%s: %v (%s), console log %s\n%s", b.multipath, res.Elapsed.Round(time.Second), res.Accel, logFile, summary)
+			t.Logf("boot %s (%s): %v (%s), console log %s\n%s", b.name, k.prep.KernelPackage, res.Elapsed.Round(time.Second), res.Accel, logFile, summary)
 			if err != nil {
 				if errors.Is(err, vm.ErrUnavailable) {
 					unavailable(t, err)

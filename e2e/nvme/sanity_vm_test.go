@@ -42,7 +42,7 @@ type simProcess struct {
 
 // startSimProcess starts bin/rds-sim (nvmet backend) on a loopback port
 // with a fresh client key, its pool under dir; args are added.
-func startSimProcess(t *testing.T, dir string, args ...string) simProcess {
+func startSimProcess(t testing.TB, dir string, args ...string) simProcess {
 	t.Helper()
 	s := simProcess{key: filepath.Join(dir, "id_ed25519"), knownHosts: filepath.Join(dir, "known_hosts"), dataDir: filepath.Join(dir, "pool")}
 	pub, err := rdssim.WriteClientKey(s.key, "rds-csi@vm")
@@ -64,7 +64,13 @@ func startSimProcess(t *testing.T, dir string, args ...string) simProcess {
 	return s
 }
 
-func startProcess(t *testing.T, waitFor string, name string, args ...string) string {
+func startProcess(t testing.TB, waitFor string, name string, args ...string) string {
+	t.Helper()
+	return startProcessLog(t, waitFor, filepath.Join(t.TempDir(), filepath.Base(name)+".log"), name, args...)
+}
+
+// startProcessLog is startProcess with the process's stderr in logPath.
+func startProcessLog(t testing.TB, waitFor, logPath, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -74,7 +80,7 @@ func startProcess(t *testing.T, waitFor string, name string, args ...string) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".log"))
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,27 +128,38 @@ func tailString(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func TestVMSanityBinaries(t *testing.T) {
-	if os.Getenv("RDS_NVME_VM") != "1" {
-		t.Skip("runs inside the NVMe/TCP VM only (make e2e-nvme)")
-	}
-	bin := os.Getenv("RDS_NVME_VM_BIN")
-	dir := t.TempDir()
-	sim := startSimProcess(t, dir, "--pool-size", "4T")
-	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
-	startProcess(t, "", filepath.Join(bin, "rds-csi-driver"),
-		"--mode=all", "--publish=false", "--endpoint="+endpoint, "--node-id=vm-node", "--rds-address="+sim.host, "--rds-port="+strconv.Itoa(sim.port),
-		"--rds-key-file="+sim.key, "--rds-known-hosts-file="+sim.knownHosts, "--shutdown-grace=5s")
+// startDriver runs bin/rds-csi-driver --mode=all (no publish) against
+// sim on a socket in dir, with its default NVMe/TCP connector and extra
+// flags, and waits until it answers Probe. It returns the endpoint and the
+// file its log (stderr) goes to, and a connection to it (closed when the
+// test ends).
+func startDriver(t testing.TB, dir string, sim simProcess, extra ...string) (endpoint, logPath string, conn *grpc.ClientConn) {
+	t.Helper()
+	endpoint = "unix://" + filepath.Join(dir, "csi.sock")
+	logPath = filepath.Join(dir, "rds-csi-driver.log")
+	startProcessLog(t, "", logPath, filepath.Join(os.Getenv("RDS_NVME_VM_BIN"), "rds-csi-driver"),
+		append([]string{"--mode=all", "--publish=false", "--endpoint=" + endpoint, "--node-id=vm-node", "--rds-address=" + sim.host, "--rds-port=" + strconv.Itoa(sim.port),
+			"--rds-key-file=" + sim.key, "--rds-known-hosts-file=" + sim.knownHosts, "--shutdown-grace=5s"}, extra...)...)
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true)); err != nil {
 		t.Fatalf("the driver did not come up: %v", err)
 	}
+	return endpoint, logPath, conn
+}
+
+func TestVMSanityBinaries(t *testing.T) {
+	if os.Getenv("RDS_NVME_VM") != "1" {
+		t.Skip("runs inside the NVMe/TCP VM only (make e2e-nvme)")
+	}
+	dir := t.TempDir()
+	sim := startSimProcess(t, dir, "--pool-size", "4T")
+	endpoint, _, _ := startDriver(t, dir, sim)
 
 	cfg := sanity.NewTestConfig()
 	cfg.Address = endpoint

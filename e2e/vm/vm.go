@@ -554,27 +554,51 @@ func (w *markerWriter) Bytes() []byte {
 	return bytes.Clone(w.buf.Bytes())
 }
 
+// Prepared is what hack/nvme-vm.sh prepare made ready.
+type Prepared struct {
+	Kernel string // vmlinuz
+	Initrd string // the generated initramfs
+	// NVMeAuth: the kernel package's config has NVMe in-band
+	// authentication for host and target (CONFIG_NVME_HOST_AUTH or, before
+	// 6.7, CONFIG_NVME_AUTH; CONFIG_NVME_TARGET_AUTH). The guest tests
+	// check the kernel they run on against it.
+	NVMeAuth bool
+	// KernelPackage is the Debian package the kernel came from.
+	KernelPackage string
+}
+
 // Prepare runs hack/nvme-vm.sh prepare in the repository at repoRoot
 // (downloading and unpacking the kernel package and building the
-// initramfs when missing) and returns the kernel and initramfs paths.
-func Prepare(ctx context.Context, repoRoot string) (kernel, initrd string, err error) {
+// initramfs when missing) and returns what it made ready. kernelPackage
+// picks the Debian kernel package; "" is the script's pinned one, or
+// NVME_VM_KERNEL_PACKAGE from the environment.
+func Prepare(ctx context.Context, repoRoot, kernelPackage string) (Prepared, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "nvme-vm.sh"), "prepare")
+	if kernelPackage != "" {
+		cmd.Env = append(os.Environ(), "NVME_VM_KERNEL_PACKAGE="+kernelPackage)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", "", fmt.Errorf("%w: hack/nvme-vm.sh prepare: %v: %s", ErrUnavailable, err, strings.TrimSpace(stderr.String()))
+		return Prepared{}, fmt.Errorf("%w: hack/nvme-vm.sh prepare: %v: %s", ErrUnavailable, err, strings.TrimSpace(stderr.String()))
 	}
+	var p Prepared
 	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "KERNEL="); ok {
-			kernel = v
-		}
-		if v, ok := strings.CutPrefix(line, "INITRD="); ok {
-			initrd = v
+		k, v, _ := strings.Cut(line, "=")
+		switch k {
+		case "KERNEL":
+			p.Kernel = v
+		case "INITRD":
+			p.Initrd = v
+		case "KERNEL_NVME_AUTH":
+			p.NVMeAuth = v == "1"
+		case "KERNEL_PACKAGE":
+			p.KernelPackage = v
 		}
 	}
-	if kernel == "" || initrd == "" {
-		return "", "", fmt.Errorf("%w: hack/nvme-vm.sh prepare printed no kernel/initramfs: %s", ErrUnavailable, out)
+	if p.Kernel == "" || p.Initrd == "" {
+		return Prepared{}, fmt.Errorf("%w: hack/nvme-vm.sh prepare printed no kernel/initramfs: %s", ErrUnavailable, out)
 	}
-	return kernel, initrd, nil
+	return p, nil
 }

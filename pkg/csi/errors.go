@@ -52,7 +52,9 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, nvme.ErrTargetUnreachable):
 		code = codes.Unavailable
-	case errors.Is(err, nvme.ErrInUse):
+	case errors.Is(err, nvme.ErrInUse), errors.Is(err, nvme.ErrAuthFailed), errors.Is(err, nvme.ErrAuthUnsupported):
+		// Refused authentication: the attachment's secret is not the
+		// export's (a fence replaced it); only a new publish changes that.
 		code = codes.FailedPrecondition
 	case errors.Is(err, nvme.ErrInvalidArgument), errors.Is(err, nvme.ErrForeignNQN):
 		code = codes.InvalidArgument

@@ -30,6 +30,8 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("disconnect: %w", nvme.ErrInUse), codes.FailedPrecondition},
 		{nvme.ErrForeignNQN, codes.InvalidArgument},
 		{nvme.ErrConnectFailed, codes.Internal},
+		{fmt.Errorf("volume x: connecting: %w", nvme.ErrAuthFailed), codes.FailedPrecondition},
+		{fmt.Errorf("volume x: %w", nvme.ErrAuthUnsupported), codes.FailedPrecondition},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
 		{errors.New("boom"), codes.Internal},

@@ -1,9 +1,12 @@
 package nvme
 
 import (
+	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -114,5 +117,49 @@ func TestAuthUnsupportedWithoutNVMeTCP(t *testing.T) {
 	c := h.connector() // its Runner fails the test on any command
 	if why := c.AuthUnsupported(); !strings.Contains(why, "nvme-tcp kernel module is not loaded") {
 		t.Fatalf("AuthUnsupported = %q", why)
+	}
+}
+
+// A connect the target refuses for authentication is said to be that
+// (ErrAuthFailed, which the CSI layer turns into FAILED_PRECONDITION),
+// never taken for an unreachable target or a host the target does not
+// know, and without the secret in the message. The kernel answers ENOKEY
+// when the target wants a secret and the connect had none, EKEYREJECTED
+// when it rejected the secret (Linux 6.12: drivers/nvme/host/auth.c);
+// EKEYREJECTED without a secret and EIO are not authentication.
+func TestConnectRefusedForAuthentication(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		errno  syscall.Errno
+		secret bool
+		want   error
+		says   string
+	}{
+		{"no secret, the target requires one", syscall.ENOKEY, false, ErrAuthFailed, "the attachment has no secret"},
+		{"the secret rejected", syscall.EKEYREJECTED, true, ErrAuthFailed, "the export's password changed"},
+		{"a key error without a secret", syscall.EKEYREJECTED, false, ErrConnectFailed, "dmesg"},
+		{"an unreachable target with a secret", syscall.ECONNREFUSED, true, ErrTargetUnreachable, "check the RDS address"},
+		// Linux nvmet dropping the connection before its refusal arrives:
+		// the kernel's EIO, the subsystem offered to this host.
+		{"an I/O error with a secret, the subsystem offered", syscall.EIO, true, ErrConnectFailed, "the likely reason is the DH-HMAC-CHAP secret"},
+		{"an I/O error without a secret, the subsystem offered", syscall.EIO, false, ErrConnectFailed, "e.g. an unknown NQN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := authHost(t)
+			c := h.connector()
+			c.kernel = func(string) error { return &os.PathError{Op: "write", Path: h.fabrics, Err: tc.errno} }
+			c.discover = func(context.Context, string, int, HostIdentity) ([]string, error) { return []string{nqnA}, nil }
+			target := Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA}
+			if tc.secret {
+				target.Secret = testSecret(t)
+			}
+			_, err := c.Connect(testCtx(t), target)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Connect = %v, want %v saying %q", err, tc.want, tc.says)
+			}
+			if strings.Contains(err.Error(), externalValidSecret) || strings.Contains(err.Error(), attachA) {
+				t.Fatalf("the error shows the secret or the attachment's host NQN: %v", err)
+			}
+		})
 	}
 }

@@ -31,6 +31,12 @@ var (
 	// ErrAuthUnsupported: the target needs NVMe in-band authentication and
 	// this node's kernel cannot do it; nothing was attempted.
 	ErrAuthUnsupported = errors.New("the kernel has no NVMe in-band authentication")
+	// ErrAuthFailed: the target requires NVMe in-band authentication
+	// (DH-HMAC-CHAP) and refused this host's: no secret, or not the
+	// secret the export holds now (a wrong one, or an earlier attachment's
+	// after a fence replaced it). Retrying with the same secret cannot
+	// succeed.
+	ErrAuthFailed = errors.New("NVMe in-band authentication refused")
 	// ErrMalformedSecret wraps every reason ParseDHCHAPSecret refuses a value.
 	ErrMalformedSecret = errors.New("malformed DH-HMAC-CHAP secret")
 )

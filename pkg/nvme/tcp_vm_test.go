@@ -128,16 +128,18 @@ func waitNoControllers(t *testing.T, nqn string, d time.Duration) {
 	}
 }
 
-// fabricsConnect connects nqn by hand, as an operator or another driver
-// would, outside the connector.
-func fabricsConnect(t *testing.T, nqn, hostnqn string) {
+// fabricsConnect connects nqn by hand as host, as an operator or another
+// driver would, outside the connector. With the host's own host ID: Linux
+// 6.12 refuses (EINVAL) a host NQN with another's host ID, which a connect
+// without hostid= gets (the default host's), where 6.1 only warned.
+func fabricsConnect(t *testing.T, nqn string, host HostIdentity) {
 	t.Helper()
 	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s,hostnqn=%s", vmPort, nqn, hostnqn)
+	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s,hostnqn=%s,hostid=%s", vmPort, nqn, host.NQN, host.ID)
 	if _, err := f.Write([]byte(opts)); err != nil {
 		t.Fatalf("connecting %s by hand: %v", nqn, err)
 	}
@@ -161,7 +163,11 @@ func TestVMConnectDiscoverDisconnect(t *testing.T) {
 	c := vmConnector(t)
 	ctx := vmCtx(t, time.Minute)
 
-	fabricsConnect(t, foreign, "nqn.2014-08.org.example:another-initiator")
+	other, err := AttachmentHostIdentity("nqn.2014-08.org.example:another-initiator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabricsConnect(t, foreign, other)
 	t.Cleanup(func() { deleteAll(t, foreign) })
 
 	dev, err := c.Connect(ctx, Target{Address: "127.0.0.1", Port: vmPort, NQN: nqnA})
@@ -408,7 +414,7 @@ func TestVMAllowedHostChange(t *testing.T) {
 	// the cntlid A's had, and one host kernel refuses a duplicate cntlid
 	// within a subsystem ("Duplicate cntlid"). Two real nodes do not
 	// share a kernel, so there B gets in at once.
-	fabricsConnect(t, nqn, idB.NQN)
+	fabricsConnect(t, nqn, idB)
 	ctrls = controllersOf(t, nqn)
 	if len(ctrls) != 1 {
 		t.Fatalf("controllers after B connected: %v", ctrls)
@@ -509,7 +515,13 @@ func TestVMNoNvmeTCPModule(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil {
+		// A compressed module (Debian's 6.12 packages them with xz) is
+		// decompressed by the kernel itself (CONFIG_MODULE_DECOMPRESS).
+		flags := 0
+		if strings.HasSuffix(ko, ".xz") || strings.HasSuffix(ko, ".zst") || strings.HasSuffix(ko, ".gz") {
+			flags = unix.MODULE_INIT_COMPRESSED_FILE
+		}
+		if err := unix.FinitModule(int(f.Fd()), "", flags); err != nil {
 			t.Fatalf("loading %s again: %v", ko, err)
 		}
 	}()

@@ -60,7 +60,7 @@ func run(ctx context.Context, multipath, results string, memory, cpus int, kvm, 
 	if err != nil {
 		return 0, err
 	}
-	kernel, initrd, err := vm.Prepare(ctx, root)
+	prep, err := vm.Prepare(ctx, root, "")
 	if err != nil {
 		return 0, err
 	}
@@ -72,7 +72,7 @@ func run(ctx context.Context, multipath, results string, memory, cpus int, kvm, 
 		return 0, err
 	}
 	res, err := vm.Run(ctx, vm.Config{
-		Kernel: kernel, Initrd: initrd, ResultsDir: dir,
+		Kernel: prep.Kernel, Initrd: prep.Initrd, ResultsDir: dir,
 		HostDirs:  []string{root}, // the checkout, also when it is under /tmp
 		MemoryMiB: memory, CPUs: cpus, KVM: kvm,
 		KernelArgs: []string{"nvme_core.multipath=" + multipath},

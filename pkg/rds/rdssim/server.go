@@ -674,6 +674,9 @@ type DiskInfo struct {
 	NVMeTCPPort   int
 	NVMeTCPNQN    string
 	AllowHostName string
+	// Secret is the nvme-tcp-server-secret the disk prints for its
+	// password: what the allowed host must present. "" without one.
+	Secret string
 }
 
 // Disks returns the file disks in table order.
@@ -690,6 +693,7 @@ func (s *Server) Disks() []DiskInfo {
 			NVMeTCPPort:   d.Port,
 			NVMeTCPNQN:    d.NQN,
 			AllowHostName: d.AllowHost,
+			Secret:        serverSecret(d.Password),
 		}
 		if rel, err := s.relPath(d.FilePath); err == nil {
 			info.BackingFile = s.hostPath(rel)
