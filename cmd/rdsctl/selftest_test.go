@@ -251,11 +251,10 @@ func TestSelftestExportPassword(t *testing.T) {
 	})
 	t.Run("refused", func(t *testing.T) {
 		srv, cfg := selftestSim(t, nil)
-		// The three copies before it clear the password (nvme-tcp-server-
-		// password=""): the fourth command that names the property is the
-		// self-test's set. (On a box that refuses the property, those
-		// copies would fail too: docs/routeros.md.)
-		srv.InjectFault(rdssim.Fault{Kind: rdssim.FaultFail, Match: "nvme-tcp-server-password=", Nth: 4, Output: "expected end of command (line 1 column 90)"})
+		// The copies before it name no password (their sources have
+		// none, so they send no nvme-tcp-server-password=""): the first
+		// command that names the property is the self-test's set.
+		srv.InjectFault(rdssim.Fault{Kind: rdssim.FaultFail, Match: "nvme-tcp-server-password=", Nth: 1, Output: "expected end of command (line 1 column 90)"})
 		o := selftestOpts()
 		o.data = simDataPath{srv: srv}
 		report, err := runSelftest(cfg, o)
