@@ -62,6 +62,9 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
+	if err := writePorts(dir); err != nil {
+		tb.Fatal(err)
+	}
 	logPath := filepath.Join(dir, "controlplane-script.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -134,6 +137,21 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	done()
 	tl.Logf("kube-apiserver at %s, admin kubeconfig %s", cp.Env["KUBE_APISERVER_URL"], cp.Kubeconfig)
 	return cp
+}
+
+// writePorts gives the control plane in dir its ports from FreePort, in
+// the <dir>/ports file hack/controlplane.sh reads (it picks others only
+// when one of them was taken meanwhile by another process).
+func writePorts(dir string) error {
+	var b strings.Builder
+	for _, name := range []string{"ETCD_PORT", "ETCD_PEER_PORT", "APISERVER_PORT", "KCM_PORT"} {
+		p, err := FreePort()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s=%d\n", name, p)
+	}
+	return os.WriteFile(filepath.Join(dir, "ports"), []byte(b.String()), 0o644)
 }
 
 // watchdog starts a detached shell that runs "controlplane.sh stop" once
