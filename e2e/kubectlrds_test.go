@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,15 +91,36 @@ func (k *kubectlRDS) check() (int, diagnose.Report) {
 	return code, r
 }
 
-// buildPlugin builds cmd/kubectl-rds into .cache/e2e.
+var (
+	pluginOnce  sync.Once
+	pluginBin   string
+	pluginBuild error
+)
+
+// buildPlugin builds cmd/kubectl-rds into .cache/e2e, once per test binary:
+// the tests that use it run side by side, and a build over the binary
+// another test is running fails ("text file busy"). It is written under a
+// temporary name and renamed, so another checkout's run sharing the cache
+// keeps the file it started.
 func buildPlugin(t *testing.T, root string) string {
-	bin := filepath.Join(root, ".cache", "e2e", "kubectl-rds")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-rds")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/kubectl-rds: %v\n%s", err, out)
+	t.Helper()
+	pluginOnce.Do(func() {
+		bin := filepath.Join(root, ".cache", "e2e", "kubectl-rds")
+		tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/kubectl-rds")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			pluginBuild = fmt.Errorf("go build ./cmd/kubectl-rds: %w\n%s", err, out)
+			return
+		}
+		if pluginBuild = os.Rename(tmp, bin); pluginBuild == nil {
+			pluginBin = bin
+		}
+	})
+	if pluginBuild != nil {
+		t.Fatal(pluginBuild)
 	}
-	return bin
+	return pluginBin
 }
 
 // operatorKubeconfig creates a ServiceAccount bound to the ClusterRoles of
