@@ -123,6 +123,7 @@ func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attac
 // refused by the driver (FAILED_PRECONDITION naming node-a), and nothing
 // is attached to node-b at any moment.
 func TestAttachAndRefuseSecondNode(t *testing.T) {
+	t.Parallel()
 	w := startAttachWorld(t, "node-a", "node-b")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
@@ -238,6 +239,7 @@ func TestAttachAndRefuseSecondNode(t *testing.T) {
 // node.kubernetes.io/out-of-service. The volume moves to the replacement
 // pod on node-b without ever being attached to both.
 func TestFailoverOutOfService(t *testing.T) {
+	t.Parallel()
 	testFailover(t, "out-of-service taint on node-a", func(w *attachWorld) error {
 		return w.nodes["node-a"].Taint(w.e.Ctx, framework.OutOfServiceTaint)
 	}, func(w *attachWorld) error {
@@ -256,6 +258,7 @@ func TestFailoverOutOfService(t *testing.T) {
 // Scenario 3b: node-a is dead and its Node object is deleted (cluster
 // autoscaler, kubectl delete node).
 func TestFailoverNodeDeleted(t *testing.T) {
+	t.Parallel()
 	testFailover(t, "Node node-a deleted", func(w *attachWorld) error {
 		return w.e.Client.CoreV1().Nodes().Delete(w.e.Ctx, "node-a", metav1.DeleteOptions{})
 	}, func(w *attachWorld) error {

@@ -56,6 +56,7 @@ func diskExportTo(w *attachWorld, node string) framework.Condition {
 // volume; node-b's waiting pod gets the volume, exported to node-b's host
 // NQN alone. When node-a comes back the driver removes its taint.
 func TestUnattendedFailover(t *testing.T) {
+	t.Parallel()
 	unattendedFailover(t, attachOptions{grace: fencedGrace, fenced: true,
 		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}})
 }
@@ -65,6 +66,7 @@ func TestUnattendedFailover(t *testing.T) {
 // cluster with Kubernetes' defaults gets (issue 23's figure; docs/
 // BENCHMARKS.md records its UNATTENDED FAILOVER line).
 func TestUnattendedFailoverKubeletCadence(t *testing.T) {
+	t.Parallel()
 	unattendedFailover(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletDefaultCadence,
 		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}})
 }
@@ -75,6 +77,7 @@ func TestUnattendedFailoverKubeletCadence(t *testing.T) {
 // bit), kube-controller-manager its default grace (40 s). A benchmark
 // like the one above (docs/BENCHMARKS.md), not a timed test.
 func TestUnattendedFailoverFastHeartbeat(t *testing.T) {
+	t.Parallel()
 	unattendedFailover(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletFastHeartbeatCadence,
 		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint", "--heartbeat-threshold=6s"}})
 }

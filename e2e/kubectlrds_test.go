@@ -190,6 +190,7 @@ func stripFinalizers(ctx context.Context, c kubernetes.Interface, va string) err
 // scenario on the real control plane: a Multi-Attach refusal, a dead node,
 // a stale claim (and its release), an orphan disk.
 func TestKubectlRDS(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: nodeMonitorGrace}})
 	ctx, c, tl, ns := e.Ctx, e.Client, e.TL, framework.TestNamespace
 	sim := e.StartSim(framework.SimOptions{})

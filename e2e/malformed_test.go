@@ -43,6 +43,7 @@ func annotatePV(ctx context.Context, c kubernetes.Interface, pv, key string, val
 // the annotation (restoring it, or removing it from a volume nobody uses)
 // brings everything back.
 func TestMalformedClaimsFailClosed(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, c, tl, ns := e.Ctx, e.Client, e.TL, framework.TestNamespace
 	sim := e.StartSim(framework.SimOptions{})

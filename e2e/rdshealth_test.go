@@ -32,6 +32,7 @@ import (
 // become true for that array and drive, where they were false on the
 // healthy array; kubectl rds check reports both, from the same endpoint.
 func TestRDSHealthAlertFires(t *testing.T) {
+	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Skip("promtool is not installed (Debian package prometheus): the alerts' expressions cannot be evaluated")
