@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -91,37 +90,9 @@ func (k *kubectlRDS) check() (int, diagnose.Report) {
 	return code, r
 }
 
-var (
-	pluginOnce  sync.Once
-	pluginBin   string
-	pluginBuild error
-)
-
-// buildPlugin builds cmd/kubectl-rds into .cache/e2e, once per test binary:
-// the tests that use it run side by side, and a build over the binary
-// another test is running fails ("text file busy"). It is written under a
-// temporary name and renamed, so another checkout's run sharing the cache
-// keeps the file it started.
-func buildPlugin(t *testing.T, root string) string {
-	t.Helper()
-	pluginOnce.Do(func() {
-		bin := filepath.Join(root, ".cache", "e2e", "kubectl-rds")
-		tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/kubectl-rds")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pluginBuild = fmt.Errorf("go build ./cmd/kubectl-rds: %w\n%s", err, out)
-			return
-		}
-		if pluginBuild = os.Rename(tmp, bin); pluginBuild == nil {
-			pluginBin = bin
-		}
-	})
-	if pluginBuild != nil {
-		t.Fatal(pluginBuild)
-	}
-	return pluginBin
-}
+// plugin is cmd/kubectl-rds, built once for the tests that run it side
+// by side.
+var plugin = framework.GoBuild{Name: "kubectl-rds", Pkg: "./cmd/kubectl-rds"}
 
 // operatorKubeconfig creates a ServiceAccount bound to the ClusterRoles of
 // manifests/kubectl-rds (reader and release) and returns a kubeconfig with
@@ -213,7 +184,7 @@ func TestKubectlRDS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer transcript.Close()
-	k := &kubectlRDS{t: t, tl: tl, bin: buildPlugin(t, e.Root), kubeconfig: operatorKubeconfig(t, e),
+	k := &kubectlRDS{t: t, tl: tl, bin: plugin.Path(t, tl, e.Root), kubeconfig: operatorKubeconfig(t, e),
 		inventoryURL: fmt.Sprintf("http://127.0.0.1:%d/inventory", port), transcript: transcript}
 	t.Logf("transcript: %s", transcript.Name())
 

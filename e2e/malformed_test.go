@@ -69,7 +69,7 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer transcript.Close()
-	k := &kubectlRDS{t: t, tl: tl, bin: buildPlugin(t, e.Root), kubeconfig: operatorKubeconfig(t, e),
+	k := &kubectlRDS{t: t, tl: tl, bin: plugin.Path(t, tl, e.Root), kubeconfig: operatorKubeconfig(t, e),
 		inventoryURL: fmt.Sprintf("http://127.0.0.1:%d/inventory", port), transcript: transcript}
 
 	done := tl.Step("claims data and fresh; data attached to node-a")
