@@ -322,9 +322,9 @@ func testFailover(t *testing.T, what string, fail, podGC func(*attachWorld) erro
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-b", framework.VolumeAttached(c, w.pv, "node-b", nil)); err != nil {
 		t.Fatal(err)
 	}
-	at, ok := w.mon.FirstAttachedAt(w.pv, "node-b", t0)
-	if !ok {
-		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
+	var at time.Time
+	if _, err := framework.WaitFor(ctx, tl, 30*time.Second, "the VolumeAttachment watch saw it attached to node-b", w.mon.SeenAttached(w.pv, "node-b", t0, &at)); err != nil {
+		t.Fatal(err)
 	}
 	failover := at.Sub(t0)
 	tl.Logf("FAILOVER %s: %s from the failure action to attached on node-b", what, failover.Round(time.Millisecond))

@@ -111,9 +111,9 @@ func unattendedFailover(t *testing.T, o attachOptions) {
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-b", framework.VolumeAttached(c, w.pv, "node-b", nil)); err != nil {
 		t.Fatal(err)
 	}
-	at, ok := w.mon.FirstAttachedAt(w.pv, "node-b", t0)
-	if !ok {
-		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
+	var at time.Time
+	if _, err := framework.WaitFor(ctx, tl, 30*time.Second, "the VolumeAttachment watch saw it attached to node-b", w.mon.SeenAttached(w.pv, "node-b", t0, &at)); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExportTo(w, "node-b")); err != nil {
 		t.Error(err)
