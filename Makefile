@@ -79,10 +79,14 @@ fuzz:
 # End-to-end: a real kube-apiserver/kube-controller-manager, the csi
 # sidecars, the driver binary and the RDS simulator (e2e/, build tag e2e, so
 # `unit` does not run it). The first build of the control plane takes ~10 min.
+# Most scenarios wait (heartbeat windows, grace periods, leases) and run
+# side by side (t.Parallel), E2E_PARALLEL at a time; their control planes
+# start two at a time (RDS_CSI_E2E_STARTS; e2e/README.md).
+E2E_PARALLEL ?= 6
 e2e:
 	./hack/build-controlplane.sh
 	$(GO) vet -tags e2e ./e2e/...
-	$(GO) test -tags e2e -count=1 -timeout 40m ./e2e/...
+	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/...
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),

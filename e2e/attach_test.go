@@ -134,6 +134,7 @@ func startAttachWorldWith(t *testing.T, o attachOptions, nodes ...string) *attac
 // refused by the driver (FAILED_PRECONDITION naming node-a), and nothing
 // is attached to node-b at any moment.
 func TestAttachAndRefuseSecondNode(t *testing.T) {
+	t.Parallel()
 	w := startAttachWorld(t, "node-a", "node-b")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
@@ -249,6 +250,7 @@ func TestAttachAndRefuseSecondNode(t *testing.T) {
 // node.kubernetes.io/out-of-service. The volume moves to the replacement
 // pod on node-b without ever being attached to both.
 func TestFailoverOutOfService(t *testing.T) {
+	t.Parallel()
 	testFailover(t, "out-of-service taint on node-a", func(w *attachWorld) error {
 		return w.nodes["node-a"].Taint(w.e.Ctx, framework.OutOfServiceTaint)
 	}, func(w *attachWorld) error {
@@ -267,6 +269,7 @@ func TestFailoverOutOfService(t *testing.T) {
 // Scenario 3b: node-a is dead and its Node object is deleted (cluster
 // autoscaler, kubectl delete node).
 func TestFailoverNodeDeleted(t *testing.T) {
+	t.Parallel()
 	testFailover(t, "Node node-a deleted", func(w *attachWorld) error {
 		return w.e.Client.CoreV1().Nodes().Delete(w.e.Ctx, "node-a", metav1.DeleteOptions{})
 	}, func(w *attachWorld) error {
@@ -330,9 +333,9 @@ func testFailover(t *testing.T, what string, fail, podGC func(*attachWorld) erro
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-b", framework.VolumeAttached(c, w.pv, "node-b", nil)); err != nil {
 		t.Fatal(err)
 	}
-	at, ok := w.mon.FirstAttachedAt(w.pv, "node-b", t0)
-	if !ok {
-		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
+	var at time.Time
+	if _, err := framework.WaitFor(ctx, tl, 30*time.Second, "the VolumeAttachment watch saw it attached to node-b", w.mon.SeenAttached(w.pv, "node-b", t0, &at)); err != nil {
+		t.Fatal(err)
 	}
 	failover := at.Sub(t0)
 	tl.Logf("FAILOVER %s: %s from the failure action to attached on node-b", what, failover.Round(time.Millisecond))

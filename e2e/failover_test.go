@@ -41,6 +41,7 @@ const failoverClaimsAnnotation = "rds.csi.srvlab.io/claims"
 // exactly the node its VolumeAttachment is attached to. Then a replica is
 // restarted gracefully and answers the same publishes exactly as before.
 func TestControllerFailover(t *testing.T) {
+	t.Parallel()
 	const (
 		volumes = 4
 		moves   = 6 // attachments per volume, each on another node

@@ -286,6 +286,7 @@ func (w *fenceRaceWorld) finish(t *testing.T, node, pod string) {
 // that does not know yet it lost its lease. Nothing it does may answer
 // node-2 as a holder, leave its claim behind or move the export.
 func TestPausedReplicaMidPublish(t *testing.T) {
+	t.Parallel()
 	w := startFenceRace(t)
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
@@ -387,6 +388,7 @@ func TestPausedReplicaMidPublish(t *testing.T) {
 // (compare-and-swap on the export state), leaving the export open to
 // node-3's attachment alone.
 func TestStalledExportCommandLandsLate(t *testing.T) {
+	t.Parallel()
 	const timeout = 3 * time.Second
 	w := startFenceRace(t, "--rds-command-timeout="+timeout.String())
 	e := w.e

@@ -56,6 +56,7 @@ func diskExportTo(w *attachWorld, node string) framework.Condition {
 // volume; node-b's waiting pod gets the volume, exported to node-b's host
 // NQN alone. When node-a comes back the driver removes its taint.
 func TestUnattendedFailover(t *testing.T) {
+	t.Parallel()
 	unattendedFailover(t, attachOptions{grace: fencedGrace, fenced: true,
 		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}})
 }
@@ -65,6 +66,7 @@ func TestUnattendedFailover(t *testing.T) {
 // cluster with Kubernetes' defaults gets (issue 23's figure; docs/
 // BENCHMARKS.md records its UNATTENDED FAILOVER line).
 func TestUnattendedFailoverKubeletCadence(t *testing.T) {
+	t.Parallel()
 	unattendedFailover(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletDefaultCadence,
 		driverArgs: []string{"--storage-fencing=allow-host", "--out-of-service-taint"}})
 }
@@ -77,6 +79,7 @@ func TestUnattendedFailoverKubeletCadence(t *testing.T) {
 // stops both. A benchmark like the one above (docs/BENCHMARKS.md), not a
 // timed test.
 func TestUnattendedFailoverFastHeartbeat(t *testing.T) {
+	t.Parallel()
 	unattendedFailover(t, attachOptions{grace: 40 * time.Second, fenced: true, cadence: framework.KubeletFastHeartbeatCadence,
 		pluginLease: 10 * time.Second,
 		driverArgs:  []string{"--storage-fencing=allow-host", "--out-of-service-taint", "--heartbeat-threshold=6s", "--node-lease-namespace=" + driverNamespace}})
@@ -114,9 +117,9 @@ func unattendedFailover(t *testing.T, o attachOptions) {
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "volume attached to node-b", framework.VolumeAttached(c, w.pv, "node-b", nil)); err != nil {
 		t.Fatal(err)
 	}
-	at, ok := w.mon.FirstAttachedAt(w.pv, "node-b", t0)
-	if !ok {
-		t.Fatalf("the VolumeAttachment watch never saw %s attached to node-b; history %+v", w.pv, w.mon.History(w.pv))
+	var at time.Time
+	if _, err := framework.WaitFor(ctx, tl, 30*time.Second, "the VolumeAttachment watch saw it attached to node-b", w.mon.SeenAttached(w.pv, "node-b", t0, &at)); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 10*time.Second, "export allows node-b only", diskExportTo(w, "node-b")); err != nil {
 		t.Error(err)

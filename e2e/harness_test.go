@@ -22,6 +22,7 @@ import (
 // kube-controller-manager's node lifecycle controller marks it Unknown and
 // taints it unreachable after the grace period; Recover brings it back.
 func TestFakeKubeletFailAndRecover(t *testing.T) {
+	t.Parallel()
 	const grace = 8 * time.Second
 	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: grace}})
 	ctx, c, tl := e.Ctx, e.Client, e.TL

@@ -86,6 +86,7 @@ func noFenceLogged(t *testing.T, dir string, drivers ...string) {
 // (the observation window: a fence comes, if it comes, within the
 // thresholds after the API answers), its claim stays, no Fenced event.
 func TestAPIServerOutageFencesNobody(t *testing.T) {
+	t.Parallel()
 	w, host := startHeartbeatWorld(t, framework.KubeletDefaultCadence, nil, "node-a", "node-b", "node-c")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
@@ -139,6 +140,7 @@ func TestAPIServerOutageFencesNobody(t *testing.T) {
 // 20 s threshold). Its export and claim stay, and the driver logs no
 // fence, through the threshold after the stall.
 func TestLateRenewalFencesNobody(t *testing.T) {
+	t.Parallel()
 	w, host := startHeartbeatWorld(t, framework.KubeletDefaultCadence, nil, "node-a", "node-b", "node-c")
 	e := w.e
 	ctx, c, tl := e.Ctx, e.Client, e.TL
@@ -173,6 +175,7 @@ func TestLateRenewalFencesNobody(t *testing.T) {
 // export and claim stay, and neither replica logs a fence, through the
 // thresholds after the takeover.
 func TestLeaderFailoverFencesNobody(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: 40 * time.Second}})
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	sim := e.StartSim(framework.SimOptions{})
@@ -245,6 +248,7 @@ func noTaintOn(ctx context.Context, t *testing.T, tl *framework.Timeline, c kube
 // stay, no node is tainted, and the driver logs no fence, through the
 // thresholds after the last restart.
 func TestNodePluginRolloutFencesNobody(t *testing.T) {
+	t.Parallel()
 	nodes := []string{"node-a", "node-b", "node-c"}
 	w, host := startHeartbeatWorld(t, framework.KubeletDefaultCadence, nil, nodes...)
 	e := w.e
@@ -308,6 +312,7 @@ func TestNodePluginRolloutFencesNobody(t *testing.T) {
 // recovery period. node-a's export and claim are untouched throughout,
 // and the driver fences once: node-b's volume, at the first lapse.
 func TestFlappingNodeIsNotFencedInALoop(t *testing.T) {
+	t.Parallel()
 	port, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)

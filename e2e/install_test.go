@@ -23,6 +23,7 @@ import (
 // existing namespace. The renders come from hack/tools (the Helm SDK and
 // kustomize's krusty, a module of their own).
 func TestInstallsServerSideDryRun(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	framework.InstallSnapshotCRDs(e.Ctx, t, e.TL, e.CP)
 	render := buildRender(t, e.Root)
@@ -75,6 +76,7 @@ func TestInstallsServerSideDryRun(t *testing.T) {
 // (config/crd/bases/snapscheduler.backube_snapshotschedules.yaml of a
 // release); without it the SnapshotSchedule is left out, and logged.
 func TestSnapshotScheduleExampleServerSideDryRun(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	framework.InstallSnapshotCRDs(e.Ctx, t, e.TL, e.CP)
 	crd := os.Getenv("RDS_CSI_SNAPSCHEDULER_CRD")

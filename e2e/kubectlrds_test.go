@@ -90,16 +90,9 @@ func (k *kubectlRDS) check() (int, diagnose.Report) {
 	return code, r
 }
 
-// buildPlugin builds cmd/kubectl-rds into .cache/e2e.
-func buildPlugin(t *testing.T, root string) string {
-	bin := filepath.Join(root, ".cache", "e2e", "kubectl-rds")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-rds")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/kubectl-rds: %v\n%s", err, out)
-	}
-	return bin
-}
+// plugin is cmd/kubectl-rds, built once for the tests that run it side
+// by side.
+var plugin = framework.GoBuild{Name: "kubectl-rds", Pkg: "./cmd/kubectl-rds"}
 
 // operatorKubeconfig creates a ServiceAccount bound to the ClusterRoles of
 // manifests/kubectl-rds (reader and release) and returns a kubeconfig with
@@ -168,6 +161,7 @@ func stripFinalizers(ctx context.Context, c kubernetes.Interface, va string) err
 // scenario on the real control plane: a Multi-Attach refusal, a dead node,
 // a stale claim (and its release), an orphan disk.
 func TestKubectlRDS(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{ControlPlane: framework.ControlPlaneOptions{NodeMonitorGracePeriod: nodeMonitorGrace}})
 	ctx, c, tl, ns := e.Ctx, e.Client, e.TL, framework.TestNamespace
 	sim := e.StartSim(framework.SimOptions{})
@@ -190,7 +184,7 @@ func TestKubectlRDS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer transcript.Close()
-	k := &kubectlRDS{t: t, tl: tl, bin: buildPlugin(t, e.Root), kubeconfig: operatorKubeconfig(t, e),
+	k := &kubectlRDS{t: t, tl: tl, bin: plugin.Path(t, tl, e.Root), kubeconfig: operatorKubeconfig(t, e),
 		inventoryURL: fmt.Sprintf("http://127.0.0.1:%d/inventory", port), transcript: transcript}
 	t.Logf("transcript: %s", transcript.Name())
 

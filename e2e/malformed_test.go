@@ -43,6 +43,7 @@ func annotatePV(ctx context.Context, c kubernetes.Interface, pv, key string, val
 // the annotation (restoring it, or removing it from a volume nobody uses)
 // brings everything back.
 func TestMalformedClaimsFailClosed(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, c, tl, ns := e.Ctx, e.Client, e.TL, framework.TestNamespace
 	sim := e.StartSim(framework.SimOptions{})
@@ -68,7 +69,7 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer transcript.Close()
-	k := &kubectlRDS{t: t, tl: tl, bin: buildPlugin(t, e.Root), kubeconfig: operatorKubeconfig(t, e),
+	k := &kubectlRDS{t: t, tl: tl, bin: plugin.Path(t, tl, e.Root), kubeconfig: operatorKubeconfig(t, e),
 		inventoryURL: fmt.Sprintf("http://127.0.0.1:%d/inventory", port), transcript: transcript}
 
 	done := tl.Step("claims data and fresh; data attached to node-a")

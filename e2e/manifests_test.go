@@ -33,6 +33,7 @@ import (
 // Kinds whose API the cluster does not serve (the Prometheus Operator's)
 // are logged and skipped; the VolumeSnapshot CRDs are installed first.
 func TestManifestsServerSideDryRun(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, tl := e.Ctx, e.TL
 	if framework.HaveBinary(e.Root, "csi-snapshotter") {

@@ -35,6 +35,7 @@ const migrationTimeout = 20 * time.Second
 // pod goes (the migration completes), csi-attacher's next retry attaches
 // node-b alone.
 func TestRawBlockLiveMigration(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	ns := framework.TestNamespace

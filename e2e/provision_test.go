@@ -23,6 +23,7 @@ import (
 // (RWX filesystem) stays Pending with the driver's reason and leaves
 // nothing on the RDS.
 func TestProvisionAndDelete(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	sim := e.StartSim(framework.SimOptions{})

@@ -32,6 +32,7 @@ import (
 // become true for that array and drive, where they were false on the
 // healthy array; kubectl rds check reports both, from the same endpoint.
 func TestRDSHealthAlertFires(t *testing.T) {
+	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Skip("promtool is not installed (Debian package prometheus): the alerts' expressions cannot be evaluated")
@@ -99,7 +100,7 @@ func TestRDSHealthAlertFires(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer transcript.Close()
-	k := &kubectlRDS{t: t, tl: tl, bin: buildPlugin(t, e.Root), kubeconfig: operatorKubeconfig(t, e), inventoryURL: base + "/inventory", transcript: transcript}
+	k := &kubectlRDS{t: t, tl: tl, bin: plugin.Path(t, tl, e.Root), kubeconfig: operatorKubeconfig(t, e), inventoryURL: base + "/inventory", transcript: transcript}
 	code, r := k.check()
 	if code != 1 || r.Counts[diagnose.FindingArrayDegraded] != 1 || r.Counts[diagnose.FindingDriveFailing] != 1 {
 		t.Errorf("check: exit %d, %+v", code, r)

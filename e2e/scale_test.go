@@ -156,6 +156,7 @@ func scaleReadyz(url string) framework.Condition {
 // none of the driver's on the stream (kube-controller-manager, started
 // before, may add one now and then, never three).
 func TestInitialSyncPath(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, etcd, wantPath string
 		wantLists            bool

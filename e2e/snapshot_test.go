@@ -33,6 +33,7 @@ var (
 // restored from the snapshot with the original's content; deleting the
 // snapshot and the claims removes every disk.
 func TestExpandSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	root := framework.EnsureBinaries(t)
 	for _, b := range []string{"csi-resizer", "csi-snapshotter", "snapshot-controller"} {
 		if !framework.HaveBinary(root, b) {

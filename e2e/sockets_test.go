@@ -18,6 +18,7 @@ import (
 // is 200 bytes long; the driver must still come up and answer Probe
 // (StartDriver fails the test otherwise). No control plane needed.
 func TestDriverSocketWithDeepArtifactDir(t *testing.T) {
+	t.Parallel()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

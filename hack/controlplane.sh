@@ -10,6 +10,9 @@
 #   hack/controlplane.sh env    <dir>   print <dir>/env
 #
 # Layout of <dir>: admin.kubeconfig, env, ports, pki/, etcd-data/, pids/*.pid, logs/*.log
+# <dir>/ports (ETCD_PORT=, ETCD_PEER_PORT=, APISERVER_PORT=, KCM_PORT=) is kept
+# for a restart; written before the first start (the e2e harness does, from
+# its port allocator), it names the ports to use while they are free.
 #
 # Environment knobs (defaults in brackets):
 #   RDS_CSI_CACHE           cache with bin/ [<repo>/.cache]

@@ -291,6 +291,22 @@ func (m *AttachmentMonitor) FirstAttachedAt(pvName, node string, since time.Time
 	return time.Time{}, false
 }
 
+// SeenAttached holds once the monitor has seen pvName attached to node at
+// or after since, and sets *at to that moment. A wait on the API (a GET,
+// VolumeAttached) can see the attachment before the monitor's watch
+// delivers it; on a loaded machine (tests side by side) the watch was
+// seen to lag, so read the monitor through this, not right after.
+func (m *AttachmentMonitor) SeenAttached(pvName, node string, since time.Time, at *time.Time) Condition {
+	return func(context.Context) (bool, string, error) {
+		t, ok := m.FirstAttachedAt(pvName, node, since)
+		if !ok {
+			return false, fmt.Sprintf("the VolumeAttachment watch has not seen %s attached to %s; history %+v", pvName, node, m.History(pvName)), nil
+		}
+		*at = t
+		return true, "", nil
+	}
+}
+
 // AnyOf holds as soon as one of conds holds.
 func AnyOf(conds ...Condition) Condition {
 	return func(ctx context.Context) (bool, string, error) {

@@ -102,3 +102,25 @@ func TestWatchAttachments(t *testing.T) {
 		t.Errorf("after the delete: %+v", h[1])
 	}
 }
+
+// The API already says node-b is attached while the monitor's watch has
+// not delivered it yet: SeenAttached holds only once the monitor has
+// seen it, and gives the monitor's moment, never one before since.
+func TestSeenAttachedWaitsForTheWatch(t *testing.T) {
+	m := newAttachmentMonitor(stepClock())
+	m.update(va("va-b", "pv1", "node-b", true), false) // t=1001: an earlier attachment
+	m.update(va("va-b", "pv1", "node-b", true), true)  // t=1002: gone
+	since := time.Unix(1002, 500)
+	var at time.Time
+	cond := m.SeenAttached("pv1", "node-b", since, &at)
+	if done, state, err := cond(context.Background()); done || err != nil {
+		t.Fatalf("held before the watch delivered the attachment after %v (at %v): %s %v", since, at, state, err)
+	}
+	m.update(va("va-b2", "pv1", "node-b", true), false) // t=1003: the watch catches up
+	if done, state, err := cond(context.Background()); !done || err != nil {
+		t.Fatalf("not held once the monitor saw it: %s %v", state, err)
+	}
+	if want := time.Unix(1003, 0); !at.Equal(want) {
+		t.Errorf("at %v, want %v", at, want)
+	}
+}

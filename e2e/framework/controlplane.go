@@ -62,6 +62,9 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
+	if err := writePorts(dir); err != nil {
+		tb.Fatal(err)
+	}
 	logPath := filepath.Join(dir, "controlplane-script.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -108,7 +111,13 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	// Dies with us (the watchdog then stops what it started); a Ctrl-C
 	// that we handle lets it finish, then the cleanup stops everything.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Run(); err != nil {
+	waited := acquireStart()
+	if waited > time.Second {
+		tl.Logf("waited %s for another test's control plane to finish starting", waited.Round(time.Millisecond))
+	}
+	err = cmd.Run()
+	releaseStart()
+	if err != nil {
 		tb.Fatalf("hack/controlplane.sh start %s: %v\n%s", dir, err, tail(logPath, 40))
 	}
 	cp := &ControlPlane{Root: root, Dir: dir, Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
@@ -135,6 +144,45 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	tl.Logf("kube-apiserver at %s, admin kubeconfig %s", cp.Env["KUBE_APISERVER_URL"], cp.Kubeconfig)
 	return cp
 }
+
+// writePorts gives the control plane in dir its ports from FreePort, in
+// the <dir>/ports file hack/controlplane.sh reads (it picks others only
+// when one of them was taken meanwhile by another process).
+func writePorts(dir string) error {
+	var b strings.Builder
+	for _, name := range []string{"ETCD_PORT", "ETCD_PEER_PORT", "APISERVER_PORT", "KCM_PORT"} {
+		p, err := FreePort()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s=%d\n", name, p)
+	}
+	return os.WriteFile(filepath.Join(dir, "ports"), []byte(b.String()), 0o644)
+}
+
+// startSlots bounds how many control planes start at once in this test
+// binary: RDS_CSI_E2E_STARTS, default 2. A start is the costly part of a
+// control plane (kube-apiserver takes a core for seconds); once up, a
+// scenario that waits costs little. Tests side by side (go test -parallel)
+// queue here for their start instead of all starting together on a small
+// machine, which slowed every start and every waiting test beside them.
+var startSlots = make(chan struct{}, controlPlaneStarts())
+
+func controlPlaneStarts() int {
+	if n, err := strconv.Atoi(os.Getenv("RDS_CSI_E2E_STARTS")); err == nil && n > 0 {
+		return n
+	}
+	return 2
+}
+
+// acquireStart takes a start slot and says how long it waited for one.
+func acquireStart() time.Duration {
+	t0 := time.Now()
+	startSlots <- struct{}{}
+	return time.Since(t0)
+}
+
+func releaseStart() { <-startSlots }
 
 // watchdog starts a detached shell that runs "controlplane.sh stop" once
 // this test binary is gone, whatever way it went (a -timeout panic skips

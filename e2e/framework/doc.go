@@ -14,6 +14,12 @@
 // every step, every wait with how long it took, and every change of the API
 // objects a CSI driver cares about, with the time since the test started.
 //
+// Tests run side by side (t.Parallel), each with its own control plane:
+// FreePort hands every port out once per test binary, SocketDir and the
+// artifact directory are per test, builds are once per test binary, and
+// control planes start two at a time (RDS_CSI_E2E_STARTS). Nothing here
+// may change process-wide state (environment, working directory).
+//
 // The binaries come from hack/build-controlplane.sh (.cache/bin); when they
 // are missing, EnsureBinaries runs that script unless RDS_CSI_E2E_BUILD=0,
 // in which case the test fails saying what to run.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +28,10 @@ const RDSName = "rds-e2e"
 // VolumePath is the directory of the volumes' backing files on the RDS.
 const VolumePath = "/storage-pool/kubernetes-volumes"
 
-var (
-	buildOnce   sync.Once
-	driverBin   string
-	driverBuild error
-)
+// versionFlag stamps the e2e builds of the driver.
+var versionFlag = []string{"-ldflags", "-X github.com/srvlab/rds-csi/pkg/csi.Version=e2e"}
+
+var raceDriver = GoBuild{Name: "rds-csi-driver", Flags: append([]string{"-race"}, versionFlag...), Pkg: "./cmd/rds-csi-driver"}
 
 // BuildDriver builds cmd/rds-csi-driver once per test binary into
 // .cache/e2e/ (with the race detector, so e2e also checks the driver for
@@ -46,30 +43,7 @@ func BuildDriver(tb testing.TB, tl *Timeline, root string) string {
 		tl.Logf("driver binary from RDS_CSI_E2E_DRIVER_BIN: %s", bin)
 		return bin
 	}
-	buildOnce.Do(func() {
-		done := tl.Step("go build -race ./cmd/rds-csi-driver")
-		dir := filepath.Join(root, ".cache", "e2e")
-		if driverBuild = os.MkdirAll(dir, 0o755); driverBuild != nil {
-			return
-		}
-		out := filepath.Join(dir, "rds-csi-driver")
-		tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-		cmd := exec.Command("go", "build", "-race", "-ldflags", "-X github.com/srvlab/rds-csi/pkg/csi.Version=e2e", "-o", tmp, "./cmd/rds-csi-driver")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			driverBuild = fmt.Errorf("go build ./cmd/rds-csi-driver: %w\n%s", err, b)
-			return
-		}
-		if driverBuild = os.Rename(tmp, out); driverBuild != nil {
-			return
-		}
-		driverBin = out
-		done()
-	})
-	if driverBuild != nil {
-		tb.Fatal(driverBuild)
-	}
-	return driverBin
+	return raceDriver.Path(tb, tl, root)
 }
 
 // Driver is the driver binary running in controller mode.

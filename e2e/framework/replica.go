@@ -216,16 +216,6 @@ func (r *Replica) MetricEquals(series string, want float64) Condition {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // GetLease reads a Lease.
 func GetLease(ctx context.Context, c kubernetes.Interface, ns, name string) (*coordinationv1.Lease, error) {
 	return c.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,39 +235,14 @@ func scaleVA(spec ScaleSpec, i int) *storagev1.VolumeAttachment {
 	}
 }
 
-var (
-	plainOnce  sync.Once
-	plainBin   string
-	plainBuild error
-)
+var plainDriver = GoBuild{Name: "rds-csi-driver-plain", Flags: versionFlag, Pkg: "./cmd/rds-csi-driver"}
 
 // BuildPlainDriver builds cmd/rds-csi-driver without the race detector
 // (whose shadow memory would swamp an RSS measurement) into .cache/e2e/,
 // once per test binary.
 func BuildPlainDriver(tb testing.TB, tl *Timeline, root string) string {
 	tb.Helper()
-	plainOnce.Do(func() {
-		done := tl.Step("go build ./cmd/rds-csi-driver (no -race)")
-		out := filepath.Join(root, ".cache", "e2e", "rds-csi-driver-plain")
-		if plainBuild = os.MkdirAll(filepath.Dir(out), 0o755); plainBuild != nil {
-			return
-		}
-		tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-		cmd := exec.Command("go", "build", "-ldflags", "-X github.com/srvlab/rds-csi/pkg/csi.Version=e2e", "-o", tmp, "./cmd/rds-csi-driver")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			plainBuild = fmt.Errorf("go build ./cmd/rds-csi-driver: %w\n%s", err, b)
-			return
-		}
-		if plainBuild = os.Rename(tmp, out); plainBuild == nil {
-			plainBin = out
-		}
-		done()
-	})
-	if plainBuild != nil {
-		tb.Fatal(plainBuild)
-	}
-	return plainBin
+	return plainDriver.Path(tb, tl, root)
 }
 
 // ProcMemory is a process's resident memory from /proc/<pid>/status.
