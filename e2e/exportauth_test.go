@@ -27,6 +27,7 @@ import (
 // with FAILED_PRECONDITION (no key); a move to node-b gives node-b another
 // secret, sealed to its key alone, again the simulator's.
 func TestExportAuthAttachAndMove(t *testing.T) {
+	t.Parallel()
 	keys := map[string]*exportauth.NodeKey{}
 	ids := map[string]string{}
 	for _, n := range []string{"node-a", "node-b"} {

@@ -146,6 +146,7 @@ func pluginLeaseRenewed(c kubernetes.Interface, node string, n int) framework.Co
 // and the driver logs no fence. Then node-a's node plugin stops too (the
 // node is dead): it is fenced, cut off the RDS.
 func TestNodePluginLeaseKeepsAKubeletRestartFromFencing(t *testing.T) {
+	t.Parallel()
 	nodes := []string{"node-a", "node-b", "node-c"}
 	w, host := startHeartbeatWorld(t, framework.KubeletFastHeartbeatCadence,
 		[]string{"--heartbeat-threshold=6s", "--node-lease-namespace=" + driverNamespace}, nodes...)
@@ -190,6 +191,7 @@ func TestNodePluginLeaseKeepsAKubeletRestartFromFencing(t *testing.T) {
 // pod) writes no Lease at all. RBAC allows it nothing else either: no
 // list, no Lease in kube-node-lease.
 func TestNodeLeasePolicyKeepsEachNodePluginToItsOwnLease(t *testing.T) {
+	t.Parallel()
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, tl := e.Ctx, e.TL
 	framework.Deploy(ctx, t, tl, e.CP, e.Dir)
