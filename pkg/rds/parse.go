@@ -592,7 +592,16 @@ func ParseResource(out string) (map[string]string, error) {
 	return res, nil
 }
 
-func truncate(s string) string { return truncateTo(s, 40) }
+// truncate is a piece of RouterOS output as an error may quote it: cut
+// to 40 bytes, and withheld whole where it shows a trace of an export's
+// password or secret (holdsSecret), which an error would carry to the
+// CO, events and logs.
+func truncate(s string) string {
+	if holdsSecret(s) {
+		return "(withheld: it holds an export's password or secret)"
+	}
+	return truncateTo(s, 40)
+}
 
 // truncateTo keeps s to n bytes, marking a cut.
 func truncateTo(s string, n int) string {
