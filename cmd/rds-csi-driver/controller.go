@@ -182,6 +182,8 @@ func (o *controllerOptions) validate() error {
 		problems = append(problems, fmt.Sprintf("--heartbeat-threshold must not be negative (have %s)", o.HeartbeatThreshold))
 	case o.HeartbeatThreshold > 0 && !o.storageFencing:
 		problems = append(problems, "--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
+	case o.HeartbeatThreshold > maxFenceThreshold || o.NotReadyThreshold > maxFenceThreshold:
+		problems = append(problems, fmt.Sprintf("--heartbeat-threshold and --not-ready-threshold must be at most %s (have %s, %s): a longer wait is no fence at all (0 turns it off)", maxFenceThreshold, o.HeartbeatThreshold, o.NotReadyThreshold))
 	case o.HeartbeatThreshold > 0 && o.HeartbeatThreshold < minHeartbeatThreshold:
 		problems = append(problems, fmt.Sprintf("--heartbeat-threshold=%s is shorter than %s: that needs kubelets renewing their Leases more often than every %s (nodeLeaseDurationSeconds below %ds), a heartbeat write load no cluster should carry for it (docs/attachments.md)", o.HeartbeatThreshold, minHeartbeatThreshold, minHeartbeatThreshold/2, int(2*minHeartbeatThreshold/time.Second)))
 	}
@@ -208,6 +210,12 @@ func (o *controllerOptions) contentType() string {
 	}
 	return o.KubeAPIContentType
 }
+
+// maxFenceThreshold bounds --heartbeat-threshold and --not-ready-threshold:
+// a day is no automatic fence in practice, and the timing arithmetic
+// (thresholds added to clock readings and to one another) stays far from
+// time.Duration's 292 years.
+const maxFenceThreshold = 24 * time.Hour
 
 // minHeartbeatThreshold: the shortest --heartbeat-threshold, two renewals
 // of a kubelet with nodeLeaseDurationSeconds=10 (every 2.5 s). Per node it
