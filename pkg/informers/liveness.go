@@ -564,9 +564,14 @@ func (l *Liveness) evaluate(now time.Time) {
 	// partition of every node would show only the fast ones. A node
 	// silent at least as long as the most recently lapsed heartbeat looks
 	// as dead as that one and counts as suspect too.
+	//
+	// Only nodes count: a Lease whose Node this controller has not seen
+	// (a node plugin's Lease outlives its node, it has no owner; a Lease
+	// an operator made) is no node, and leftovers of deleted nodes
+	// counted as suspects would hold the guard for good.
 	lapsedAge := time.Duration(-1)
 	for _, e := range l.nodes {
-		if age, ok := l.heartbeatAge(e, now); ok && !e.down && age > l.heartbeatThreshold(e) && (lapsedAge < 0 || age < lapsedAge) {
+		if age, ok := l.heartbeatAge(e, now); ok && e.known && !e.down && age > l.heartbeatThreshold(e) && (lapsedAge < 0 || age < lapsedAge) {
 			lapsedAge = age
 		}
 	}
@@ -574,9 +579,9 @@ func (l *Liveness) evaluate(now time.Time) {
 	var names []string
 	total := 0
 	for name, e := range l.nodes {
-		if e.down {
+		if e.down || !e.known {
 			// An operator's (or a fence's) statement that the node is
-			// down: no sign of a partition.
+			// down: no sign of a partition. No Node: no node.
 			continue
 		}
 		total++
