@@ -130,8 +130,10 @@ type Liveness struct {
 	// signal (the longest one paces the silence rule of observe).
 	leasesFor [signals]map[time.Duration]int
 	// pluginNamespace holds the node plugins' Leases ("": none are
-	// read).
+	// read); pluginListed reports whether their watch has listed them
+	// (nil: not yet).
 	pluginNamespace string
+	pluginListed    func() bool
 }
 
 // signal is one of a node's heartbeats.
@@ -223,6 +225,10 @@ func NewLiveness(c clock.PassiveClock, cfg fencing.Config, share float64) *Liven
 // ReadPluginLeases makes the node plugins' Leases in namespace a second
 // heartbeat (the live reads that back a fence read them there).
 func (l *Liveness) ReadPluginLeases(namespace string) { l.pluginNamespace = namespace }
+
+// pluginLeasesListed sets what reports whether the node plugins' Leases
+// have been listed: until then, a node with none known may have one.
+func (l *Liveness) pluginLeasesListed(f func() bool) { l.pluginListed = f }
 
 // OnGuard sets the callback told about every change of the guard.
 func (l *Liveness) OnGuard(f func(GuardEvent)) { l.onGuard = f }
@@ -703,11 +709,13 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		switch {
 		case apierrors.IsNotFound(err):
 			l.forget(r.sig, name)
-		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name):
+		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name) && l.listedPlugins():
 			// A node without a known plugin Lease is decided on its
 			// kubelet's alone: a plugin Lease that cannot be read (no
 			// access to the namespace, an API error) must not stop every
-			// fence of such nodes.
+			// fence of such nodes. Only once the plugin Leases were
+			// listed: before, "none known" says nothing, and the node's
+			// plugin may be renewing (fail closed).
 			l.logger.V(2).Info("node plugin Lease not readable; the node has none known and is decided on its kubelet's Lease", "node", name, "lease", r.namespace+"/"+r.name, "err", err)
 		case err != nil:
 			return NodeState{}, fmt.Errorf("reading node %s's %s heartbeat Lease %s/%s: %w", name, r.sig, r.namespace, r.name, err)
@@ -716,6 +724,12 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		}
 	}
 	return l.Decorate(name, s), nil
+}
+
+// listedPlugins: the node plugins' Leases have been listed, so a node
+// with none known has none (or a new one, not yet seen).
+func (l *Liveness) listedPlugins() bool {
+	return l.pluginListed != nil && l.pluginListed()
 }
 
 // knows: a Lease of node name's heartbeat sig has been seen.

@@ -1,9 +1,15 @@
 package informers
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -53,5 +59,47 @@ func TestOrphanedPluginLeasesDoNotHoldTheGuard(t *testing.T) {
 	}
 	if fenced != 25*time.Second {
 		t.Fatalf("a fenced %s after its last renewal; want at the first check past its 20 s threshold (25 s)", fenced)
+	}
+}
+
+// A plugin Lease the fence's live read cannot read, for a node whose
+// plugin Lease this controller does not know, is taken for "no plugin
+// Lease" only once the plugin Lease watch has listed the namespace: then
+// the cache says the node has none. Before its first list (a controller
+// just started, a new leader whose plugin Lease list is slow or failing)
+// the cache knows nothing, and a node whose kubelet restarts while its
+// plugin renews was fenced on the kubelet's silence for one failed GET.
+func TestUnreadablePluginLeaseBeforeTheListFailsClosed(t *testing.T) {
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	for _, listed := range []bool{false, true} {
+		clock := clocktesting.NewFakeClock(time.Now())
+		l := NewLiveness(clock, cfg, 0)
+		l.ReadPluginLeases(pluginNamespace)
+		l.pluginLeasesListed(func() bool { return listed })
+		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"), pluginLeaseOf("node-a", "9", 40*time.Second))
+		client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() == pluginNamespace {
+				return true, nil, apierrors.NewInternalError(fmt.Errorf("etcdserver: request timed out"))
+			}
+			return false, nil, nil
+		})
+		l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+		l.observeLease("node-a", "7", 0)
+		clock.Step(21 * time.Second)
+		c := NewClaims(client, driver)
+		c.TimeWith(l)
+		s, err := c.LiveNode(context.Background(), "node-a")
+		if !listed {
+			if err == nil {
+				t.Errorf("plugin Leases not listed yet, node-a's unreadable: confirmed (%+v); want an error (unconfirmed, no fence)", s)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("plugin Leases listed (none of node-a's), unreadable: %v; want node-a decided on its kubelet's Lease", err)
+		}
+		if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+			t.Fatalf("listed, no plugin Lease known, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", reason, stale)
+		}
 	}
 }
