@@ -397,6 +397,12 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 }
 
 func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) bool {
+	if sig == pluginLease {
+		// No node plugin states more; a Lease that does (edited by hand,
+		// another writer's) must not hold a dead node's fence off for
+		// half of whatever it says.
+		leaseFor = min(leaseFor, nodelease.MaxDuration)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(name)

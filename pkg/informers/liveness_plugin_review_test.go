@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
 // A node plugin's Lease has no owner: when its node is deleted (a scale-
@@ -101,5 +103,38 @@ func TestUnreadablePluginLeaseBeforeTheListFailsClosed(t *testing.T) {
 		if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
 			t.Fatalf("listed, no plugin Lease known, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", reason, stale)
 		}
+	}
+}
+
+// A plugin Lease's duration is honoured only up to nodelease.MaxDuration:
+// a Lease stating more (an operator's edit, a node plugin not of this
+// driver's making; the node plugin refuses a longer --node-lease-
+// duration) would raise the node's threshold to half of it. Before, one
+// stating 2^31-1 s kept a dead node from ever being fenced on its
+// heartbeat, and its out-of-service taint from ever being lifted.
+func TestPluginLeaseDurationIsBounded(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	l.ReadPluginLeases(pluginNamespace)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	renew := leaseRenewer(l, 40*time.Second)
+	for _, n := range []string{"a", "b", "c"} {
+		l.observeNode(n, up)
+	}
+	renew("a", "b", "c")
+	l.observePluginLease("a", "p1", math.MaxInt32*time.Second)
+	// a dies now: neither Lease is renewed again.
+	var fenced time.Duration
+	for i := 1; i <= 60 && fenced == 0; i++ { // 10 minutes
+		clock.Step(10 * time.Second)
+		renew("b", "c")
+		if _, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+			fenced = clock.Now().Sub(t0)
+		}
+	}
+	limit := HeartbeatFloor(nodelease.MaxDuration) + 10*time.Second
+	if fenced == 0 || fenced > limit {
+		t.Fatalf("a dead node whose plugin Lease states %d s fenced after %s (0: not in 10 minutes); want within %s, the threshold of the longest duration honoured", math.MaxInt32, fenced, limit)
 	}
 }
