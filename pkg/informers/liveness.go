@@ -87,9 +87,10 @@ const guardEventNodes = 20
 // (a restart, an upgrade, a crash loop) on a node whose plugin still
 // renews is no dead node. A node without a plugin Lease is decided on its
 // kubelet's alone. NotReady is timed from the later of the node's turning
-// NotReady and its plugin's last renewal: a NotReady condition is the
-// kubelet's (or kube-controller-manager's about the kubelet), and a
-// renewing plugin says the node runs.
+// NotReady and its plugin's last renewal, and runs out no sooner than the
+// plugin's Lease does: a NotReady condition is the kubelet's (or kube-
+// controller-manager's about the kubelet), and a renewing plugin says the
+// node runs.
 //
 // Both are floored at the moment this controller's view of the API was
 // last restored (its start, a watch reconnected after a gap) and at the
@@ -519,9 +520,24 @@ func (l *Liveness) heartbeatLapsed(e *nodeSeen, now, f time.Time) bool {
 }
 
 // notReadyFrom is when e's NotReady is timed from (e.notReady set): not
-// before f, nor before its node plugin was last heard from.
+// before f, nor before its node plugin holds it off (pluginHolds).
 func (l *Liveness) notReadyFrom(e *nodeSeen, f time.Time) time.Time {
-	return later(later(e.notReady, f), e.beats[pluginLease].renewed)
+	return later(later(e.notReady, f), l.pluginHolds(e))
+}
+
+// pluginHolds is the earliest moment e's NotReady may be timed from while
+// its node plugin renews (zero: no plugin Lease seen, or e nil): its last
+// renewal, and late enough that the NotReady threshold runs out no sooner
+// than the plugin Lease's own. A plugin renewing less often than the
+// NotReady threshold (a long --node-lease-duration, a short
+// --not-ready-threshold) would otherwise have its live node fenced
+// between two renewals.
+func (l *Liveness) pluginHolds(e *nodeSeen) time.Time {
+	if e == nil || e.beats[pluginLease].renewed.IsZero() {
+		return time.Time{}
+	}
+	p := &e.beats[pluginLease]
+	return p.renewed.Add(max(0, l.beatThreshold(p)-l.cfg.NotReadyThreshold))
 }
 
 // suspect: e is not Ready, or its heartbeat is older than suspectShare of
@@ -659,7 +675,7 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 		if e != nil && e.uid == s.UID && !e.notReady.IsZero() {
 			seen = e.notReady
 		}
-		s.NotReadySeen = later(later(seen, f), pluginRenewed(e))
+		s.NotReadySeen = later(later(seen, f), l.pluginHolds(e))
 	}
 	if e != nil {
 		if b := l.heard(e, f); b != nil {
@@ -668,15 +684,6 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 		}
 	}
 	return s
-}
-
-// pluginRenewed is when e's node plugin was last seen renewing (zero:
-// never, or e nil).
-func pluginRenewed(e *nodeSeen) time.Time {
-	if e == nil {
-		return time.Time{}
-	}
-	return e.beats[pluginLease].renewed
 }
 
 // timedLapse: s (decorated) is past the heartbeat threshold, or NotReady

@@ -138,3 +138,74 @@ func TestPluginLeaseDurationIsBounded(t *testing.T) {
 		t.Fatalf("a dead node whose plugin Lease states %d s fenced after %s (0: not in 10 minutes); want within %s, the threshold of the longest duration honoured", math.MaxInt32, fenced, limit)
 	}
 }
+
+// A node NotReady (its kubelet away past kube-controller-manager's grace)
+// whose node plugin renews is not fenced for NotReady while the plugin's
+// Lease is within its own threshold: NotReady is timed from the plugin's
+// last renewal, and not before that Lease lapses. Before, it was timed
+// from the last renewal with the NotReady threshold alone, so a plugin
+// renewing less often than that threshold (a 2m Lease renewed every 30 s
+// beside the 20 s default; the default 40 s Lease, every 10 s, on a fast
+// pool with --not-ready-threshold=8s) had its live node fenced between
+// two renewals. Once the plugin stops, the node is fenced when its
+// plugin's Lease lapses.
+func TestNotReadyWaitsForThePluginsOwnThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		heartbeat, notReady time.Duration
+		pluginLease         time.Duration
+	}{
+		{"2m plugin Lease, default thresholds", 20 * time.Second, 20 * time.Second, 2 * time.Minute},
+		{"default plugin Lease, fast thresholds", 6 * time.Second, 8 * time.Second, 40 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(t0)
+			cfg := fencing.Config{HeartbeatThreshold: tc.heartbeat, NotReadyThreshold: tc.notReady}
+			l := NewLiveness(clock, cfg, DefaultGuardShare)
+			l.ReadPluginLeases(pluginNamespace)
+			up := NodeState{Exists: true, UID: "u", Ready: true}
+			down := NodeState{Exists: true, UID: "u"}
+			renew := leaseRenewer(l, 40*time.Second)
+			for _, n := range []string{"a", "b", "c"} {
+				l.observeNode(n, up)
+			}
+			renew("a", "b", "c")
+			interval := tc.pluginLease / 4
+			rv := 0
+			plugin := func() {
+				rv++
+				l.observePluginLease("a", fmt.Sprint(rv), tc.pluginLease)
+			}
+			plugin()
+			// a's kubelet is gone from here; NotReady after 40 s; its
+			// plugin renews every interval for 5 minutes, then stops.
+			var lastPlugin time.Time
+			for ms := 100; ms <= 600_000; ms += 100 {
+				clock.Step(100 * time.Millisecond)
+				if ms%2000 == 0 {
+					renew("b", "c")
+				}
+				if ms == 40_000 {
+					l.observeNode("a", down)
+				}
+				if ms <= 300_000 && ms%int(interval/time.Millisecond) == 0 {
+					plugin()
+					lastPlugin = clock.Now()
+				}
+				reason, stale := fencing.Stale(l.Decorate("a", down), clock.Now(), cfg)
+				if !stale {
+					continue
+				}
+				if ms <= 300_000 {
+					t.Fatalf("a stale (%s) %s after its kubelet stopped, its plugin renewing every %s", reason, clock.Now().Sub(t0), interval)
+				}
+				pluginThreshold := max(tc.heartbeat, HeartbeatFloor(tc.pluginLease))
+				if d := clock.Now().Sub(lastPlugin); d > pluginThreshold+100*time.Millisecond {
+					t.Fatalf("a fenced %s after its plugin's last renewal; want at its plugin Lease's threshold, %s", d, pluginThreshold)
+				}
+				return
+			}
+			t.Fatal("a never fenced after its plugin stopped")
+		})
+	}
+}
