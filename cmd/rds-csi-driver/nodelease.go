@@ -36,9 +36,15 @@ func (o *nodeLeaseOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases: where the node plugin writes its own (--node-lease) and where the controller watches them with --heartbeat-threshold (default: the pod's namespace; outside a pod none: the controller then reads no node plugin Lease, and --node-lease needs this flag)")
 }
 
-// validate checks the node Lease's flags (given: the flags set).
-func (o *nodeLeaseOptions) validate(mode string, given map[string]bool) []string {
+// validate checks the node Lease's flags (given: the flags set;
+// heartbeatTimed: the controller times heartbeats, so it reads the node
+// plugins' Leases).
+func (o *nodeLeaseOptions) validate(mode string, given map[string]bool, heartbeatTimed bool) []string {
 	var problems []string
+	if given["node-lease-namespace"] && !o.Enabled && (mode == csi.ModeNode || !heartbeatTimed) {
+		// Refused, not ignored: nothing would read or write a Lease there.
+		problems = append(problems, "--node-lease-namespace needs --node-lease (the node plugin writes its Lease there) or, in controller and all modes, heartbeats timed (--storage-fencing=allow-host, --heartbeat-threshold above 0; the controller reads them there)")
+	}
 	if o.Enabled && mode == csi.ModeController {
 		problems = append(problems, "--node-lease needs --mode=node or --mode=all: the controller keeps no node's Lease")
 	}
