@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rds-csi-driver: %v\n", err)
 		return 2
 	}
-	if problems := lopts.validate(opts.Mode, given); len(problems) > 0 {
+	if problems := lopts.validate(opts.Mode, given, opts.Mode != csi.ModeNode && *publish && copts.HeartbeatThreshold > 0); len(problems) > 0 {
 		fmt.Fprintf(stderr, "rds-csi-driver: invalid configuration: %s\n", strings.Join(problems, "; "))
 		return 2
 	}

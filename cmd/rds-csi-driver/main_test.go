@@ -527,6 +527,9 @@ func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
 		{controller, "--node-lease", "--node-lease needs --mode=node or --mode=all"},
 		{node, "--node-lease --node-lease-duration=9s", "--node-lease-duration=9s must be whole seconds, at least 10s"},
 		{node, "--node-lease --node-lease-duration=12500ms", "--node-lease-duration=12.5s must be whole seconds"},
+		{node, "--node-lease --node-lease-duration=1h", "--node-lease-duration=1h0m0s must be whole seconds, at least 10s (the kubelet's fastest opt-in cadence: a Lease of 10 s renewed every 2.5 s) and at most 2m0s"},
+		{node, "--node-lease-namespace=rds-csi", "--node-lease-namespace needs --node-lease"},
+		{controller, "--node-lease-namespace=rds-csi", "--node-lease-namespace needs --node-lease"},
 		{node, "--node-lease-namespace=kube-node-lease", "--node-lease-namespace must not be kube-node-lease"},
 		{node, "--node-lease-namespace=Not_A_Namespace", `--node-lease-namespace "Not_A_Namespace" is not a namespace name`},
 	} {

@@ -32,21 +32,27 @@ type nodeLeaseOptions struct {
 
 func (o *nodeLeaseOptions) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "node-lease", false, "node mode: keep a Lease of this node plugin's own ("+nodelease.Prefix+"<node> in --node-lease-namespace), renewed every quarter of --node-lease-duration, a second sign of life beside the kubelet's: with storage fencing a node is fenced on its heartbeat only when both are silent, so a kubelet restart never fences a running node. Needs API access (in-cluster, or --kubeconfig): create, get and update of Leases in that namespace (manifests/overlays/storage-fencing). A failed renewal is logged and retried; the CSI service never depends on it")
-	fs.DurationVar(&o.Duration, "node-lease-duration", nodelease.DefaultDuration, "with --node-lease: the duration the Lease states (renewed every quarter of it), like the kubelet's nodeLeaseDurationSeconds: 40s by default, 10s on a node pool of the faster failover (at least "+nodelease.MinDuration.String()+", whole seconds; docs/attachments.md)")
+	fs.DurationVar(&o.Duration, "node-lease-duration", nodelease.DefaultDuration, "with --node-lease: the duration the Lease states (renewed every quarter of it), like the kubelet's nodeLeaseDurationSeconds: 40s by default, 10s on a node pool of the faster failover (at least "+nodelease.MinDuration.String()+", at most "+nodelease.MaxDuration.String()+", whole seconds; docs/attachments.md)")
 	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases: where the node plugin writes its own (--node-lease) and where the controller watches them with --heartbeat-threshold (default: the pod's namespace; outside a pod none: the controller then reads no node plugin Lease, and --node-lease needs this flag)")
 }
 
-// validate checks the node Lease's flags (given: the flags set).
-func (o *nodeLeaseOptions) validate(mode string, given map[string]bool) []string {
+// validate checks the node Lease's flags (given: the flags set;
+// heartbeatTimed: the controller times heartbeats, so it reads the node
+// plugins' Leases).
+func (o *nodeLeaseOptions) validate(mode string, given map[string]bool, heartbeatTimed bool) []string {
 	var problems []string
+	if given["node-lease-namespace"] && !o.Enabled && (mode == csi.ModeNode || !heartbeatTimed) {
+		// Refused, not ignored: nothing would read or write a Lease there.
+		problems = append(problems, "--node-lease-namespace needs --node-lease (the node plugin writes its Lease there) or, in controller and all modes, heartbeats timed (--storage-fencing=allow-host, --heartbeat-threshold above 0; the controller reads them there)")
+	}
 	if o.Enabled && mode == csi.ModeController {
 		problems = append(problems, "--node-lease needs --mode=node or --mode=all: the controller keeps no node's Lease")
 	}
 	if given["node-lease-duration"] && !o.Enabled {
 		problems = append(problems, "--node-lease-duration needs --node-lease: without it no node plugin Lease is kept")
 	}
-	if o.Duration < nodelease.MinDuration || o.Duration%time.Second != 0 {
-		problems = append(problems, fmt.Sprintf("--node-lease-duration=%s must be whole seconds, at least %s (the kubelet's fastest opt-in cadence: a Lease of 10 s renewed every 2.5 s)", o.Duration, nodelease.MinDuration))
+	if o.Duration < nodelease.MinDuration || o.Duration > nodelease.MaxDuration || o.Duration%time.Second != 0 {
+		problems = append(problems, fmt.Sprintf("--node-lease-duration=%s must be whole seconds, at least %s (the kubelet's fastest opt-in cadence: a Lease of 10 s renewed every 2.5 s) and at most %s (the longest the controller honours)", o.Duration, nodelease.MinDuration, nodelease.MaxDuration))
 	}
 	if ns := o.Namespace; ns != "" {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {

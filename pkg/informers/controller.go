@@ -286,7 +286,8 @@ func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(s
 	inf := newInformer("leases", &coordinationv1.Lease{}, c.streams.listWatch("leases", client,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, o) }))
-	return c.handleLeases(inf)
+	_, err := c.handleLeases(inf)
+	return err
 }
 
 // watchPluginLeases times the nodes' second heartbeat: the node plugins'
@@ -305,12 +306,18 @@ func (c *Controller) watchPluginLeases(client kubernetes.Interface, namespace st
 			o.LabelSelector = selector
 			return leases.Watch(ctx, o)
 		}))
-	return c.handleLeases(inf)
+	reg, err := c.handleLeases(inf)
+	if err == nil {
+		// Until they are listed, a node with no plugin Lease known may
+		// have one: the fence's live read fails closed (confirmLive).
+		c.live.pluginLeasesListed(reg.HasSynced)
+	}
+	return err
 }
 
 // handleLeases feeds a Lease informer's changes to the Liveness.
-func (c *Controller) handleLeases(inf cache.SharedIndexInformer) error {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+func (c *Controller) handleLeases(inf cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.leaseSeen(obj) },
 		UpdateFunc: func(_, obj any) { c.leaseSeen(obj) },
 		DeleteFunc: func(obj any) {
@@ -323,7 +330,7 @@ func (c *Controller) handleLeases(inf cache.SharedIndexInformer) error {
 		},
 	})
 	c.informers = append(c.informers, inf)
-	return err
+	return reg, err
 }
 
 // heartbeatOf is the node and the heartbeat a Lease record stands for

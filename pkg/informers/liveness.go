@@ -87,9 +87,10 @@ const guardEventNodes = 20
 // (a restart, an upgrade, a crash loop) on a node whose plugin still
 // renews is no dead node. A node without a plugin Lease is decided on its
 // kubelet's alone. NotReady is timed from the later of the node's turning
-// NotReady and its plugin's last renewal: a NotReady condition is the
-// kubelet's (or kube-controller-manager's about the kubelet), and a
-// renewing plugin says the node runs.
+// NotReady and its plugin's last renewal, and runs out no sooner than the
+// plugin's Lease does: a NotReady condition is the kubelet's (or kube-
+// controller-manager's about the kubelet), and a renewing plugin says the
+// node runs.
 //
 // Both are floored at the moment this controller's view of the API was
 // last restored (its start, a watch reconnected after a gap) and at the
@@ -130,8 +131,10 @@ type Liveness struct {
 	// signal (the longest one paces the silence rule of observe).
 	leasesFor [signals]map[time.Duration]int
 	// pluginNamespace holds the node plugins' Leases ("": none are
-	// read).
+	// read); pluginListed reports whether their watch has listed them
+	// (nil: not yet).
 	pluginNamespace string
+	pluginListed    func() bool
 }
 
 // signal is one of a node's heartbeats.
@@ -223,6 +226,10 @@ func NewLiveness(c clock.PassiveClock, cfg fencing.Config, share float64) *Liven
 // ReadPluginLeases makes the node plugins' Leases in namespace a second
 // heartbeat (the live reads that back a fence read them there).
 func (l *Liveness) ReadPluginLeases(namespace string) { l.pluginNamespace = namespace }
+
+// pluginLeasesListed sets what reports whether the node plugins' Leases
+// have been listed: until then, a node with none known may have one.
+func (l *Liveness) pluginLeasesListed(f func() bool) { l.pluginListed = f }
 
 // OnGuard sets the callback told about every change of the guard.
 func (l *Liveness) OnGuard(f func(GuardEvent)) { l.onGuard = f }
@@ -391,6 +398,12 @@ func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
 }
 
 func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) bool {
+	if sig == pluginLease {
+		// No node plugin states more; a Lease that does (edited by hand,
+		// another writer's) must not hold a dead node's fence off for
+		// half of whatever it says.
+		leaseFor = min(leaseFor, nodelease.MaxDuration)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(name)
@@ -507,9 +520,24 @@ func (l *Liveness) heartbeatLapsed(e *nodeSeen, now, f time.Time) bool {
 }
 
 // notReadyFrom is when e's NotReady is timed from (e.notReady set): not
-// before f, nor before its node plugin was last heard from.
+// before f, nor before its node plugin holds it off (pluginHolds).
 func (l *Liveness) notReadyFrom(e *nodeSeen, f time.Time) time.Time {
-	return later(later(e.notReady, f), e.beats[pluginLease].renewed)
+	return later(later(e.notReady, f), l.pluginHolds(e))
+}
+
+// pluginHolds is the earliest moment e's NotReady may be timed from while
+// its node plugin renews (zero: no plugin Lease seen, or e nil): its last
+// renewal, and late enough that the NotReady threshold runs out no sooner
+// than the plugin Lease's own. A plugin renewing less often than the
+// NotReady threshold (a long --node-lease-duration, a short
+// --not-ready-threshold) would otherwise have its live node fenced
+// between two renewals.
+func (l *Liveness) pluginHolds(e *nodeSeen) time.Time {
+	if e == nil || e.beats[pluginLease].renewed.IsZero() {
+		return time.Time{}
+	}
+	p := &e.beats[pluginLease]
+	return p.renewed.Add(max(0, l.beatThreshold(p)-l.cfg.NotReadyThreshold))
 }
 
 // suspect: e is not Ready, or its heartbeat is older than suspectShare of
@@ -564,9 +592,14 @@ func (l *Liveness) evaluate(now time.Time) {
 	// partition of every node would show only the fast ones. A node
 	// silent at least as long as the most recently lapsed heartbeat looks
 	// as dead as that one and counts as suspect too.
+	//
+	// Only nodes count: a Lease whose Node this controller has not seen
+	// (a node plugin's Lease outlives its node, it has no owner; a Lease
+	// an operator made) is no node, and leftovers of deleted nodes
+	// counted as suspects would hold the guard for good.
 	lapsedAge := time.Duration(-1)
 	for _, e := range l.nodes {
-		if age, ok := l.heartbeatAge(e, now); ok && !e.down && age > l.heartbeatThreshold(e) && (lapsedAge < 0 || age < lapsedAge) {
+		if age, ok := l.heartbeatAge(e, now); ok && e.known && !e.down && age > l.heartbeatThreshold(e) && (lapsedAge < 0 || age < lapsedAge) {
 			lapsedAge = age
 		}
 	}
@@ -574,9 +607,9 @@ func (l *Liveness) evaluate(now time.Time) {
 	var names []string
 	total := 0
 	for name, e := range l.nodes {
-		if e.down {
+		if e.down || !e.known {
 			// An operator's (or a fence's) statement that the node is
-			// down: no sign of a partition.
+			// down: no sign of a partition. No Node: no node.
 			continue
 		}
 		total++
@@ -642,7 +675,7 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 		if e != nil && e.uid == s.UID && !e.notReady.IsZero() {
 			seen = e.notReady
 		}
-		s.NotReadySeen = later(later(seen, f), pluginRenewed(e))
+		s.NotReadySeen = later(later(seen, f), l.pluginHolds(e))
 	}
 	if e != nil {
 		if b := l.heard(e, f); b != nil {
@@ -651,15 +684,6 @@ func (l *Liveness) Decorate(name string, s NodeState) NodeState {
 		}
 	}
 	return s
-}
-
-// pluginRenewed is when e's node plugin was last seen renewing (zero:
-// never, or e nil).
-func pluginRenewed(e *nodeSeen) time.Time {
-	if e == nil {
-		return time.Time{}
-	}
-	return e.beats[pluginLease].renewed
 }
 
 // timedLapse: s (decorated) is past the heartbeat threshold, or NotReady
@@ -698,11 +722,13 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		switch {
 		case apierrors.IsNotFound(err):
 			l.forget(r.sig, name)
-		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name):
+		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name) && l.listedPlugins():
 			// A node without a known plugin Lease is decided on its
 			// kubelet's alone: a plugin Lease that cannot be read (no
 			// access to the namespace, an API error) must not stop every
-			// fence of such nodes.
+			// fence of such nodes. Only once the plugin Leases were
+			// listed: before, "none known" says nothing, and the node's
+			// plugin may be renewing (fail closed).
 			l.logger.V(2).Info("node plugin Lease not readable; the node has none known and is decided on its kubelet's Lease", "node", name, "lease", r.namespace+"/"+r.name, "err", err)
 		case err != nil:
 			return NodeState{}, fmt.Errorf("reading node %s's %s heartbeat Lease %s/%s: %w", name, r.sig, r.namespace, r.name, err)
@@ -711,6 +737,12 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		}
 	}
 	return l.Decorate(name, s), nil
+}
+
+// listedPlugins: the node plugins' Leases have been listed, so a node
+// with none known has none (or a new one, not yet seen).
+func (l *Liveness) listedPlugins() bool {
+	return l.pluginListed != nil && l.pluginListed()
 }
 
 // knows: a Lease of node name's heartbeat sig has been seen.

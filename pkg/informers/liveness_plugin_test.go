@@ -268,6 +268,7 @@ func TestUnreadablePluginLease(t *testing.T) {
 		clock := clocktesting.NewFakeClock(time.Now())
 		l := NewLiveness(clock, cfg, 0)
 		l.ReadPluginLeases(pluginNamespace)
+		l.pluginLeasesListed(func() bool { return true })
 		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"))
 		client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			if a.GetNamespace() == pluginNamespace {

@@ -36,6 +36,13 @@ const DefaultDuration = 40 * time.Second
 // fastest the controller's threshold rule is made for.
 const MinDuration = 10 * time.Second
 
+// MaxDuration is the longest duration a Lease may state, and the longest
+// the controller honours: a node is heard from for half of it after its
+// plugin's last renewal, so a longer one (a Lease edited by hand, a
+// writer not of this driver's making) would hold off its heartbeat fence
+// and the lifting of its out-of-service taint for as long.
+const MaxDuration = 2 * time.Minute
+
 // Name is the Lease of node's plugin. A Lease name is a DNS subdomain of
 // at most 253 characters, a node name too: the name of a node longer
 // than 253-len(Prefix) does not fit, and such a node keeps no Lease (it
@@ -79,8 +86,8 @@ func NewRenewer(client kubernetes.Interface, namespace, node string, duration ti
 	if err != nil {
 		return nil, err
 	}
-	if duration < MinDuration {
-		return nil, fmt.Errorf("node plugin Lease duration %s is shorter than %s", duration, MinDuration)
+	if duration < MinDuration || duration > MaxDuration {
+		return nil, fmt.Errorf("node plugin Lease duration %s is not between %s and %s", duration, MinDuration, MaxDuration)
 	}
 	if c == nil {
 		c = clock.RealClock{}

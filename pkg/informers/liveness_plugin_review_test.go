@@ -1,0 +1,211 @@
+package informers
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/nodelease"
+)
+
+// A node plugin's Lease has no owner: when its node is deleted (a scale-
+// down, a node replaced under a new name) the Lease stays, and every
+// controller start lists it again. Such a Lease is no node: it must not
+// count in the mass-outage guard. Before, three leftovers beside three
+// live nodes counted as three suspects of six once they aged, and the
+// fourth (a dead node) held the guard: the dead node was never fenced,
+// and the more nodes a cluster had replaced, the sooner that happened.
+func TestOrphanedPluginLeasesDoNotHoldTheGuard(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	l.ReadPluginLeases(pluginNamespace)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	renew := leaseRenewer(l, 40*time.Second)
+	for _, n := range []string{"a", "b", "c"} {
+		l.observeNode(n, up)
+	}
+	// Leftovers of deleted nodes: one seen deleted while this controller
+	// ran, two only listed at its start.
+	l.observeNode("x", up)
+	l.observePluginLease("x", "p1", 40*time.Second)
+	l.observeNode("x", NodeState{})
+	l.observePluginLease("x", "p1", 40*time.Second) // a relist
+	l.observePluginLease("y", "p2", 40*time.Second)
+	l.observePluginLease("z", "p3", 40*time.Second)
+	renew("a", "b", "c")
+	var fenced time.Duration
+	for i := 1; i <= 12 && fenced == 0; i++ { // 60 s; a's kubelet is gone
+		clock.Step(5 * time.Second)
+		if i%2 == 0 {
+			renew("b", "c")
+		}
+		if reason, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+			if reason != fencing.FenceHeartbeatLost {
+				t.Fatalf("a stale for %s; want HeartbeatLost", reason)
+			}
+			fenced = clock.Now().Sub(t0)
+		}
+	}
+	if fenced == 0 {
+		t.Fatalf("a, silent for 60 s beside two renewing nodes, never fenced (guard holding: %t): the Leases of deleted nodes held the guard", l.Holding())
+	}
+	if fenced != 25*time.Second {
+		t.Fatalf("a fenced %s after its last renewal; want at the first check past its 20 s threshold (25 s)", fenced)
+	}
+}
+
+// A plugin Lease the fence's live read cannot read, for a node whose
+// plugin Lease this controller does not know, is taken for "no plugin
+// Lease" only once the plugin Lease watch has listed the namespace: then
+// the cache says the node has none. Before its first list (a controller
+// just started, a new leader whose plugin Lease list is slow or failing)
+// the cache knows nothing, and a node whose kubelet restarts while its
+// plugin renews was fenced on the kubelet's silence for one failed GET.
+func TestUnreadablePluginLeaseBeforeTheListFailsClosed(t *testing.T) {
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	for _, listed := range []bool{false, true} {
+		clock := clocktesting.NewFakeClock(time.Now())
+		l := NewLiveness(clock, cfg, 0)
+		l.ReadPluginLeases(pluginNamespace)
+		l.pluginLeasesListed(func() bool { return listed })
+		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"), pluginLeaseOf("node-a", "9", 40*time.Second))
+		client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.GetNamespace() == pluginNamespace {
+				return true, nil, apierrors.NewInternalError(fmt.Errorf("etcdserver: request timed out"))
+			}
+			return false, nil, nil
+		})
+		l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+		l.observeLease("node-a", "7", 0)
+		clock.Step(21 * time.Second)
+		c := NewClaims(client, driver)
+		c.TimeWith(l)
+		s, err := c.LiveNode(context.Background(), "node-a")
+		if !listed {
+			if err == nil {
+				t.Errorf("plugin Leases not listed yet, node-a's unreadable: confirmed (%+v); want an error (unconfirmed, no fence)", s)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("plugin Leases listed (none of node-a's), unreadable: %v; want node-a decided on its kubelet's Lease", err)
+		}
+		if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+			t.Fatalf("listed, no plugin Lease known, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", reason, stale)
+		}
+	}
+}
+
+// A plugin Lease's duration is honoured only up to nodelease.MaxDuration:
+// a Lease stating more (an operator's edit, a node plugin not of this
+// driver's making; the node plugin refuses a longer --node-lease-
+// duration) would raise the node's threshold to half of it. Before, one
+// stating 2^31-1 s kept a dead node from ever being fenced on its
+// heartbeat, and its out-of-service taint from ever being lifted.
+func TestPluginLeaseDurationIsBounded(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	l.ReadPluginLeases(pluginNamespace)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	renew := leaseRenewer(l, 40*time.Second)
+	for _, n := range []string{"a", "b", "c"} {
+		l.observeNode(n, up)
+	}
+	renew("a", "b", "c")
+	l.observePluginLease("a", "p1", math.MaxInt32*time.Second)
+	// a dies now: neither Lease is renewed again.
+	var fenced time.Duration
+	for i := 1; i <= 60 && fenced == 0; i++ { // 10 minutes
+		clock.Step(10 * time.Second)
+		renew("b", "c")
+		if _, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+			fenced = clock.Now().Sub(t0)
+		}
+	}
+	limit := HeartbeatFloor(nodelease.MaxDuration) + 10*time.Second
+	if fenced == 0 || fenced > limit {
+		t.Fatalf("a dead node whose plugin Lease states %d s fenced after %s (0: not in 10 minutes); want within %s, the threshold of the longest duration honoured", math.MaxInt32, fenced, limit)
+	}
+}
+
+// A node NotReady (its kubelet away past kube-controller-manager's grace)
+// whose node plugin renews is not fenced for NotReady while the plugin's
+// Lease is within its own threshold: NotReady is timed from the plugin's
+// last renewal, and not before that Lease lapses. Before, it was timed
+// from the last renewal with the NotReady threshold alone, so a plugin
+// renewing less often than that threshold (a 2m Lease renewed every 30 s
+// beside the 20 s default; the default 40 s Lease, every 10 s, on a fast
+// pool with --not-ready-threshold=8s) had its live node fenced between
+// two renewals. Once the plugin stops, the node is fenced when its
+// plugin's Lease lapses.
+func TestNotReadyWaitsForThePluginsOwnThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		heartbeat, notReady time.Duration
+		pluginLease         time.Duration
+	}{
+		{"2m plugin Lease, default thresholds", 20 * time.Second, 20 * time.Second, 2 * time.Minute},
+		{"default plugin Lease, fast thresholds", 6 * time.Second, 8 * time.Second, 40 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(t0)
+			cfg := fencing.Config{HeartbeatThreshold: tc.heartbeat, NotReadyThreshold: tc.notReady}
+			l := NewLiveness(clock, cfg, DefaultGuardShare)
+			l.ReadPluginLeases(pluginNamespace)
+			up := NodeState{Exists: true, UID: "u", Ready: true}
+			down := NodeState{Exists: true, UID: "u"}
+			renew := leaseRenewer(l, 40*time.Second)
+			for _, n := range []string{"a", "b", "c"} {
+				l.observeNode(n, up)
+			}
+			renew("a", "b", "c")
+			interval := tc.pluginLease / 4
+			rv := 0
+			plugin := func() {
+				rv++
+				l.observePluginLease("a", fmt.Sprint(rv), tc.pluginLease)
+			}
+			plugin()
+			// a's kubelet is gone from here; NotReady after 40 s; its
+			// plugin renews every interval for 5 minutes, then stops.
+			var lastPlugin time.Time
+			for ms := 100; ms <= 600_000; ms += 100 {
+				clock.Step(100 * time.Millisecond)
+				if ms%2000 == 0 {
+					renew("b", "c")
+				}
+				if ms == 40_000 {
+					l.observeNode("a", down)
+				}
+				if ms <= 300_000 && ms%int(interval/time.Millisecond) == 0 {
+					plugin()
+					lastPlugin = clock.Now()
+				}
+				reason, stale := fencing.Stale(l.Decorate("a", down), clock.Now(), cfg)
+				if !stale {
+					continue
+				}
+				if ms <= 300_000 {
+					t.Fatalf("a stale (%s) %s after its kubelet stopped, its plugin renewing every %s", reason, clock.Now().Sub(t0), interval)
+				}
+				pluginThreshold := max(tc.heartbeat, HeartbeatFloor(tc.pluginLease))
+				if d := clock.Now().Sub(lastPlugin); d > pluginThreshold+100*time.Millisecond {
+					t.Fatalf("a fenced %s after its plugin's last renewal; want at its plugin Lease's threshold, %s", d, pluginThreshold)
+				}
+				return
+			}
+			t.Fatal("a never fenced after its plugin stopped")
+		})
+	}
+}
