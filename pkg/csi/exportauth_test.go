@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/nvme"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 func exportAuthOptions() Options {
@@ -247,5 +249,23 @@ func TestExportAuthTurnedOffClearsThePassword(t *testing.T) {
 	wantExport(t, off, id, true, off.hostOf(id, "node-b"))
 	if _, ok := resp.PublishContext[PublishContextAuth]; ok || !off.disk(id).Secret.IsZero() {
 		t.Fatalf("with the mode off, node-b's export keeps a password (publish_context %v)", keysOf(resp.PublishContext))
+	}
+}
+
+// A RouterOS that does not know the export password refuses the set as
+// bad input ("expected end of command"); with --export-auth=dhchap every
+// authenticated publish then fails the same way, which no retry changes
+// and which is not the CO's request at fault: FAILED_PRECONDITION saying
+// what to do, the password never in it (issue 26's review left it as
+// INVALID_ARGUMENT with only the command).
+func TestExportAuthRefusedPasswordSaysWhatToDo(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e, _ := newAuthEnv(t, client, nil)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-0000000000c1", corev1.ReadWriteOnce, false)
+	e.rds.failNext("SwapExportAuth", fmt.Errorf(`exporting disk %q: %w: expected end of command (line 1 column 97) (command: /disk set ... nvme-tcp-server-password="<hidden>")`, id, rds.ErrInvalidArgument))
+	_, err := e.publish(id, "node-a/"+newNodeKey(t).Public.String(), rwo)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--export-auth") {
+		t.Fatalf("publish with the password refused = %v, want FailedPrecondition naming --export-auth", err)
 	}
 }

@@ -411,8 +411,17 @@ func (s *ControllerServer) swapExport(ctx context.Context, handle string, d *rds
 	}
 	after, sec, err := s.d.rds.SwapExportAuth(ctx, handle, cur, next, pw)
 	*secret, *secretRead = sec, err == nil
+	if err != nil && !pw.IsZero() && errors.Is(err, rds.ErrInvalidArgument) {
+		// Every value sent was validated first: the property itself was
+		// refused, and every authenticated publish will be.
+		err = fmt.Errorf("%w: %w", errPasswordRefused, err)
+	}
 	return after, err
 }
+
+// errPasswordRefused: RouterOS refused a swap that sets an export password
+// as bad input, as one without export passwords would (docs/routeros.md).
+var errPasswordRefused = errors.New("the RDS refused the export password (nvme-tcp-server-password), as a RouterOS without export passwords would: check its version and the driver user's policies, or turn --export-auth off (docs/routeros.md)")
 
 // readExport reads volume handle's disk for a round of syncExport, or
 // takes it from known: a swap's read-back, made after its command landed
@@ -706,6 +715,9 @@ func (d *Driver) retiredHost(handle string, done map[string][]informers.Retiring
 func storageError(id, node string, err error) error {
 	if errors.Is(err, errExportTaken) {
 		return statusf(codes.Aborted, "%v", err)
+	}
+	if errors.Is(err, errPasswordRefused) {
+		return statusf(codes.FailedPrecondition, "volume %s: storage fencing could not open its export on the RDS to node %s, so it is not attached: %v", id, node, err)
 	}
 	if errors.Is(err, rds.ErrExportChanged) {
 		return statusf(codes.Aborted, "volume %s: its export on the RDS kept changing while opening it to node %s (another controller replica or an operator): %v; the request is retried", id, node, err)
