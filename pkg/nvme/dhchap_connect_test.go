@@ -163,3 +163,49 @@ func TestConnectRefusedForAuthentication(t *testing.T) {
 		})
 	}
 }
+
+// Linux shows a controller's DH-HMAC-CHAP secret in sysfs
+// (/sys/class/nvme/nvmeN/dhchap_secret) readable by every user, and sysfs
+// is not namespaced: any process or pod on the node could read the secret
+// with the host NQN next to it (also world-readable) and connect as the
+// attachment from elsewhere. Connect leaves the attribute to root alone,
+// also for a controller that was live already (connected by an earlier
+// release).
+func TestConnectHidesTheSecretInSysfs(t *testing.T) {
+	for _, live := range []bool{false, true} {
+		h := authHost(t)
+		c := h.connector()
+		var saw []string
+		kernel := h.connectingKernel("nvme-subsys0", "nvme0", "nvme0n1", &saw)
+		target := Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA, Secret: testSecret(t)}
+		if live {
+			// Connected before (options as this connect's), still live.
+			if err := kernel(c.options("10.0.0.5", DefaultPort, nqnA, mustAttachmentIdentity(t, attachA), target.Secret)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c.kernel = kernel
+		}
+		if _, err := c.Connect(testCtx(t), target); err != nil {
+			t.Fatal(err)
+		}
+		for _, attr := range []string{"dhchap_secret", "dhchap_ctrl_secret"} {
+			fi, err := os.Stat(filepath.Join(h.ctrlDir("nvme0"), attr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm()&0o077 != 0 {
+				t.Errorf("live=%v: %s is %v after the connect: every user on the node can read the attachment's secret", live, attr, fi.Mode().Perm())
+			}
+		}
+	}
+}
+
+func mustAttachmentIdentity(t *testing.T, nqn string) HostIdentity {
+	t.Helper()
+	id, err := AttachmentHostIdentity(nqn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

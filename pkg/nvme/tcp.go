@@ -234,6 +234,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	}
 	if st.live() {
 		logger.V(4).Info("already connected", "controllers", controllerNames(st.controllers))
+		c.hideSecrets(ctx, t.NQN, id)
 		return c.waitForDevice(ctx, t.NQN)
 	}
 
@@ -259,6 +260,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		default:
 			return "", c.connectError(ctx, t, addr, port, id, r.err)
 		}
+		c.hideSecrets(ctx, t.NQN, id)
 	case <-ctx.Done():
 		// The kernel's connect cannot be interrupted. Keep this NQN locked
 		// until it returns, so nothing can slip in between, and take down
@@ -289,6 +291,32 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		}
 	}
 	return dev, err
+}
+
+// hideSecrets leaves the DH-HMAC-CHAP secrets of nqn's controllers
+// connected as id to root. Linux shows a controller's secrets in sysfs
+// (dhchap_secret, dhchap_ctrl_secret) readable by every user, next to its
+// hostnqn, and sysfs is not namespaced: any process or pod on the node
+// could read both and connect as the attachment from another host. The
+// kernel keeps an attribute's mode for the controller's life (reconnects
+// included). A controller made without a secret shows "none"; it is
+// hidden all the same. Failures are logged, never the value: the
+// controller is connected either way.
+func (c *TCPConnector) hideSecrets(ctx context.Context, nqn string, id HostIdentity) {
+	logger := klog.FromContext(ctx).WithValues("nqn", nqn)
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		logger.Error(err, "listing controllers to hide their DH-HMAC-CHAP secrets in sysfs")
+		return
+	}
+	for _, ctrl := range st.controllers {
+		if host, ok, err := c.sys.controllerHostNQN(ctrl.name); err != nil || !ok || host != id.NQN {
+			continue
+		}
+		if err := c.sys.restrictSecrets(ctrl.name); err != nil {
+			logger.Error(err, "the controller's DH-HMAC-CHAP secret stays readable by every user on the node", "controller", ctrl.name)
+		}
+	}
 }
 
 // hostFor is the identity t is connected with: the attachment's own host
