@@ -138,7 +138,10 @@ func TestConnectRefusedForAuthentication(t *testing.T) {
 		{"no secret, the target requires one", syscall.ENOKEY, false, ErrAuthFailed, "the attachment has no secret"},
 		{"the secret rejected", syscall.EKEYREJECTED, true, ErrAuthFailed, "the export's password changed"},
 		{"a key error without a secret", syscall.EKEYREJECTED, false, ErrConnectFailed, "dmesg"},
-		{"an unreachable target with a secret", syscall.ECONNREFUSED, true, ErrTargetUnreachable, "check the RDS address"},
+		// Older Linux (before nvme-auth answered -EKEYREJECTED) answers a
+		// rejected secret with ECONNREFUSED; a target whose discovery
+		// answers on the same port did not refuse the TCP connection.
+		{"a rejected secret on an older kernel", syscall.ECONNREFUSED, true, ErrAuthFailed, "rejected the attachment's DH-HMAC-CHAP secret"},
 		// Linux nvmet dropping the connection before its refusal arrives:
 		// the kernel's EIO, the subsystem offered to this host.
 		{"an I/O error with a secret, the subsystem offered", syscall.EIO, true, ErrConnectFailed, "the likely reason is the DH-HMAC-CHAP secret"},
@@ -148,7 +151,9 @@ func TestConnectRefusedForAuthentication(t *testing.T) {
 			h := authHost(t)
 			c := h.connector()
 			c.kernel = func(string) error { return &os.PathError{Op: "write", Path: h.fabrics, Err: tc.errno} }
-			c.discover = func(context.Context, string, int, HostIdentity) ([]string, error) { return []string{nqnA}, nil }
+			c.discover = func(context.Context, string, int, HostIdentity) ([]string, error) {
+				return []string{nqnA}, nil
+			}
 			target := Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA}
 			if tc.secret {
 				target.Secret = testSecret(t)
@@ -208,4 +213,25 @@ func mustAttachmentIdentity(t *testing.T, nqn string) HostIdentity {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A refused TCP connection stays what it is, with a secret or without,
+// when the target's discovery does not answer either.
+func TestConnectRefusedTCPWithSecretIsUnreachable(t *testing.T) {
+	for _, secret := range []bool{false, true} {
+		h := authHost(t)
+		c := h.connector()
+		c.kernel = func(string) error { return &os.PathError{Op: "write", Path: h.fabrics, Err: syscall.ECONNREFUSED} }
+		c.discover = func(context.Context, string, int, HostIdentity) ([]string, error) {
+			return nil, syscall.ECONNREFUSED
+		}
+		target := Target{Address: "10.0.0.5", NQN: nqnA, HostNQN: attachA}
+		if secret {
+			target.Secret = testSecret(t)
+		}
+		_, err := c.Connect(testCtx(t), target)
+		if !errors.Is(err, ErrTargetUnreachable) || !strings.Contains(err.Error(), "check the RDS address") {
+			t.Fatalf("secret %v: Connect = %v, want %v", secret, err, ErrTargetUnreachable)
+		}
+	}
 }

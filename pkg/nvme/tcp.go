@@ -716,6 +716,20 @@ func (c *TCPConnector) connectError(ctx context.Context, t Target, addr string, 
 	if why := authRefusal(t, err); why != "" {
 		return fmt.Errorf("%w: connecting %s at %s as %s: %w: %s", ErrAuthFailed, nqn, target, c.hostLabel(id.NQN), err, why)
 	}
+	if errors.Is(err, syscall.ECONNREFUSED) && !t.Secret.IsZero() && c.discover != nil {
+		// Older Linux (before nvme-auth answered -EKEYREJECTED) answers a
+		// rejected secret with ECONNREFUSED, as a TCP port nobody
+		// listens on. A discovery answered on the same port tells
+		// them apart.
+		offered, derr := c.discover(ctx, addr, port, id)
+		switch {
+		case derr == nil && slices.Contains(offered, nqn):
+			return fmt.Errorf("%w: connecting %s at %s as %s: %w (the target answers discovery on that port and offers the subsystem to this host, so it refused the authentication, not the connection): %s", ErrAuthFailed, nqn, target, c.hostLabel(id.NQN), err, secretRejected)
+		case derr == nil:
+			return fmt.Errorf("%w: the target at %s does not offer %s to this node as %s: the volume is not exported there, or this host is not its allowed host (a fenced or ended attachment's host NQN never is again); the target offers %d other subsystem(s) to it", ErrSubsystemNotFound, target, nqn, c.hostLabel(id.NQN), len(offered))
+		}
+		klog.FromContext(ctx).V(2).Info("discovery after a refused connect failed", "nqn", nqn, "err", derr)
+	}
 	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ECONNRESET} {
 		if errors.Is(err, e) {
 			return fmt.Errorf("%w: connecting %s at %s: %w; check the RDS address and that the disk is exported on that port", ErrTargetUnreachable, nqn, target, err)
@@ -757,18 +771,21 @@ func (c *TCPConnector) connectError(ctx context.Context, t Target, addr string, 
 // kernel's host side (drivers/nvme/host/auth.c, fabrics.c) answers ENOKEY
 // when the target requires authentication and the connect carried no
 // dhchap_secret, and, when the target rejected the secret, EKEYREJECTED
-// (kernels with "nvme-auth: do not reconnect on authentication failure")
-// or ECONNREFUSED before. ECONNREFUSED is also a TCP connect that nothing
-// answered, so it counts only for a connect that carried a secret.
+// (kernels with "nvme-auth: return -EKEYREJECTED") or ECONNREFUSED
+// before. ECONNREFUSED is also a TCP connect that nothing answered, so
+// connectError takes it for a refused secret only when the connect
+// carried one and the target's discovery answered on the same port.
 func authRefusal(t Target, err error) string {
 	switch {
 	case errors.Is(err, syscall.ENOKEY):
 		return "the target requires NVMe in-band authentication (DH-HMAC-CHAP) and the attachment has no secret: the export has a password this attachment was not given (publish it again with authentication, or the attachment predates it)"
 	case !t.Secret.IsZero() && (errors.Is(err, syscall.EKEYREJECTED) || errors.Is(err, syscall.EKEYEXPIRED)):
-		return "the target rejected the attachment's DH-HMAC-CHAP secret: the export's password changed since it was published (a fence or a move replaced it), so this attachment is no longer the export's holder"
+		return secretRejected
 	}
 	return ""
 }
+
+const secretRejected = "the target rejected the attachment's DH-HMAC-CHAP secret: the export's password changed since it was published (a fence or a move replaced it), so this attachment is no longer the export's holder"
 
 // waitForDevice polls sysfs until the NQN has a usable block device or ctx
 // ends. It checks once before the first tick.
