@@ -9,13 +9,18 @@
 #                             KERNEL_NVME_AUTH= (1 when the package's config
 #                             has NVMe host and target authentication, else
 #                             0) (the default)
+#   hack/nvme-vm.sh kernel-package
+#                             prints the kernel package prepare would use
 #
 # The kernel package is pinned: Debian bookworm's 6.12 from
 # bookworm-security, whose config has CONFIG_NVME_HOST_AUTH and
 # CONFIG_NVME_TARGET_AUTH (issue 26); the 6.1 kernel linux-image-amd64
 # depends on has no NVMe authentication. NVME_VM_KERNEL_PACKAGE overrides
 # it (e.g. linux-image-6.1.0-56-amd64, or "default" for what
-# linux-image-amd64 depends on today).
+# linux-image-amd64 depends on today). A pinned package apt no longer has
+# (Debian removes superseded kernels) and the cache does not hold is
+# replaced by the newest of its ABI series apt has, with a message
+# (available).
 #
 # The package is fetched with `apt-get download` and unpacked with
 # `dpkg-deb -x` into .cache/nvme-vm/: nothing is installed, nothing goes
@@ -59,12 +64,78 @@ kernel_package() {
     fi
     [ -n "$p" ] || die "apt-cache knows no linux-image-amd64; run apt-get update (Debian only)"
   fi
-  echo "$p"
+  available "$p"
 }
 
-# apt_knows reports whether apt has a candidate for package $1.
+# apt_knows reports whether apt has a candidate for package $1. Not
+# `apt-cache policy | grep -q`: grep -q quits at the match, apt-cache may
+# then die of SIGPIPE, and under pipefail a known package reads as unknown.
 apt_knows() {
-  apt-cache policy "$1" 2>/dev/null | grep -q 'Candidate: [0-9]'
+  local policy
+  policy=$(apt-cache policy "$1" 2>/dev/null) || true
+  grep -q 'Candidate: [0-9]' <<<"$policy"
+}
+
+# apt_update runs apt-get update once (as root; otherwise apt's lists are
+# what they are).
+apt_updated=0
+apt_update() {
+  [ "$apt_updated" = 1 ] && return 0
+  apt_updated=1
+  [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1 || true
+}
+
+# series prints the prefix and suffix of kernel package $1's ABI series,
+# tab-separated (linux-image-6.12.117+deb12-amd64: "linux-image-6.12."
+# and "+deb12-amd64"; linux-image-6.1.0-56-amd64: "linux-image-6.1.0-"
+# and "-amd64"), or nothing for a name of another form.
+series() {
+  sed -nE \
+    -e 's/^(linux-image-[0-9]+\.[0-9]+\.)[0-9]+(\+deb[0-9]+-[a-z0-9-]+)$/\1\t\2/p' \
+    -e 's/^(linux-image-[0-9]+\.[0-9]+\.[0-9]+-)[0-9]+(-[a-z0-9-]+)$/\1\t\2/p' <<<"$1"
+}
+
+# newest_of_series prints the newest package of $1's ABI series that apt
+# has a candidate for, or nothing.
+newest_of_series() {
+  local s prefix suffix
+  s=$(series "$1")
+  [ -n "$s" ] || return 0
+  prefix=${s%%$'\t'*} suffix=${s#*$'\t'}
+  local re="^${prefix//./\\.}[0-9]+${suffix//+/\\+}\$" p
+  apt-cache pkgnames "$prefix" 2>/dev/null | grep -E "$re" | sort -rV | while read -r p; do
+    if apt_knows "$p"; then
+      echo "$p"
+      break
+    fi
+  done
+}
+
+# available resolves kernel package $1 to one apt can download or the cache
+# holds: $1 itself, or, when apt no longer has it, the newest of its ABI
+# series. Debian removes superseded kernels from bookworm-security (and
+# old ABIs from bookworm at point releases), so a pin that worked when it
+# was written stops existing on a clean machine; its series has the same
+# configuration, which is what the tier relies on.
+available() {
+  local pkg=$1 p
+  if [ -f "$cache/$pkg/.unpacked" ] || apt_knows "$pkg"; then
+    echo "$pkg"
+    return
+  fi
+  command -v apt-cache >/dev/null || die "apt-cache is needed to find the kernel package $pkg"
+  apt_update
+  if apt_knows "$pkg"; then
+    echo "$pkg"
+    return
+  fi
+  p=$(newest_of_series "$pkg")
+  if [ -n "$p" ]; then
+    echo "nvme-vm: the kernel package $pkg is gone from apt (Debian removes superseded kernels); using $p, the newest of its series apt has. Measurements were taken on $pkg: update the pin (hack/nvme-vm.sh, e2e/nvme) to $p once the tier passes on it" >&2
+    echo "$p"
+    return
+  fi
+  die "apt cannot find the kernel package $pkg nor another of its series. The 6.12 kernels come from Debian bookworm-security: add 'deb http://deb.debian.org/debian-security bookworm-security main' to /etc/apt/sources.list and run apt-get update, or set NVME_VM_KERNEL_PACKAGE to another kernel package (NVME_VM_KERNEL_PACKAGE=default: the one linux-image-amd64 depends on, without NVMe authentication on bookworm)"
 }
 
 # unpack_kernel prints the directory holding boot/ and lib/modules/.
@@ -75,10 +146,6 @@ unpack_kernel() {
     return
   fi
   command -v apt-get >/dev/null || die "apt-get is needed to download $pkg"
-  if ! apt_knows "$pkg"; then
-    [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1 || true
-    apt_knows "$pkg" || die "apt cannot find the kernel package $pkg. It comes from Debian bookworm-security: add 'deb http://deb.debian.org/debian-security bookworm-security main' to /etc/apt/sources.list and run apt-get update, or set NVME_VM_KERNEL_PACKAGE to another kernel package (NVME_VM_KERNEL_PACKAGE=default: the one linux-image-amd64 depends on, without NVMe authentication on bookworm)"
-  fi
   local dl=$cache/download
   rm -rf "$dl" "$dir"
   mkdir -p "$dl" "$dir"
@@ -225,5 +292,6 @@ nvme_auth() {
 
 case "${1:-prepare}" in
   prepare) prepare ;;
-  *) die "usage: $0 [prepare]" ;;
+  kernel-package) kernel_package ;;
+  *) die "usage: $0 [prepare|kernel-package]" ;;
 esac

@@ -260,6 +260,17 @@ func TestVMAuthenticatedExport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the holder with its secret: %v", err)
 	}
+	// The kernel shows the secret world-readable; the connector leaves it
+	// to root (docs/node.md).
+	for _, ctrl := range hostControllers(t, nqn, holder) {
+		fi, err := os.Stat(filepath.Join("/sys/class/nvme", ctrl, "dhchap_secret"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("%s's dhchap_secret is %v after the connect: readable by every user on the node", ctrl, fi.Mode().Perm())
+		}
+	}
 	writeBlock(t, dev, 0, 0xA1)
 	disconnect(t, c, nqn)
 	if !bytes.Equal(blockOf(t, image, 0), filled(0xA1)) {

@@ -22,8 +22,12 @@ import (
 //
 // The secret is what proves that a host is the attachment it claims to be:
 // String and GoString never show it, so a logged value or a %v in an error
-// cannot leak it. Only Reveal gives it, for the kernel.
-type DHCHAPSecret struct{ repr string }
+// cannot leak it. Only Reveal gives it, for the kernel. The value sits
+// behind a pointer: fmt prints a struct's unexported fields by reflection
+// without calling String, and a pointer below the top level as an
+// address, so a struct holding a secret in an unexported field prints no
+// secret either.
+type DHCHAPSecret struct{ repr *string }
 
 const dhchapPrefix = "DHHC-1:"
 
@@ -70,7 +74,7 @@ func ParseDHCHAPSecret(s string) (DHCHAPSecret, error) {
 	if crc32.ChecksumIEEE(raw[:key]) != binary.LittleEndian.Uint32(raw[key:]) {
 		return bad("the key's CRC-32 does not match")
 	}
-	return DHCHAPSecret{repr: s}, nil
+	return DHCHAPSecret{repr: &s}, nil
 }
 
 // NewDHCHAPSecret makes a fresh secret of 32 random bytes read from r
@@ -82,18 +86,24 @@ func NewDHCHAPSecret(r io.Reader) (DHCHAPSecret, error) {
 		return DHCHAPSecret{}, fmt.Errorf("reading random bytes for a DH-HMAC-CHAP secret: %w", err)
 	}
 	raw = binary.LittleEndian.AppendUint32(raw, crc32.ChecksumIEEE(raw))
-	return DHCHAPSecret{repr: dhchapPrefix + "00:" + base64.StdEncoding.EncodeToString(raw) + ":"}, nil
+	repr := dhchapPrefix + "00:" + base64.StdEncoding.EncodeToString(raw) + ":"
+	return DHCHAPSecret{repr: &repr}, nil
 }
 
 // IsZero reports whether the secret is unset.
-func (s DHCHAPSecret) IsZero() bool { return s.repr == "" }
+func (s DHCHAPSecret) IsZero() bool { return s.repr == nil || *s.repr == "" }
 
 // Reveal returns the secret's representation, for the kernel and the RDS
 // only.
-func (s DHCHAPSecret) Reveal() string { return s.repr }
+func (s DHCHAPSecret) Reveal() string {
+	if s.repr == nil {
+		return ""
+	}
+	return *s.repr
+}
 
 // Equal compares two secrets without revealing either.
-func (s DHCHAPSecret) Equal(o DHCHAPSecret) bool { return s.repr == o.repr }
+func (s DHCHAPSecret) Equal(o DHCHAPSecret) bool { return s.Reveal() == o.Reveal() }
 
 // String never shows the secret.
 func (s DHCHAPSecret) String() string {

@@ -94,7 +94,16 @@ func TestDHCHAPSecretNeverPrints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, out := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s", s, s, s, s), fmt.Sprintf("%v", struct{ S DHCHAPSecret }{s})} {
+	// A struct that keeps the secret in an unexported field (as the
+	// controller's exportResult does) is printed by reflection: fmt cannot
+	// call String on such a field.
+	type holder struct {
+		host   string
+		secret DHCHAPSecret
+	}
+	h := holder{"h", s}
+	for _, out := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s", s, s, s, s), fmt.Sprintf("%v", struct{ S DHCHAPSecret }{s}),
+		fmt.Sprintf("%v %+v %#v", h, h, h), fmt.Sprintf("%+v", &h), fmt.Sprintf("%v", []any{h})} {
 		if strings.Contains(out, "MWPq") {
 			t.Fatalf("printed: %s", out)
 		}

@@ -266,6 +266,14 @@ func (h *fakeHost) connectingKernel(sub, ctrl, ns string, saw *[]string) func(st
 		*saw = append(*saw, opts)
 		h.subsystem(sub, optionValue(opts, "nqn"))
 		h.controllerAs(sub, ctrl, optionValue(opts, "nqn"), optionValue(opts, "hostnqn"), "live")
+		// Like Linux (drivers/nvme/host/sysfs.c, S_IRUGO | S_IWUSR):
+		// the controller's secret, readable by every user.
+		secret := optionValue(opts, "dhchap_secret")
+		if secret == "" {
+			secret = "none"
+		}
+		h.write(filepath.Join(h.ctrlDir(ctrl), "dhchap_secret"), secret+"\n")
+		h.write(filepath.Join(h.ctrlDir(ctrl), "dhchap_ctrl_secret"), "none\n")
 		h.head(sub, ns)
 		return nil
 	}

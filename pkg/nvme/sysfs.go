@@ -191,6 +191,18 @@ func (s sysfs) controllerHostNQN(c string) (nqn string, ok bool, err error) {
 	return "", false, fmt.Errorf("controller %s %w", c, errNoHostNQN)
 }
 
+// restrictSecrets makes a controller's DH-HMAC-CHAP secret attributes
+// readable by root only (the kernel creates them 0644). A kernel without
+// NVMe host authentication has none: nothing to do.
+func (s sysfs) restrictSecrets(c string) error {
+	for _, attr := range []string{"dhchap_secret", "dhchap_ctrl_secret"} {
+		if err := os.Chmod(filepath.Join(s.controllerDir(c), attr), 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeControllerAttr writes "1" to a controller attribute such as
 // delete_controller. It never creates files.
 func (s sysfs) writeControllerAttr(c, attr string) error {

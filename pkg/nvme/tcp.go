@@ -234,6 +234,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 	}
 	if st.live() {
 		logger.V(4).Info("already connected", "controllers", controllerNames(st.controllers))
+		c.hideSecrets(ctx, t.NQN, id)
 		return c.waitForDevice(ctx, t.NQN)
 	}
 
@@ -259,6 +260,7 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		default:
 			return "", c.connectError(ctx, t, addr, port, id, r.err)
 		}
+		c.hideSecrets(ctx, t.NQN, id)
 	case <-ctx.Done():
 		// The kernel's connect cannot be interrupted. Keep this NQN locked
 		// until it returns, so nothing can slip in between, and take down
@@ -289,6 +291,32 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		}
 	}
 	return dev, err
+}
+
+// hideSecrets leaves the DH-HMAC-CHAP secrets of nqn's controllers
+// connected as id to root. Linux shows a controller's secrets in sysfs
+// (dhchap_secret, dhchap_ctrl_secret) readable by every user, next to its
+// hostnqn, and sysfs is not namespaced: any process or pod on the node
+// could read both and connect as the attachment from another host. The
+// kernel keeps an attribute's mode for the controller's life (reconnects
+// included). A controller made without a secret shows "none"; it is
+// hidden all the same. Failures are logged, never the value: the
+// controller is connected either way.
+func (c *TCPConnector) hideSecrets(ctx context.Context, nqn string, id HostIdentity) {
+	logger := klog.FromContext(ctx).WithValues("nqn", nqn)
+	st, err := c.sys.lookup(nqn)
+	if err != nil {
+		logger.Error(err, "listing controllers to hide their DH-HMAC-CHAP secrets in sysfs")
+		return
+	}
+	for _, ctrl := range st.controllers {
+		if host, ok, err := c.sys.controllerHostNQN(ctrl.name); err != nil || !ok || host != id.NQN {
+			continue
+		}
+		if err := c.sys.restrictSecrets(ctrl.name); err != nil {
+			logger.Error(err, "the controller's DH-HMAC-CHAP secret stays readable by every user on the node", "controller", ctrl.name)
+		}
+	}
 }
 
 // hostFor is the identity t is connected with: the attachment's own host
@@ -688,6 +716,20 @@ func (c *TCPConnector) connectError(ctx context.Context, t Target, addr string, 
 	if why := authRefusal(t, err); why != "" {
 		return fmt.Errorf("%w: connecting %s at %s as %s: %w: %s", ErrAuthFailed, nqn, target, c.hostLabel(id.NQN), err, why)
 	}
+	if errors.Is(err, syscall.ECONNREFUSED) && !t.Secret.IsZero() && c.discover != nil {
+		// Older Linux (before nvme-auth answered -EKEYREJECTED) answers a
+		// rejected secret with ECONNREFUSED, as a TCP port nobody
+		// listens on. A discovery answered on the same port tells
+		// them apart.
+		offered, derr := c.discover(ctx, addr, port, id)
+		switch {
+		case derr == nil && slices.Contains(offered, nqn):
+			return fmt.Errorf("%w: connecting %s at %s as %s: %w (the target answers discovery on that port and offers the subsystem to this host, so it refused the authentication, not the connection): %s", ErrAuthFailed, nqn, target, c.hostLabel(id.NQN), err, secretRejected)
+		case derr == nil:
+			return fmt.Errorf("%w: the target at %s does not offer %s to this node as %s: the volume is not exported there, or this host is not its allowed host (a fenced or ended attachment's host NQN never is again); the target offers %d other subsystem(s) to it", ErrSubsystemNotFound, target, nqn, c.hostLabel(id.NQN), len(offered))
+		}
+		klog.FromContext(ctx).V(2).Info("discovery after a refused connect failed", "nqn", nqn, "err", derr)
+	}
 	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ECONNRESET} {
 		if errors.Is(err, e) {
 			return fmt.Errorf("%w: connecting %s at %s: %w; check the RDS address and that the disk is exported on that port", ErrTargetUnreachable, nqn, target, err)
@@ -729,18 +771,21 @@ func (c *TCPConnector) connectError(ctx context.Context, t Target, addr string, 
 // kernel's host side (drivers/nvme/host/auth.c, fabrics.c) answers ENOKEY
 // when the target requires authentication and the connect carried no
 // dhchap_secret, and, when the target rejected the secret, EKEYREJECTED
-// (kernels with "nvme-auth: do not reconnect on authentication failure")
-// or ECONNREFUSED before. ECONNREFUSED is also a TCP connect that nothing
-// answered, so it counts only for a connect that carried a secret.
+// (kernels with "nvme-auth: return -EKEYREJECTED") or ECONNREFUSED
+// before. ECONNREFUSED is also a TCP connect that nothing answered, so
+// connectError takes it for a refused secret only when the connect
+// carried one and the target's discovery answered on the same port.
 func authRefusal(t Target, err error) string {
 	switch {
 	case errors.Is(err, syscall.ENOKEY):
 		return "the target requires NVMe in-band authentication (DH-HMAC-CHAP) and the attachment has no secret: the export has a password this attachment was not given (publish it again with authentication, or the attachment predates it)"
 	case !t.Secret.IsZero() && (errors.Is(err, syscall.EKEYREJECTED) || errors.Is(err, syscall.EKEYEXPIRED)):
-		return "the target rejected the attachment's DH-HMAC-CHAP secret: the export's password changed since it was published (a fence or a move replaced it), so this attachment is no longer the export's holder"
+		return secretRejected
 	}
 	return ""
 }
+
+const secretRejected = "the target rejected the attachment's DH-HMAC-CHAP secret: the export's password changed since it was published (a fence or a move replaced it), so this attachment is no longer the export's holder"
 
 // waitForDevice polls sysfs until the NQN has a usable block device or ctx
 // ends. It checks once before the first tick.

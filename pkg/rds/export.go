@@ -367,7 +367,7 @@ func (c *Client) swapExport(ctx context.Context, slot string, from, to ExportSta
 		}
 	}
 	if password != nil && !password.IsZero() {
-		if _, err := NewExportPassword(password.v); err != nil {
+		if _, err := NewExportPassword(password.v()); err != nil {
 			return nil, ExportState{}, err
 		}
 	}
@@ -384,8 +384,8 @@ func (c *Client) swapExport(ctx context.Context, slot string, from, to ExportSta
 	var hidden []string
 	if password != nil {
 		format += " nvme-tcp-server-password=%s"
-		values = append(values, password.v)
-		hidden = []string{password.v}
+		values = append(values, password.v())
+		hidden = []string{password.v()}
 	}
 	cmd, err := command(format, values...)
 	if err == nil {

@@ -8,10 +8,12 @@ import (
 // ExportPassword is a value for a disk's nvme-tcp-server-password (NVMe
 // in-band authentication, docs/routeros.md "The export password"). Its
 // type never prints it: %v, %s and %+v show "<hidden>", so a struct that
-// holds one is safe to log. Only the command that sets it (SwapExportAuth)
+// holds one is safe to log (the value sits behind a pointer: fmt prints an
+// unexported field by reflection, without String, and a pointer there as
+// an address). Only the command that sets it (SwapExportAuth)
 // reads the value, and that command is never logged, observed or put into
 // an error as sent (Client.runHiding).
-type ExportPassword struct{ v string }
+type ExportPassword struct{ p *string }
 
 // passwordPattern: letters and digits only, so no character RouterOS
 // treats specially can reach a command, and 16 to 64 of them: long enough
@@ -25,18 +27,26 @@ func NewExportPassword(v string) (ExportPassword, error) {
 	if !passwordPattern.MatchString(v) {
 		return ExportPassword{}, fmt.Errorf("%w: an export password must be 16-64 letters and digits (a %d-character value was given; it is not shown)", ErrInvalidArgument, len(v))
 	}
-	return ExportPassword{v: v}, nil
+	return ExportPassword{p: &v}, nil
 }
 
 // IsZero: no password (SwapExportAuth then clears the export's).
-func (p ExportPassword) IsZero() bool { return p.v == "" }
+func (p ExportPassword) IsZero() bool { return p.v() == "" }
+
+// v is the password's value, for the command that sets it only.
+func (p ExportPassword) v() string {
+	if p.p == nil {
+		return ""
+	}
+	return *p.p
+}
 
 // Equal compares two passwords.
-func (p ExportPassword) Equal(o ExportPassword) bool { return p.v == o.v }
+func (p ExportPassword) Equal(o ExportPassword) bool { return p.v() == o.v() }
 
 // String never shows the password.
 func (p ExportPassword) String() string {
-	if p.v == "" {
+	if p.IsZero() {
 		return "<none>"
 	}
 	return "<hidden>"

@@ -38,7 +38,13 @@ func TestNewExportPassword(t *testing.T) {
 		if err != nil && tc.v != "" && strings.Contains(err.Error(), tc.v) {
 			t.Errorf("the error shows the value: %v", err)
 		}
-		if out := fmt.Sprintf("%v %s %+v %#v", p, p, struct{ P ExportPassword }{p}, p); tc.ok && strings.Contains(out, tc.v) {
+		// Also in an unexported field, which fmt prints by reflection
+		// without calling String.
+		h := struct {
+			slot string
+			pw   ExportPassword
+		}{"s", p}
+		if out := fmt.Sprintf("%v %s %+v %#v %v %+v %#v", p, p, struct{ P ExportPassword }{p}, p, h, h, h); tc.ok && strings.Contains(out, tc.v) {
 			t.Errorf("a printed password shows its value: %s", out)
 		}
 	}
