@@ -263,9 +263,25 @@ func TestExportAuthRefusedPasswordSaysWhatToDo(t *testing.T) {
 	e, _ := newAuthEnv(t, client, nil)
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-0000000000c1", corev1.ReadWriteOnce, false)
-	e.rds.failNext("SwapExportAuth", fmt.Errorf(`exporting disk %q: %w: expected end of command (line 1 column 97) (command: /disk set ... nvme-tcp-server-password="<hidden>")`, id, rds.ErrInvalidArgument))
+	e.rds.failNext("SwapExportAuth", fmt.Errorf("exporting disk %q: %w", id, rds.NewCommandError(`/disk set ... nvme-tcp-server-password="<hidden>"`, "expected end of command (line 1 column 97)")))
 	_, err := e.publish(id, "node-a/"+newNodeKey(t).Public.String(), rwo)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--export-auth") {
 		t.Fatalf("publish with the password refused = %v, want FailedPrecondition naming --export-auth", err)
+	}
+}
+
+// The client's own validation before sending (an invalid host, slot or
+// password) is not RouterOS refusing the property: it is not reported as
+// an RDS without export passwords (which named --export-auth for any
+// invalid argument before, 9d1f57e).
+func TestExportAuthOwnValidationIsNotARefusedPassword(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e, _ := newAuthEnv(t, client, nil)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-0000000000c2", corev1.ReadWriteOnce, false)
+	e.rds.failNext("SwapExportAuth", fmt.Errorf("%w: an export password must be 16-64 letters and digits", rds.ErrInvalidArgument))
+	_, err := e.publish(id, "node-a/"+newNodeKey(t).Public.String(), rwo)
+	if err == nil || strings.Contains(err.Error(), "--export-auth") {
+		t.Fatalf("publish with the client's own validation failing = %v, want an error that does not blame the RDS's export password", err)
 	}
 }

@@ -411,8 +411,9 @@ func (s *ControllerServer) swapExport(ctx context.Context, handle string, d *rds
 	}
 	after, sec, err := s.d.rds.SwapExportAuth(ctx, handle, cur, next, pw)
 	*secret, *secretRead = sec, err == nil
-	if err != nil && !pw.IsZero() && errors.Is(err, rds.ErrInvalidArgument) {
-		// Every value sent was validated first: the property itself was
+	if err != nil && !pw.IsZero() && rds.RefusedInput(err) {
+		// RouterOS refused the command as bad input, and every value in
+		// it was validated before it was sent: the property itself was
 		// refused, and every authenticated publish will be.
 		err = fmt.Errorf("%w: %w", errPasswordRefused, err)
 	}

@@ -53,6 +53,22 @@ func (e *CommandError) Error() string {
 
 func (e *CommandError) Unwrap() error { return e.kind }
 
+// NewCommandError is RouterOS's refusal of command, classified from the
+// first line it printed as the client classifies it (a fake RDS answers
+// with it what the real one would).
+func NewCommandError(command, output string) *CommandError {
+	line := strings.TrimSpace(firstLine(output))
+	return &CommandError{Command: command, Output: line, kind: errorKind(line)}
+}
+
+// RefusedInput: err is RouterOS itself refusing what a command sent as
+// bad input (syntax, an unknown property, a value), not this client's own
+// validation before sending.
+func RefusedInput(err error) bool {
+	var ce *CommandError
+	return errors.As(err, &ce) && errors.Is(ce.kind, ErrInvalidArgument)
+}
+
 // classifyOutput returns a *CommandError when the output of a print
 // command starts with a RouterOS error message, nil otherwise. RouterOS
 // reports errors as text, not exit status.
