@@ -159,10 +159,13 @@ func TestPublishWithdrawsItsClaimWhenTheAttachmentGoesMeanwhile(t *testing.T) {
 	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000004", corev1.ReadWriteOnce, false)
 	a.ensureVA(id, nodeA)
 	name := informers.VolumeAttachmentName(id, DefaultDriverName, "node-a")
-	gets := 0
+	committed := false
+	client.PrependReactor("patch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		committed = true
+		return false, nil, nil
+	})
 	client.PrependReactor("get", "volumeattachments", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		gets++
-		if gets == 2 { // the re-read after the commit
+		if committed { // the re-read after the commit
 			_ = client.Tracker().Delete(vaGVR, "", name)
 		}
 		return false, nil, nil

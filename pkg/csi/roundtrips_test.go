@@ -43,6 +43,10 @@ func (r roundTrips) String() string {
 func countPublish(t *testing.T, e *publishEnv, shared *fake.Clientset, id, node string) (roundTrips, *csi.ControllerPublishVolumeResponse) {
 	t.Helper()
 	e.ensureVA(id, node)
+	// As the attacher calls: after its VolumeAttachment was created, which
+	// the index has seen by then (one it has not is read live first, see
+	// TestPublishReadsAnAttachmentTheIndexHasNotSeen).
+	waitFor(t, "the index to show the VolumeAttachment", func() bool { return attachedInIndex(e.index.Volume(id), node) })
 	shared.ClearActions()
 	e.rds.mu.Lock()
 	clear(e.rds.calls)
@@ -86,11 +90,12 @@ func TestPublishRoundTrips(t *testing.T) {
 			name: "fencing off",
 			opts: testOptions(),
 			want: want{
-				// The VolumeAttachment before the commit, the commit, the
-				// Node and the VolumeAttachment after it. The requester's
-				// UID comes from the index, confirmed by the read after.
-				first:  map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1},
-				repeat: map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1},
+				// The commit, then the Node and the VolumeAttachment read
+				// back at once: two round trips one after the other. The
+				// requester's UID and its VolumeAttachment come from the
+				// index, confirmed by the reads after.
+				first:  map[string]int{"get volumeattachments": 1, "patch persistentvolumes": 1, "get nodes": 1},
+				repeat: map[string]int{"get volumeattachments": 1, "patch persistentvolumes": 1, "get nodes": 1},
 			},
 		},
 		{
@@ -100,28 +105,17 @@ func TestPublishRoundTrips(t *testing.T) {
 				// And the export: read it, then the live claims; open it
 				// (a set and its read-back, which the next round takes as
 				// its export read), then the live claims again.
-				first:     map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1, "get persistentvolumes": 2},
+				first:     map[string]int{"get volumeattachments": 1, "patch persistentvolumes": 1, "get nodes": 1, "get persistentvolumes": 2},
 				firstROS:  3,
-				repeat:    map[string]int{"get volumeattachments": 2, "patch persistentvolumes": 1, "get nodes": 1, "get persistentvolumes": 1},
+				repeat:    map[string]int{"get volumeattachments": 1, "patch persistentvolumes": 1, "get nodes": 1, "get persistentvolumes": 1},
 				repeatROS: 1,
 			},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			node := testNode("node-a")
-			node.UID = types.UID("uid-node-a")
-			shared := newFakeAPI(node)
-			lag := newLaggingClient(t, shared)
-			wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-				if tc.opts.AllowHostFencing() {
-					claims.CutStorageOnFence(cs)
-				}
-			}
-			e := newPublishEnvWith(t, lag.Clientset, nil, fencing.DefaultConfig(), tc.opts, wire)
-			e.client = shared
+			e, lag, shared := newLaggingPublishEnv(t, tc.opts)
 			const pv = "pvc-24000000-0000-4000-8000-000000000001"
 			id := e.newVolume(shared, pv, corev1.ReadWriteOnce, false)
-			waitFor(t, "the index to know node-a", func() bool { return e.index.Node("node-a").UID == "uid-node-a" })
 
 			check := func(what string, got roundTrips, api map[string]int, ros int) {
 				t.Helper()
@@ -268,4 +262,84 @@ func TestPublishRequesterUIDFromALaggingIndex(t *testing.T) {
 	if a.drops(id) == drops {
 		t.Fatal("the old incarnation's attachment was not cut off")
 	}
+}
+
+// The publish takes its VolumeAttachment from the index and reads it back
+// after the commit (issue 24). Where the index has not seen it yet (the
+// attacher's own informer was quicker), it is read before the commit too,
+// and the publish succeeds on the first call rather than being refused
+// for an attachment that exists.
+func TestPublishReadsAnAttachmentTheIndexHasNotSeen(t *testing.T) {
+	for name, opts := range map[string]Options{"fencing off": testOptions(), "allow-host": allowHostOptions()} {
+		t.Run(name, func(t *testing.T) {
+			e, lag, shared := newLaggingPublishEnv(t, opts)
+			id := e.newVolume(shared, "pvc-24000000-0000-4000-8000-000000000011", corev1.ReadWriteOnce, false)
+			lag.pause("volumeattachments")
+			e.ensureVA(id, "node-a")
+			shared.ClearActions()
+			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+			if _, err := e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-a", VolumeCapability: rwo}); err != nil {
+				t.Fatalf("publish on a VolumeAttachment the index has not seen: %v", err)
+			}
+			gets := 0
+			for _, a := range shared.Actions() {
+				if a.GetVerb() == "get" && a.GetResource().Resource == "volumeattachments" {
+					gets++
+				}
+			}
+			if gets != 2 {
+				t.Fatalf("%d VolumeAttachment reads; want 2 (before the commit, as the index lacks it, and after)", gets)
+			}
+		})
+	}
+}
+
+// A paused replica (issue 21's chaos run, with the pre-commit read gone
+// where the index shows the attachment): its index still shows the
+// VolumeAttachment that was detached meanwhile. The claim it commits is
+// taken back by the read after the commit; nothing is answered, nothing
+// opened, and no claim is left to block the volume.
+func TestPausedReplicaPublishOnADetachedAttachmentLeavesNoClaim(t *testing.T) {
+	for name, opts := range map[string]Options{"fencing off": testOptions(), "allow-host": allowHostOptions()} {
+		t.Run(name, func(t *testing.T) {
+			e, lag, shared := newLaggingPublishEnv(t, opts)
+			const pv = "pvc-24000000-0000-4000-8000-000000000012"
+			id := e.newVolume(shared, pv, corev1.ReadWriteOnce, false)
+			e.ensureVA(id, "node-a")
+			waitFor(t, "the index to show the VolumeAttachment", func() bool { return attachedInIndex(e.index.Volume(id), "node-a") })
+			lag.pause("volumeattachments")
+			name := informers.VolumeAttachmentName(id, DefaultDriverName, "node-a")
+			if err := shared.StorageV1().VolumeAttachments().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+			_, err := e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "node-a", VolumeCapability: rwo})
+			mustCode(t, "publish on a detached VolumeAttachment the index still shows", err, codes.Aborted)
+			if c := claimsOf(t, shared, pv); len(c) != 0 {
+				t.Fatalf("claims %v left by a publish whose VolumeAttachment was detached", c)
+			}
+			if opts.AllowHostFencing() {
+				wantClosed(t, e, id)
+			}
+		})
+	}
+}
+
+// newLaggingPublishEnv: one replica whose watches can be held back
+// (lagging client) over a shared fake API server that knows node-a.
+func newLaggingPublishEnv(t *testing.T, opts Options) (*publishEnv, *laggingClient, *fake.Clientset) {
+	t.Helper()
+	node := testNode("node-a")
+	node.UID = types.UID("uid-node-a")
+	shared := newFakeAPI(node)
+	lag := newLaggingClient(t, shared)
+	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
+		if opts.AllowHostFencing() {
+			claims.CutStorageOnFence(cs)
+		}
+	}
+	e := newPublishEnvWith(t, lag.Clientset, nil, fencing.DefaultConfig(), opts, wire)
+	e.client = shared
+	waitFor(t, "the index to know node-a", func() bool { return e.index.Node("node-a").UID == "uid-node-a" })
+	return e, lag, shared
 }
