@@ -28,7 +28,8 @@ import (
 // attached again and again, so csi-attacher repeats the publish
 // (RDS_CSI_E2E_BENCH_REPEATS per volume, default 199: 600 publishes). It
 // logs the p50, p90 and p99 of the successful ControllerPublishVolume
-// calls as the driver's gRPC interceptor timed them
+// calls of the driver built without the race detector, as its gRPC
+// interceptor timed them
 // (framework.PublishDurations, the figures of docs/BENCHMARKS.md).
 func TestPublishLatency(t *testing.T) { publishLatency(t, false) }
 
@@ -60,7 +61,9 @@ func publishLatency(t *testing.T, storageFencing bool) {
 	sim := e.StartSim(framework.SimOptions{})
 	sim.SetLatency(latency)
 	benchNode(e, "node-a")
-	opts, mode := framework.ControllerOptions{}, "fencing off"
+	// The driver as it is shipped: no race detector, whose
+	// instrumentation would be most of what is measured.
+	opts, mode := framework.ControllerOptions{Plain: true}, "fencing off"
 	if storageFencing {
 		framework.DeployFile(ctx, t, tl, e.CP, "manifests/overlays/storage-fencing/fencing-rbac.yaml")
 		opts.DriverArgs, mode = []string{"--storage-fencing=allow-host"}, "storage fencing"

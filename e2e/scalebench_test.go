@@ -46,6 +46,8 @@ import (
 //
 //   - ready: CSI Probe ready (polled every 100 ms), and the driver's own
 //     "attachment index synced" log line (to the microsecond);
+//   - the CPU time the driver has used at ready (user and system), and
+//     kube-apiserver's from exec to ready: who the start waits on;
 //   - the driver's VmRSS and VmHWM at ready and once the index gauges
 //     count every good object; kube-apiserver's VmRSS beside them;
 //   - the live heap after the first GC that follows indexing (from the
@@ -120,6 +122,7 @@ type startRun struct {
 	probeReady, logReady   time.Duration // exec to Probe ready; to "attachment index synced"
 	ready, indexed         framework.ProcMemory
 	apiReady, apiIndexed   framework.ProcMemory // kube-apiserver
+	cpuReady, apiCPU       time.Duration        // the driver's CPU time at ready; kube-apiserver's from exec to ready
 	heapLive, heapInuse    float64
 	malformed              map[string]float64 // rds_csi_malformed_objects by kind/reason; nil: no such metric
 	syncErrors             int                // "syncing attachment index" errors logged
@@ -192,6 +195,10 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 	if path == syncWatchListJSON {
 		args = append(args, "--kube-api-content-type=application/json")
 	}
+	apiCPU0, err := framework.ReadProcCPU(apiPid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	d := framework.StartDriver(t, tl, bin, e.Dir, sim, dep, framework.DriverOptions{
 		Name:      fmt.Sprintf("rds-csi-driver-%s-%d", path, run),
@@ -205,6 +212,14 @@ func measureStart(t *testing.T, e *framework.Env, sim *framework.Sim, dep *frame
 	if out.apiReady, err = framework.ReadProcMemory(apiPid); err != nil {
 		t.Fatal(err)
 	}
+	if out.cpuReady, err = framework.ReadProcCPU(d.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	apiCPU1, err := framework.ReadProcCPU(apiPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.apiCPU = apiCPU1 - apiCPU0
 	// Every good object indexed (the bad ones may or may not count).
 	metrics := addr + "/metrics"
 	size, err := waitIndexed(ctx, tl, metrics, 2*time.Minute, spec, false)
@@ -576,6 +591,8 @@ func scaleTable(name, path string, spec framework.ScaleSpec, bad badObjects, etc
 	row("LISTs of PVs/VAs/Nodes served meanwhile", count, func(r startRun) float64 { return r.lists })
 	row("exec → Probe ready (100 ms polls)", sec, func(r startRun) float64 { return r.probeReady.Seconds() })
 	row("exec → \"attachment index synced\" (log)", sec, func(r startRun) float64 { return r.logReady.Seconds() })
+	row("driver CPU time at ready (user+system)", sec, func(r startRun) float64 { return r.cpuReady.Seconds() })
+	row("kube-apiserver CPU time, exec → ready", sec, func(r startRun) float64 { return r.apiCPU.Seconds() })
 	row("driver VmRSS at ready", mib, func(r startRun) float64 { return float64(r.ready.RSS) })
 	row("driver VmRSS once indexed", mib, func(r startRun) float64 { return float64(r.indexed.RSS) })
 	row("driver VmHWM (peak) once indexed", mib, func(r startRun) float64 { return float64(r.indexed.PeakRSS) })

@@ -76,6 +76,9 @@ type ControllerOptions struct {
 	ProvisionerArgs []string
 	AttacherArgs    []string
 	NoAttacher      bool
+	// Plain: the driver built without the race detector, for a
+	// measurement (the race detector makes its code several times slower).
+	Plain bool
 }
 
 // StartController creates the driver's RBAC and CSIDriver, builds and
@@ -86,6 +89,9 @@ func (e *Env) StartController(sim *Sim, opts ControllerOptions) *Controller {
 	done := e.TL.Step("start the controller: driver, csi-provisioner, csi-attacher")
 	dep := Deploy(e.Ctx, e.T, e.TL, e.CP, e.Dir)
 	bin := BuildDriver(e.T, e.TL, e.Root)
+	if opts.Plain {
+		bin = BuildPlainDriver(e.T, e.TL, e.Root)
+	}
 	d := StartDriver(e.T, e.TL, bin, e.Dir, sim, dep, DriverOptions{ExtraArgs: opts.DriverArgs})
 	c := &Controller{Deployment: dep, Driver: d}
 	c.Provisioner = StartProvisioner(e.T, e.TL, e.Root, e.Dir, d, dep, SidecarOptions{ExtraArgs: opts.ProvisionerArgs})
