@@ -262,7 +262,11 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 					enqueue(obj)
 				}
 			},
-			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			UpdateFunc: func(old, obj any) {
+				if !sameRecord(old, obj) {
+					enqueue(obj)
+				}
+			},
 			DeleteFunc: enqueue,
 		})
 		if err != nil {

@@ -3,7 +3,10 @@ package informers
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +16,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -614,4 +619,170 @@ func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
 	}
 	// The driver's own out-of-service taint (what lifts it) goes through
 	// the records in TestRecoveryNeedsASteadyPeriod.
+}
+
+// TestRelistQueuesOnlyWhatChanged: a watch that expires (410 Gone: the
+// API server restarted, etcd compacted past it) makes the informers list
+// again and deliver every object as an update. The PVs and
+// VolumeAttachments that did not change are not queued (at 100k volumes
+// 200 000 keys, whose sets the work queue would keep for good); one
+// that changed meanwhile is, and is indexed.
+func TestRelistQueuesOnlyWhatChanged(t *testing.T) {
+	var objs []runtime.Object
+	for i := 0; i < 20; i++ {
+		objs = append(objs, pv(fmt.Sprintf("pv-%d", i), fmt.Sprintf("vol-%d", i), corev1.ReadWriteOnce, ""),
+			va(fmt.Sprintf("va-%d", i), fmt.Sprintf("pv-%d", i), "node-a", true, t0))
+	}
+	objs = append(objs, node("node-a", true, t0))
+	client := fake.NewClientset(objs...)
+	var mu sync.Mutex
+	watches := map[string][]*watch.RaceFreeFakeWatcher{}
+	client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		resource := a.GetResource()
+		src, err := client.Tracker().Watch(resource, a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		w := watch.NewRaceFreeFake()
+		mu.Lock()
+		watches[resource.Resource] = append(watches[resource.Resource], w)
+		mu.Unlock()
+		go func() {
+			for ev := range src.ResultChan() {
+				w.Action(ev.Type, ev.Object)
+			}
+		}()
+		t.Cleanup(src.Stop)
+		return true, w, nil
+	})
+	adds := &queueAdds{}
+	index := NewAttachmentIndex()
+	c, err := NewController(client, index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), queueMetrics: adds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !c.WaitForSync(ctx) {
+		t.Fatal("never synced")
+	}
+	lists := func(resource string) int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == resource {
+				n++
+			}
+		}
+		return n
+	}
+	expired := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"}
+	for _, resource := range []string{"persistentvolumes", "volumeattachments"} {
+		waitUntil(t, "a watch of "+resource, func() bool { mu.Lock(); defer mu.Unlock(); return len(watches[resource]) == 1 })
+		mu.Lock()
+		watches[resource][0].Error(expired)
+		mu.Unlock()
+		waitUntil(t, "a second LIST of "+resource, func() bool { return lists(resource) == 2 })
+		waitUntil(t, "a new watch of "+resource, func() bool { mu.Lock(); defer mu.Unlock(); return len(watches[resource]) == 2 })
+	}
+	// One change after the relists: once it is indexed, every update
+	// the relists delivered before it has been handled.
+	changed := pv("pv-3", "vol-3", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)
+	changed.ResourceVersion = "changed"
+	if _, err := client.CoreV1().PersistentVolumes().Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the change indexed", func() bool { return index.Volume("vol-3").HasClaim("node-a") })
+	if n := adds.n.Load(); n != 1 {
+		t.Errorf("%d adds to the work queue after relists of 20 unchanged PVs and 20 unchanged VolumeAttachments and one change; want 1", n)
+	}
+	if s := index.Stats(); s != (Stats{Volumes: 20, Attachments: 20, Nodes: 1}) {
+		t.Errorf("index after the relists: %+v", s)
+	}
+}
+
+// sameRecord tells an update the index must see from one it need not.
+func TestSameRecord(t *testing.T) {
+	m := newRecordMaker(driver)
+	rec := func(o runtime.Object) any {
+		r, err := m.record(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	pv1 := pv("pv-1", "vol-1", corev1.ReadWriteOnce, "")
+	pv1again := pv1.DeepCopy()
+	pv1again.Labels = map[string]string{"unread": "x"}
+	pv2 := pv1.DeepCopy()
+	pv2.ResourceVersion = "2"
+	noVersion := pv1.DeepCopy()
+	noVersion.ResourceVersion = ""
+	va1 := va("va-1", "pv-1", "node-a", true, t0)
+	va1again := va1.DeepCopy()
+	va1again.Finalizers = []string{"external-attacher/x"} // not read by the index
+	detached := va1.DeepCopy()
+	detached.Status.Attached = false
+	deleting := va1.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	n := node("node-a", true, t0)
+	for _, tc := range []struct {
+		name     string
+		old, new any
+		same     bool
+	}{
+		{"PV at the same resourceVersion", rec(pv1), rec(pv1again), true},
+		{"PV at another resourceVersion", rec(pv1), rec(pv2), false},
+		{"PV without a resourceVersion", rec(noVersion), rec(noVersion.DeepCopy()), false},
+		{"PV with other claims at the same resourceVersion (a fake's write)", rec(pv1), rec(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)), false},
+		{"VolumeAttachment, a field the index does not read", rec(va1), rec(va1again), true},
+		{"VolumeAttachment detached", rec(va1), rec(detached), false},
+		{"VolumeAttachment being deleted", rec(va1), rec(deleting), false},
+		{"Node, always queued", rec(n), rec(n.DeepCopy()), false},
+		{"a PV record and a VolumeAttachment record", rec(pv1), rec(va1), false},
+	} {
+		if got := sameRecord(tc.old, tc.new); got != tc.same {
+			t.Errorf("%s: sameRecord = %t, want %t", tc.name, got, tc.same)
+		}
+	}
+}
+
+// Every field of a PV record counts in sameAs: a field added to pvRecord
+// and left out of sameAs would let a change of it go unindexed.
+func TestPVRecordSameAsEveryField(t *testing.T) {
+	m := newRecordMaker(driver)
+	r, err := m.record(pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := *r.(*pvRecord)
+	if !base.sameAs(&base) {
+		t.Fatal("a record is not the same as itself")
+	}
+	fields := reflect.TypeOf(base)
+	for i := 0; i < fields.NumField(); i++ {
+		other := base
+		f := reflect.ValueOf(&other).Elem().Field(i)
+		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+		switch v := f.Addr().Interface().(type) {
+		case *objectName:
+			v.name += "-other"
+		case *string:
+			*v += "-other"
+		case *bool:
+			*v = !*v
+		case *time.Time:
+			*v = v.Add(time.Second)
+		case *[]corev1.PersistentVolumeAccessMode:
+			*v = append(slices.Clone(*v), corev1.ReadWriteOncePod)
+		case **corev1.ObjectReference:
+			*v = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Name: "other"}
+		default:
+			t.Fatalf("pvRecord.%s: a field of type %s this test cannot change; teach it, and sameAs", fields.Field(i).Name, f.Type())
+		}
+		if base.sameAs(&other) {
+			t.Errorf("pvRecord.%s changed, and sameAs still says the same", fields.Field(i).Name)
+		}
+	}
 }

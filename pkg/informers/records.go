@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"slices"
 	"sync"
 	"time"
 	"unique"
@@ -80,6 +81,39 @@ type leaseRecord struct {
 // GetObjectMeta implements metav1.ObjectMetaAccessor (meta.Accessor).
 func (l *leaseRecord) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: l.name, Namespace: l.namespace}
+}
+
+// sameRecord: the update of a PersistentVolume or VolumeAttachment
+// from old to new changes nothing the index reads. That is what a relist
+// delivers for every object after a watch expired (kube-apiserver
+// restarted, etcd compacted past the watch): queued, 200 000 keys at 100k
+// volumes would pass through the work queue, whose sets keep that size
+// for good, and be indexed again to no effect. A PV is the same at the
+// same resourceVersion; a VolumeAttachment record holds only what
+// syncVA reads, so equal records index alike. Nodes are always queued:
+// their sync also times heartbeats and wake-ups.
+func sameRecord(old, new any) bool {
+	switch o := old.(type) {
+	case *pvRecord:
+		n, ok := new.(*pvRecord)
+		return ok && o.resourceVersion != "" && o.sameAs(n)
+	case *vaRecord:
+		n, ok := new.(*vaRecord)
+		return ok && *o == *n
+	}
+	return false
+}
+
+// sameAs: r and o hold the same values. The resourceVersion alone would
+// do against an API server (every write changes it); the values are
+// compared too, so that a writer that keeps it (a test's fake) is seen.
+// The index keeps the resourceVersion (claims are written conditional
+// on it), so a new one alone is an update too.
+func (r *pvRecord) sameAs(o *pvRecord) bool {
+	return r.resourceVersion == o.resourceVersion && r.name == o.name && r.handle == o.handle &&
+		r.claims == o.claims && r.retiring == o.retiring && slices.Equal(r.accessModes, o.accessModes) &&
+		(r.claimRef == nil) == (o.claimRef == nil) && (r.claimRef == nil || *r.claimRef == *o.claimRef) &&
+		r.created.Equal(o.created) && r.foreign == o.foreign && r.block == o.block && r.bound == o.bound
 }
 
 // recordMaker turns API objects into records (the informers' transform).
