@@ -922,6 +922,30 @@ func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
 	m.toAttach = append(m.toAttach, toAttach{name: va.Name, uid: va.UID, pc: resp.GetPublishContext()})
 }
 
+// latePublish is a publish of an attachment whose VolumeAttachment is
+// being deleted or gone, delivered to a replica whose index may still
+// show it (a paused attacher that lost its lease, issue 21): nobody may
+// be told success, and no claim may be made for it (nothing would ever
+// release one: the live read before the commit keeps it from being made).
+func (m *model) latePublish(r *modelReplica, v *modelVolume, node string) {
+	before, had := m.liveClaims(v)[node]
+	m.startOp("publish")
+	_, err := r.cs.ControllerPublishVolume(m.ctx, &csi.ControllerPublishVolumeRequest{VolumeId: v.id, NodeId: m.nodeID(node), VolumeCapability: m.capability(v.multi)})
+	m.endOp(false)
+	m.logf("%s late publish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
+	m.stats["late publish "+codeOf(err)]++
+	if err == nil {
+		m.fail("a late publish of volume %s to %s, whose VolumeAttachment is being deleted or gone, was answered OK", v.id, node)
+	}
+	after, has := m.liveClaims(v)[node]
+	switch {
+	case has && !had:
+		m.fail("a late publish of volume %s to %s, whose VolumeAttachment is being deleted or gone, left a claim (%+v) that nothing releases", v.id, node, after)
+	case has && (after.Nonce != before.Nonce || after.NodeUID != before.NodeUID):
+		m.fail("a late publish of volume %s to %s, whose VolumeAttachment is being deleted or gone, replaced its claim %+v by %+v", v.id, node, before, after)
+	}
+}
+
 // toAttach is a publish success the attacher is to record on the very
 // VolumeAttachment it published (not one re-created under the same name).
 type toAttach struct {
@@ -1144,7 +1168,15 @@ func (m *model) randomStep() {
 	node := m.nodes[m.rng.Intn(len(m.nodes))]
 	switch op := m.rng.Intn(100); {
 	case op < 35:
-		m.publish(r, v, node)
+		// Without drawing from the schedule's random source (the seeds of
+		// earlier findings still replay): while a detach is under way,
+		// and now and then after it, the old attachment's publish comes
+		// again, late (issue 21's paused replica).
+		if va := m.getVA(v, node); (va != nil && va.DeletionTimestamp != nil) || (va == nil && m.step%7 == 0) {
+			m.latePublish(r, v, node)
+		} else {
+			m.publish(r, v, node)
+		}
 	case op < 60:
 		m.unpublish(r, v, node)
 	case op < 66 && len(m.late) > 0:
