@@ -88,9 +88,11 @@ func (e *Env) StartController(sim *Sim, opts ControllerOptions) *Controller {
 	e.T.Helper()
 	done := e.TL.Step("start the controller: driver, csi-provisioner, csi-attacher")
 	dep := Deploy(e.Ctx, e.T, e.TL, e.CP, e.Dir)
-	bin := BuildDriver(e.T, e.TL, e.Root)
+	var bin string
 	if opts.Plain {
 		bin = BuildPlainDriver(e.T, e.TL, e.Root)
+	} else {
+		bin = BuildDriver(e.T, e.TL, e.Root)
 	}
 	d := StartDriver(e.T, e.TL, bin, e.Dir, sim, dep, DriverOptions{ExtraArgs: opts.DriverArgs})
 	c := &Controller{Deployment: dep, Driver: d}
