@@ -393,6 +393,19 @@ func (q *queueAdds) NewLongestRunningProcessorSecondsMetric(string) workqueue.Se
 }
 func (q *queueAdds) NewRetriesMetric(string) workqueue.CounterMetric { return noMetric{} }
 
+// startCounted runs a controller on client until the test ends, with its
+// work queue's adds counted, and returns once it has synced.
+func startCounted(t *testing.T, client *fake.Clientset) (*AttachmentIndex, *queueAdds, context.Context) {
+	t.Helper()
+	adds := &queueAdds{}
+	index := NewAttachmentIndex()
+	c, err := NewController(client, index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), queueMetrics: adds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return index, adds, runSynced(t, c)
+}
+
 // TestStartupListBypassesTheQueue: what the informers list at start-up is
 // indexed from their caches, not through the work queue, whose sets would
 // keep a key's worth of memory per listed object for good; the index is
@@ -406,19 +419,7 @@ func TestStartupListBypassesTheQueue(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		objs = append(objs, node(fmt.Sprintf("node-%d", i), true, t0))
 	}
-	adds := &queueAdds{}
-	index := NewAttachmentIndex()
-	c, err := NewController(fake.NewClientset(objs...), index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), queueMetrics: adds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	if !c.WaitForSync(ctx) {
-		t.Fatal("never synced")
-	}
+	index, adds, _ := startCounted(t, fake.NewClientset(objs...))
 	if s := index.Stats(); s != (Stats{Volumes: 50, Attachments: 50, Nodes: 5}) {
 		t.Fatalf("synced with %+v in the index", s)
 	}
@@ -655,19 +656,7 @@ func TestRelistQueuesOnlyWhatChanged(t *testing.T) {
 		t.Cleanup(src.Stop)
 		return true, w, nil
 	})
-	adds := &queueAdds{}
-	index := NewAttachmentIndex()
-	c, err := NewController(client, index, Config{DriverName: driver, Policy: fencing.DefaultConfig(), queueMetrics: adds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	if !c.WaitForSync(ctx) {
-		t.Fatal("never synced")
-	}
+	index, adds, ctx := startCounted(t, client)
 	lists := func(resource string) int {
 		n := 0
 		for _, a := range client.Actions() {
