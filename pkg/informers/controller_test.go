@@ -675,16 +675,25 @@ func TestRelistQueuesOnlyWhatChanged(t *testing.T) {
 		waitUntil(t, "a second LIST of "+resource, func() bool { return lists(resource) == 2 })
 		waitUntil(t, "a new watch of "+resource, func() bool { mu.Lock(); defer mu.Unlock(); return len(watches[resource]) == 2 })
 	}
-	// One change after the relists: once it is indexed, every update
-	// the relists delivered before it has been handled.
+	// One change of each kind after the relists: each informer hands its
+	// events to the handler in order, but the two informers run apart,
+	// so only once both changes are indexed has every update both
+	// relists delivered been handled.
 	changed := pv("pv-3", "vol-3", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)
 	changed.ResourceVersion = "changed"
 	if _, err := client.CoreV1().PersistentVolumes().Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the change indexed", func() bool { return index.Volume("vol-3").HasClaim("node-a") })
-	if n := adds.n.Load(); n != 1 {
-		t.Errorf("%d adds to the work queue after relists of 20 unchanged PVs and 20 unchanged VolumeAttachments and one change; want 1", n)
+	if _, err := client.StorageV1().VolumeAttachments().Update(ctx, va("va-4", "pv-4", "node-a", false, t0), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the PV's change indexed", func() bool { return index.Volume("vol-3").HasClaim("node-a") })
+	waitUntil(t, "the VolumeAttachment's change indexed", func() bool {
+		a, ok := index.Volume("vol-4").AttachmentOn("node-a")
+		return ok && !a.Attached
+	})
+	if n := adds.n.Load(); n != 2 {
+		t.Errorf("%d adds to the work queue after relists of 20 unchanged PVs and 20 unchanged VolumeAttachments and two changes; want 2", n)
 	}
 	if s := index.Stats(); s != (Stats{Volumes: 20, Attachments: 20, Nodes: 1}) {
 		t.Errorf("index after the relists: %+v", s)
