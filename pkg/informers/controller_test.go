@@ -16,8 +16,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -724,12 +727,22 @@ func TestSameRecord(t *testing.T) {
 	detached.Status.Attached = false
 	deleting := va1.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	// Deleted and re-created under the same name while the watch was
+	// down: a PV gets a new resourceVersion; a VolumeAttachment created
+	// in the same second with the same spec and status indexes exactly
+	// as the old one (the record is all the index keeps of it).
+	pv1recreated := pv1.DeepCopy()
+	pv1recreated.UID, pv1recreated.ResourceVersion = "uid-2", "7"
+	va1recreated := va1.DeepCopy()
+	va1recreated.UID = "uid-2"
 	n := node("node-a", true, t0)
 	for _, tc := range []struct {
 		name     string
 		old, new any
 		same     bool
 	}{
+		{"PV re-created under its name", rec(pv1), rec(pv1recreated), false},
+		{"VolumeAttachment re-created under its name, alike", rec(va1), rec(va1recreated), true},
 		{"PV at the same resourceVersion", rec(pv1), rec(pv1again), true},
 		{"PV at another resourceVersion", rec(pv1), rec(pv2), false},
 		{"PV without a resourceVersion", rec(noVersion), rec(noVersion.DeepCopy()), false},
@@ -742,6 +755,49 @@ func TestSameRecord(t *testing.T) {
 	} {
 		if got := sameRecord(tc.old, tc.new); got != tc.same {
 			t.Errorf("%s: sameRecord = %t, want %t", tc.name, got, tc.same)
+		}
+	}
+}
+
+// A relist after an expired watch decodes the objects anew, in the
+// client's codec: records of one object decoded from JSON and from
+// protobuf are the same, or every relist would queue them all again in
+// a real cluster (the fake clientset hands out copies, never decodes).
+func TestSameRecordAcrossCodecs(t *testing.T) {
+	deleting := va("va-1", "pv-1", "node-a", true, t0)
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)}
+	bound := pv("pv-1", "vol-1", corev1.ReadWriteMany, `{"node-a":"2026-11-22T12:00:00Z"}`)
+	bound.CreationTimestamp = metav1.NewTime(t0)
+	bound.Status.Phase = corev1.VolumeBound
+	codecs := serializer.NewCodecFactory(scheme.Scheme)
+	m := newRecordMaker(driver)
+	for obj, version := range map[runtime.Object]schema.GroupVersion{deleting: storagev1.SchemeGroupVersion, bound: corev1.SchemeGroupVersion} {
+		var recs []any
+		for _, mediaType := range []string{runtime.ContentTypeJSON, runtime.ContentTypeProtobuf} {
+			info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), mediaType)
+			if !ok {
+				t.Fatalf("no serializer for %s", mediaType)
+			}
+			data, err := runtime.Encode(codecs.EncoderForVersion(info.Serializer, version), obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoded, err := runtime.Decode(codecs.UniversalDeserializer(), data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := m.record(decoded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, r)
+		}
+		for i, old := range recs {
+			for j, new := range recs {
+				if !sameRecord(old, new) {
+					t.Errorf("%T decoded twice (codecs %d and %d): not the same record", obj, i, j)
+				}
+			}
 		}
 	}
 }
