@@ -1,16 +1,11 @@
 package informers
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -25,15 +20,7 @@ import (
 // fourth (a dead node) held the guard: the dead node was never fenced,
 // and the more nodes a cluster had replaced, the sooner that happened.
 func TestOrphanedPluginLeasesDoNotHoldTheGuard(t *testing.T) {
-	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
-	l.ReadPluginLeases(pluginNamespace)
-	up := NodeState{Exists: true, UID: "u", Ready: true}
-	renew := leaseRenewer(l, 40*time.Second)
-	for _, n := range []string{"a", "b", "c"} {
-		l.observeNode(n, up)
-	}
+	clock, cfg, l, up, renew := threeNodes()
 	// Leftovers of deleted nodes: one seen deleted while this controller
 	// ran, two only listed at its start.
 	l.observeNode("x", up)
@@ -64,48 +51,6 @@ func TestOrphanedPluginLeasesDoNotHoldTheGuard(t *testing.T) {
 	}
 }
 
-// A plugin Lease the fence's live read cannot read, for a node whose
-// plugin Lease this controller does not know, is taken for "no plugin
-// Lease" only once the plugin Lease watch has listed the namespace: then
-// the cache says the node has none. Before its first list (a controller
-// just started, a new leader whose plugin Lease list is slow or failing)
-// the cache knows nothing, and a node whose kubelet restarts while its
-// plugin renews was fenced on the kubelet's silence for one failed GET.
-func TestUnreadablePluginLeaseBeforeTheListFailsClosed(t *testing.T) {
-	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
-	for _, listed := range []bool{false, true} {
-		clock := clocktesting.NewFakeClock(time.Now())
-		l := NewLiveness(clock, cfg, 0)
-		l.ReadPluginLeases(pluginNamespace)
-		l.pluginLeasesListed(func() bool { return listed })
-		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"), pluginLeaseOf("node-a", "9", 40*time.Second))
-		client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			if a.GetNamespace() == pluginNamespace {
-				return true, nil, apierrors.NewInternalError(fmt.Errorf("etcdserver: request timed out"))
-			}
-			return false, nil, nil
-		})
-		l.observeNode("node-a", nodeState(node("node-a", true, t0)))
-		l.observeLease("node-a", "7", 0)
-		clock.Step(21 * time.Second)
-		c := NewClaims(client, driver)
-		c.TimeWith(l)
-		s, err := c.LiveNode(context.Background(), "node-a")
-		if !listed {
-			if err == nil {
-				t.Errorf("plugin Leases not listed yet, node-a's unreadable: confirmed (%+v); want an error (unconfirmed, no fence)", s)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("plugin Leases listed (none of node-a's), unreadable: %v; want node-a decided on its kubelet's Lease", err)
-		}
-		if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
-			t.Fatalf("listed, no plugin Lease known, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", reason, stale)
-		}
-	}
-}
-
 // A plugin Lease's duration is honoured only up to nodelease.MaxDuration:
 // a Lease stating more (an operator's edit, a node plugin not of this
 // driver's making; the node plugin refuses a longer --node-lease-
@@ -113,15 +58,7 @@ func TestUnreadablePluginLeaseBeforeTheListFailsClosed(t *testing.T) {
 // stating 2^31-1 s kept a dead node from ever being fenced on its
 // heartbeat, and its out-of-service taint from ever being lifted.
 func TestPluginLeaseDurationIsBounded(t *testing.T) {
-	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
-	l.ReadPluginLeases(pluginNamespace)
-	up := NodeState{Exists: true, UID: "u", Ready: true}
-	renew := leaseRenewer(l, 40*time.Second)
-	for _, n := range []string{"a", "b", "c"} {
-		l.observeNode(n, up)
-	}
+	clock, cfg, l, up, renew := threeNodes()
 	renew("a", "b", "c")
 	l.observePluginLease("a", "p1", math.MaxInt32*time.Second)
 	// a dies now: neither Lease is renewed again.
@@ -208,4 +145,19 @@ func TestNotReadyWaitsForThePluginsOwnThreshold(t *testing.T) {
 			t.Fatal("a never fenced after its plugin stopped")
 		})
 	}
+}
+
+// threeNodes: a Liveness (heartbeat threshold 20 s, guard at its default
+// share, plugin Leases read) that has seen nodes a, b and c up, and what
+// renews their kubelets' Leases of 40 s.
+func threeNodes() (*clocktesting.FakeClock, fencing.Config, *Liveness, NodeState, func(nodes ...string)) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	l.ReadPluginLeases(pluginNamespace)
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	for _, n := range []string{"a", "b", "c"} {
+		l.observeNode(n, up)
+	}
+	return clock, cfg, l, up, leaseRenewer(l, 40*time.Second)
 }

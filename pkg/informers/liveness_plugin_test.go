@@ -261,41 +261,54 @@ func TestLivePluginLeaseReadCancelsTheFence(t *testing.T) {
 // such fence failed its live read and was retried for ever: a dead node
 // was never fenced (e2e TestUnattendedFailoverKubeletCadence, the driver
 // outside a pod, reading the Leases in "default"). A node whose plugin
-// Lease is known stays unconfirmed: its plugin may have renewed.
+// Lease is known stays unconfirmed: its plugin may have renewed. So does
+// every node before the plugin Leases were first listed: the cache knows
+// nothing then, and a node whose kubelet restarts while its plugin renews
+// was fenced on the kubelet's silence for one failed GET (a controller
+// just started, a new leader whose plugin Lease list is slow or failing).
 func TestUnreadablePluginLease(t *testing.T) {
 	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
-	for _, known := range []bool{false, true} {
+	for _, tc := range []struct {
+		name          string
+		listed, known bool
+		unconfirmed   bool
+		readErr       error
+	}{
+		{"listed, none known: decided on the kubelet's", true, false, false, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "rds-csi-node-node-a", errors.New("no access"))},
+		{"listed, known: unconfirmed", true, true, true, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "rds-csi-node-node-a", errors.New("no access"))},
+		{"not listed yet: unconfirmed", false, false, true, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))},
+	} {
 		clock := clocktesting.NewFakeClock(time.Now())
 		l := NewLiveness(clock, cfg, 0)
 		l.ReadPluginLeases(pluginNamespace)
-		l.pluginLeasesListed(func() bool { return true })
-		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"))
+		l.pluginLeasesListed(func() bool { return tc.listed })
+		client := fake.NewClientset(node("node-a", true, t0), lease("node-a", "7"), pluginLeaseOf("node-a", "9", 40*time.Second))
 		client.PrependReactor("get", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			if a.GetNamespace() == pluginNamespace {
-				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "rds-csi-node-node-a", errors.New("no access"))
+				return true, nil, tc.readErr
 			}
 			return false, nil, nil
 		})
 		l.observeNode("node-a", nodeState(node("node-a", true, t0)))
 		l.observeLease("node-a", "7", 0)
-		if known {
+		if tc.known {
 			l.observePluginLease("node-a", "p1", 40*time.Second)
 		}
 		clock.Step(21 * time.Second)
 		c := NewClaims(client, driver)
 		c.TimeWith(l)
 		s, err := c.LiveNode(context.Background(), "node-a")
-		if known {
+		if tc.unconfirmed {
 			if err == nil {
-				t.Errorf("plugin Lease known, unreadable: confirmed (%+v); want an error (unconfirmed)", s)
+				t.Errorf("%s, the plugin Lease unreadable: confirmed (%+v); want an error (no fence)", tc.name, s)
 			}
 			continue
 		}
 		if err != nil {
-			t.Fatalf("no plugin Lease known, unreadable: %v; want the node decided on its kubelet's Lease", err)
+			t.Fatalf("%s, the plugin Lease unreadable: %v; want the node decided on its kubelet's Lease", tc.name, err)
 		}
 		if reason, stale := fencing.Stale(s, clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
-			t.Fatalf("no plugin Lease known, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", reason, stale)
+			t.Fatalf("%s, kubelet silent 21 s: Stale %q %t; want HeartbeatLost", tc.name, reason, stale)
 		}
 	}
 }
