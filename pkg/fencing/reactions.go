@@ -50,6 +50,10 @@ func NewFencer(claims StaleClaimReleaser, reporter *Reporter, isLeader func() bo
 	return &Fencer{claims: claims, reporter: reporter, isLeader: isLeader, policy: policy, now: now}
 }
 
+// ErrNotLeader: the Fencer does not act on this replica (it does not lead);
+// what it was told stays unreported, and the next leader looks again.
+var ErrNotLeader = errors.New("not the leader: background actions run on the leading replica")
+
 // ErrNotTainted: the node was left without the out-of-service taint on
 // purpose (it recovered, or it has volumes the driver cannot cut off).
 var ErrNotTainted = errors.New("not tainted out of service")
@@ -116,7 +120,7 @@ func (f *Fencer) NodeStale(ctx context.Context, s StaleHolder) error {
 // so each is reported once).
 func (f *Fencer) OrphanedClaim(ctx context.Context, v VolumeRef, node string, age time.Duration) error {
 	if f.isLeader != nil && !f.isLeader() {
-		return nil
+		return ErrNotLeader
 	}
 	f.reporter.OrphanedClaim(v, node, age)
 	klog.FromContext(ctx).Info("claim without a VolumeAttachment", "volume", v.Handle, "pv", v.PV, "node", node, "age", age)
@@ -128,7 +132,7 @@ func (f *Fencer) OrphanedClaim(ctx context.Context, v VolumeRef, node string, ag
 // target's further publishes (Decide) and says so where operators look.
 func (f *Fencer) MigrationTimedOut(ctx context.Context, v VolumeRef, m Migration) error {
 	if f.isLeader != nil && !f.isLeader() {
-		return nil
+		return ErrNotLeader
 	}
 	f.reporter.MigrationTimedOut(v, m)
 	klog.FromContext(ctx).Info("live migration past its timeout", "volume", v.Handle, "pv", v.PV, "source", m.Source, "target", m.Target)

@@ -74,7 +74,9 @@ func (k key) String() string { return fmt.Sprintf("%d/%s", k.kind, k.name) }
 // node failures, overdue migrations, orphaned claims. The controller calls
 // it from its reactions goroutine, never from the index's worker, each call
 // bounded by Config.ReactionTimeout; an error retries the item with
-// backoff.
+// backoff, except fencing.ErrNotLeader: the Reactor does not act on this
+// replica, nothing is taken as reported, and RefenceStale (a new
+// leader's) checks again.
 type Reactor interface {
 	NodeStale(ctx context.Context, s fencing.StaleHolder) error
 	// MigrationTimedOut: a raw-block RWX volume is still on two nodes
@@ -417,8 +419,14 @@ func (c *Controller) RefenceStale() {
 				c.reactions.Add(key{kind: kindFence, name: h.Node})
 			}
 		}
-		// Orphaned claims are reported by the leader only: report again.
+		// Orphaned claims and overdue migrations are reported by the
+		// leader only: a follower's Reactor reported none of them.
 		c.reactions.Add(key{kind: kindOrphan, name: v.Handle})
+		if multiWriter(v) {
+			for _, pv := range v.PVs {
+				c.reactions.Add(key{kind: kindMigration, name: pv.Name})
+			}
+		}
 	}
 }
 
@@ -787,7 +795,12 @@ func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
 	case now.Before(m.Deadline):
 		c.reactions.AddAfter(key{kind: kindMigration, name: pvName}, m.Deadline.Sub(now)+time.Millisecond)
 	case !sameMigration(c.overdue[pvName], m) && c.cfg.Reactor != nil:
-		if err := c.cfg.Reactor.MigrationTimedOut(ctx, v.Ref(), m); err != nil {
+		err := c.cfg.Reactor.MigrationTimedOut(ctx, v.Ref(), m)
+		switch {
+		case errors.Is(err, fencing.ErrNotLeader):
+			// Not reported: the next leader's RefenceStale checks again.
+			return nil
+		case err != nil:
 			return fmt.Errorf("reporting the overdue migration of PV %s: %w", pvName, err)
 		}
 		c.overdue[pvName] = m
@@ -828,7 +841,14 @@ func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
 				continue
 			}
 			if !c.orphanPast[k] && c.cfg.Reactor != nil {
-				if err := c.cfg.Reactor.OrphanedClaim(ctx, v.Ref(), node, age); err != nil {
+				err := c.cfg.Reactor.OrphanedClaim(ctx, v.Ref(), node, age)
+				if errors.Is(err, fencing.ErrNotLeader) {
+					// Not reported (counted, though): the next leader's
+					// RefenceStale checks again.
+					current[k] = true
+					continue
+				}
+				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
