@@ -840,3 +840,44 @@ func TestPVRecordSameAsEveryField(t *testing.T) {
 		}
 	}
 }
+
+// Two VolumeAttachments of one PV on one node (hand-made names beside the
+// attacher's): the one that stays is in the index after the other goes,
+// whichever of them the index saw last.
+func TestTwoAttachmentsOnOneNodeKeepTheSurvivor(t *testing.T) {
+	for _, gone := range []string{"va-first", "va-second"} {
+		t.Run(gone+" deleted", func(t *testing.T) {
+			h := newHarness(t, fencing.DefaultConfig())
+			h.put(node("node-a", true, t0))
+			h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
+			first := va("va-first", "pv-1", "node-a", true, t0)
+			second := va("va-second", "pv-1", "node-a", true, t0.Add(time.Minute))
+			h.put(first, second)
+			byName := map[string]*storagev1.VolumeAttachment{"va-first": first, "va-second": second}
+			h.remove(byName[gone])
+			a, ok := h.index.Volume("vol-1").AttachmentOn("node-a")
+			if !ok || a.VAName == gone || !a.Attached {
+				t.Fatalf("after %s was deleted the index shows %+v (found %t); want the surviving VolumeAttachment", gone, a, ok)
+			}
+			if hs := h.index.Volume("vol-1").Holders(); len(hs) != 1 || hs[0].Node != "node-a" {
+				t.Fatalf("holders %+v; want node-a, whose VolumeAttachment still stands", hs)
+			}
+		})
+	}
+	t.Run("one being deleted", func(t *testing.T) {
+		h := newHarness(t, fencing.DefaultConfig())
+		h.put(node("node-a", true, t0))
+		h.put(pv("pv-1", "vol-1", corev1.ReadWriteOnce, ""))
+		deleting := va("va-first", "pv-1", "node-a", true, t0)
+		gone := metav1.NewTime(t0.Add(time.Hour))
+		deleting.DeletionTimestamp = &gone
+		h.put(deleting, va("va-second", "pv-1", "node-a", true, t0.Add(time.Minute)))
+		v := h.index.Volume("vol-1")
+		if a, _ := v.AttachmentOn("node-a"); a.VAName != "va-second" {
+			t.Fatalf("node-a's attachment is %s; want the one not being deleted", a.VAName)
+		}
+		if hs := v.Holders(); len(hs) != 1 || !hs[0].DetachingSince.IsZero() {
+			t.Fatalf("holders %+v; want node-a holding, not detaching: one of its VolumeAttachments stands", hs)
+		}
+	})
+}

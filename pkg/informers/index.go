@@ -51,7 +51,8 @@ type Volume struct {
 	// ResourceVersion of the primary PV.
 	ResourceVersion string
 	Claims          ClaimSet
-	// Attachments: at most one per node, ordered by node (AttachmentOn).
+	// Attachments: one per VolumeAttachment, ordered by node and name
+	// (AttachmentOn picks a node's).
 	// A slice, not a map: a volume has one or two, and a Go map of one
 	// entry costs several hundred bytes.
 	Attachments []Attachment
@@ -98,6 +99,7 @@ func (v *Volume) Holders() []fencing.Holder {
 	for node, c := range v.Claims.All() {
 		byNode[node] = fencing.Holder{Node: node, UID: c.NodeUID, Since: c.At}
 	}
+	standing := map[string]bool{} // a node with a counted attachment not being deleted
 	for _, a := range v.Attachments {
 		if !v.HasClaim(a.Node) && !a.Attached {
 			// A VolumeAttachment that is not attached is a request, or a
@@ -110,8 +112,19 @@ func (v *Volume) Holders() []fencing.Holder {
 			h.Since = a.Since
 		}
 		h.Node = a.Node
-		h.DetachingSince = a.DetachingSince
+		// Detaching only while every attachment of the node is.
+		switch {
+		case a.DetachingSince.IsZero():
+			standing[a.Node] = true
+		case h.DetachingSince.IsZero() || a.DetachingSince.Before(h.DetachingSince):
+			h.DetachingSince = a.DetachingSince
+		}
 		byNode[a.Node] = h
+	}
+	for node := range standing {
+		h := byNode[node]
+		h.DetachingSince = time.Time{}
+		byNode[node] = h
 	}
 	out := make([]fencing.Holder, 0, len(byNode))
 	for _, h := range byNode {
@@ -122,26 +135,49 @@ func (v *Volume) Holders() []fencing.Holder {
 }
 
 // AttachmentOn returns the VolumeAttachment of the volume on node, if
-// the index has one.
+// the index has one: of several (a hand-made one beside the attacher's),
+// the one that stands most (attached, then not being deleted).
 func (v *Volume) AttachmentOn(node string) (Attachment, bool) {
+	var best Attachment
+	found := false
+	rank := func(a Attachment) int {
+		r := 0
+		if a.Attached {
+			r += 2
+		}
+		if a.DetachingSince.IsZero() {
+			r++
+		}
+		return r
+	}
 	for _, a := range v.Attachments {
-		if a.Node == node {
-			return a, true
+		if a.Node == node && (!found || rank(a) > rank(best)) {
+			best, found = a, true
 		}
 	}
-	return Attachment{}, false
+	return best, found
 }
 
-// withAttachment returns a copy of as with a in place of node's
-// attachment (or added), ordered by node.
+// compareAttachments orders attachments by node, then VolumeAttachment.
+func compareAttachments(a, b Attachment) int {
+	if c := strings.Compare(a.Node, b.Node); c != 0 {
+		return c
+	}
+	return strings.Compare(a.VAName, b.VAName)
+}
+
+// withAttachment returns a copy of as with a in place of the attachment
+// of its VolumeAttachment (or added), ordered by node and name: a node
+// may have several VolumeAttachments of one PV (hand-made names), and
+// each stands until it goes.
 func withAttachment(as []Attachment, a Attachment) []Attachment {
 	out := make([]Attachment, 0, len(as)+1)
 	for _, o := range as {
-		if o.Node != a.Node {
+		if o.VAName != a.VAName {
 			out = append(out, o)
 		}
 	}
-	i, _ := slices.BinarySearchFunc(out, a.Node, func(o Attachment, node string) int { return strings.Compare(o.Node, node) })
+	i, _ := slices.BinarySearchFunc(out, a, compareAttachments)
 	return slices.Insert(out, i, a)
 }
 
