@@ -82,10 +82,10 @@ type ClaimStore interface {
 	ClearRetiring(ctx context.Context, pvName string, done []informers.Retiring) error
 	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
 	// of handle on node exists.
-	LiveAttachment(ctx context.Context, handle, node string) (bool, error)
+	LiveAttachment(ctx context.Context, handle, node string, pvs []string) (bool, error)
 	// AttachmentExists reads whether a VolumeAttachment of handle on node
 	// exists, being deleted or not.
-	AttachmentExists(ctx context.Context, handle, node string) (bool, error)
+	AttachmentExists(ctx context.Context, handle, node string, pvs []string) (bool, error)
 	// Withdraw drops node's claim if it is still the one committed.
 	Withdraw(ctx context.Context, pvName, node string, committed informers.Claim) (bool, error)
 	// LiveNode reads a node from the API server, not from a cache.
@@ -497,7 +497,7 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 	// Taking the attachment from the index instead saves one round trip;
 	// an outside review found four ways it leaves such a claim (issue 24,
 	// TestPausedReplicaWritesNoClaim).
-	if err := p.requireAttachment(ctx); err != nil {
+	if err := p.requireAttachment(ctx, v); err != nil {
 		return nil, err
 	}
 	// replacesOwn: this publish replaces its node's own earlier
@@ -645,9 +645,9 @@ func newClaimTime(now time.Time, others informers.ClaimSet) time.Time {
 
 // requireAttachment: a live, non-deleting VolumeAttachment of the volume
 // on the node exists (read from the API server).
-func (p *publishing) requireAttachment(ctx context.Context) error {
+func (p *publishing) requireAttachment(ctx context.Context, v *informers.Volume) error {
 	id, node := p.req.GetVolumeId(), p.ident.Name
-	ok, err := p.s.pub.Claims.LiveAttachment(ctx, id, node)
+	ok, err := p.s.pub.Claims.LiveAttachment(ctx, id, node, pvNamesOf(v))
 	if err != nil {
 		p.s.pub.Reporter.PublishFailed("unconfirmed")
 		return statusf(codes.Unavailable, "volume %s: cannot confirm its VolumeAttachment on node %s with the API server (%v); retry", id, node, err)
@@ -675,7 +675,7 @@ func (p *publishing) confirmCommitted(ctx context.Context, v *informers.Volume, 
 	)
 	go func() {
 		defer close(read)
-		attached, vaErr = s.pub.Claims.LiveAttachment(ctx, id, node)
+		attached, vaErr = s.pub.Claims.LiveAttachment(ctx, id, node, pvNamesOf(v))
 	}()
 	n, nodeErr := s.pub.Claims.LiveNode(ctx, node)
 	<-read
@@ -956,6 +956,18 @@ func modeAllowed(v *informers.Volume, mode fencing.AccessMode) error {
 		return nil
 	}
 	return fmt.Errorf("the request asks for %s, but PersistentVolume %s grants only %v", mode, v.PVName, v.AccessModes)
+}
+
+// pvNamesOf is the names of v's PersistentVolumes.
+func pvNamesOf(v *informers.Volume) []string {
+	if v == nil {
+		return nil
+	}
+	names := make([]string, 0, len(v.PVs))
+	for _, pv := range v.PVs {
+		names = append(names, pv.Name)
+	}
+	return names
 }
 
 func holds(holders []fencing.Holder, node string) bool {

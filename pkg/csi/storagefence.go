@@ -517,12 +517,13 @@ func (s *ControllerServer) liveClaims(ctx context.Context, handle, pv string) (l
 // completes), in the index or, where the index shows none (it may lag
 // behind the attach the claim came with), on the API server.
 func (s *ControllerServer) standsOnAttachment(ctx context.Context, handle, node string) (bool, error) {
-	if v := s.pub.Index.Volume(handle); v != nil {
+	v := s.pub.Index.Volume(handle)
+	if v != nil {
 		if _, ok := v.AttachmentOn(node); ok {
 			return true, nil
 		}
 	}
-	return s.pub.Claims.AttachmentExists(ctx, handle, node)
+	return s.pub.Claims.AttachmentExists(ctx, handle, node, pvNamesOf(v))
 }
 
 // holderHost: host is the allowed host of one of claims' attachments

@@ -447,12 +447,11 @@ func pvNames(v *Volume, more []string) []string {
 // release (RetiringAnnotation).
 func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, Claim) error) (released bool, retiring []Retiring, err error) {
 	released, err = c.releaseIf(ctx, pvName, handle, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
-		va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
+		va, err := c.readAttachment(ctx, handle, node, append(cl.PVs[:len(cl.PVs):len(cl.PVs)], pvName))
 		switch {
-		case apierrors.IsNotFound(err):
 		case err != nil:
-			return false, fmt.Errorf("reading the VolumeAttachment of node %s: %w", node, err)
-		case va.DeletionTimestamp == nil:
+			return false, err
+		case va != nil && va.DeletionTimestamp == nil:
 			return false, nil
 		}
 		if before != nil {
@@ -704,21 +703,43 @@ func (c *Claims) patchAnnotations(ctx context.Context, pvName, resourceVersion s
 // LiveAttachment reads from the API server whether a VolumeAttachment of
 // handle on node exists and is not being deleted: what a claim must stand
 // on (a publish from a replica that woke up after the attachment was
-// detached must not leave a claim behind).
-func (c *Claims) LiveAttachment(ctx context.Context, handle, node string) (bool, error) {
-	va, err := c.readAttachment(ctx, handle, node)
+// detached must not leave a claim behind). pvs are the handle's
+// PersistentVolumes the caller knows (readAttachment).
+func (c *Claims) LiveAttachment(ctx context.Context, handle, node string, pvs []string) (bool, error) {
+	va, err := c.readAttachment(ctx, handle, node, pvs)
 	return va != nil && va.DeletionTimestamp == nil, err
 }
 
 // readAttachment reads the VolumeAttachment of handle on node from the API
-// server; nil when there is none.
-func (c *Claims) readAttachment(ctx context.Context, handle, node string) (*storagev1.VolumeAttachment, error) {
+// server; nil when there is none. An object under that name counts only
+// when it is one: this driver's, on node, of a PersistentVolume of handle
+// (one of pvs, the PVs the caller knows of the handle, or one read live
+// and found to be of the handle); anything else (a hand-made object, a
+// name reused) is none.
+func (c *Claims) readAttachment(ctx context.Context, handle, node string, pvs []string) (*storagev1.VolumeAttachment, error) {
 	va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
+	}
+	pv := va.Spec.Source.PersistentVolumeName
+	if va.Spec.Attacher != c.driver || va.Spec.NodeName != node || pv == nil || *pv == "" {
+		return nil, nil
+	}
+	if slices.Contains(pvs, *pv) {
+		return va, nil
+	}
+	// A PV the caller does not know (yet): its handle tells.
+	p, err := c.client.CoreV1().PersistentVolumes().Get(ctx, *pv, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading PV %s of the VolumeAttachment of volume %s on node %s: %w", *pv, handle, node, err)
+	case p.Spec.CSI == nil || p.Spec.CSI.Driver != c.driver || p.Spec.CSI.VolumeHandle != handle:
+		return nil, nil
 	}
 	return va, nil
 }
@@ -773,8 +794,8 @@ func (c *Claims) ClearRetiring(ctx context.Context, pvName string, done []Retiri
 
 // AttachmentExists reads from the API server whether a VolumeAttachment of
 // handle on node exists, being deleted or not (until its detach completes
-// the node may still use the volume).
-func (c *Claims) AttachmentExists(ctx context.Context, handle, node string) (bool, error) {
-	va, err := c.readAttachment(ctx, handle, node)
+// the node may still use the volume). pvs as for LiveAttachment.
+func (c *Claims) AttachmentExists(ctx context.Context, handle, node string, pvs []string) (bool, error) {
+	va, err := c.readAttachment(ctx, handle, node, pvs)
 	return va != nil, err
 }
