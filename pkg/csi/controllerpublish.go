@@ -533,7 +533,12 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 			return nil, err
 		}
 		s.pub.Reporter.PublishFailed("error")
-		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s: %w", id, node, v.PVName, err)
+		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s (nothing was answered; the attach is retried): %w", id, node, v.PVName, err)
+	}
+	// The commit released the fenced holders' claims: reported now,
+	// whatever comes of this publish.
+	for _, f := range decision.Fence {
+		s.pub.Reporter.Fenced(v.Ref(), f.Node, f.Reason)
 	}
 	// Confirmed after the commit: the VolumeAttachment is still live, and
 	// the node is still the incarnation the claim names (a Node deleted

@@ -9,11 +9,14 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -550,4 +553,52 @@ func putVA(ctx context.Context, client *fake.Clientset, va *storagev1.VolumeAtta
 	va = va.DeepCopy()
 	va.ResourceVersion = cur.ResourceVersion
 	return client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{})
+}
+
+// A commit the API server fails (neither a conflict nor an answer) reaches
+// the attacher as UNAVAILABLE, naming the volume and node: it is retried.
+func TestFailedCommitIsUnavailable(t *testing.T) {
+	client := newFakeAPI(testNode(nodeA))
+	e := newPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000604", corev1.ReadWriteOnce, false)
+	client.PrependReactor("patch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
+	})
+	_, err := e.publish(id, nodeA, rwo)
+	if got := status.Code(toStatus(err)); got != codes.Unavailable || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), nodeA) {
+		t.Fatalf("publish whose commit failed: %v (code %v); want UNAVAILABLE naming %s and %s", err, got, id, nodeA)
+	}
+}
+
+// A repeated publish that drops a stale holder's claim with its commit
+// (storage fencing off) reports the fence as the node fencer would.
+func TestRepeatedPublishReportsTheFenceItMade(t *testing.T) {
+	client := newFakeAPI(testNode(nodeA), testNode(nodeB))
+	e := newPublishEnvWith(t, client, nil, fencing.DefaultConfig(), testOptions(),
+		func(_ *ControllerServer, _ *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
+			cfg.Reactor = nil // only the publish fences here
+		})
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000605", corev1.ReadWriteMany, true)
+	for _, n := range []string{nodeA, nodeB} {
+		if _, err := e.publish(id, n, rwx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitClaims(id, nodeA, nodeB)
+	e.drainEvents()
+	if err := client.CoreV1().Nodes().Delete(context.Background(), nodeB, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the index to see node-b gone", func() bool { return !e.index.Node(nodeB).Exists })
+	if _, err := e.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := claimsOf(t, client, id)[nodeB]; held {
+		t.Fatal("the deleted node's claim stayed")
+	}
+	if ev := e.drainEvents(); !hasEvent(ev, fencing.ReasonFenced, nodeB) {
+		t.Fatalf("events %q; want %s for %s", ev, fencing.ReasonFenced, nodeB)
+	}
 }

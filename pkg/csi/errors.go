@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/nvme"
@@ -44,6 +46,10 @@ func toStatus(err error) error {
 	case errors.Is(err, rds.ErrTransient), errors.Is(err, rds.ErrHostKey), errors.Is(err, rds.ErrCopyPending):
 		// The RDS is unreachable or not the one we pinned: the CO retries.
 		code = codes.Unavailable
+	case kubeAPIUnavailable(err):
+		// The Kubernetes API server failed or could not be reached: a
+		// write may or may not have landed, and the CO retries.
+		code = codes.Unavailable
 	case errors.Is(err, informers.ErrUnreadable):
 		// An annotation of the driver's that cannot be read: nothing
 		// changes until someone fixes it.
@@ -60,6 +66,20 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	}
 	return status.Error(code, err.Error())
+}
+
+// kubeAPIUnavailable: err is the Kubernetes API server's own failure
+// (a 5xx, a timeout, too many requests) or a failure to reach it.
+func kubeAPIUnavailable(err error) bool {
+	var netErr net.Error
+	switch {
+	case apierrors.IsInternalError(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
+		apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err):
+		return true
+	case errors.As(err, &netErr):
+		return true
+	}
+	return false
 }
 
 // statusf builds a status error for request validation at the top of an RPC.

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
@@ -36,6 +40,10 @@ func TestToStatus(t *testing.T) {
 		{context.Canceled, codes.Canceled},
 		{errors.New("boom"), codes.Internal},
 		{status.Error(codes.Aborted, "busy"), codes.Aborted},
+		{fmt.Errorf("writing PV x: %w", apierrors.NewInternalError(errors.New("etcd"))), codes.Unavailable},
+		{fmt.Errorf("writing PV x: %w", apierrors.NewServerTimeout(schema.GroupResource{Resource: "persistentvolumes"}, "patch", 1)), codes.Unavailable},
+		{fmt.Errorf("reading node x: %w", &url.Error{Op: "Get", URL: "https://api", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}), codes.Unavailable},
+		{apierrors.NewForbidden(schema.GroupResource{Resource: "persistentvolumes"}, "x", errors.New("rbac")), codes.Internal},
 	}
 	for _, tc := range tests {
 		if got := status.Code(toStatus(tc.err)); got != tc.want {

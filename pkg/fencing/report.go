@@ -136,17 +136,15 @@ func (r *Reporter) PublishFailed(result string) {
 	r.count(func(m Metrics) { m.PublishResult(result) })
 }
 
-// Published reports a successful publish and what it did on the way:
-// fenced stale holders, a migration start.
+// Published reports a successful publish and a migration it started.
+// The stale holders it fenced were reported when its commit released
+// them (Fenced), whatever came of the publish after.
 func (r *Reporter) Published(v VolumeRef, node string, d Decision) {
 	if d.Verdict == AlreadyPublished {
 		r.count(func(m Metrics) { m.PublishResult("already-published") })
 		return
 	}
 	r.count(func(m Metrics) { m.PublishResult("attached") })
-	for _, f := range d.Fence {
-		r.Fenced(v, f.Node, f.Reason)
-	}
 	if d.MigrationStart {
 		r.count(func(m Metrics) { m.MigrationStarted() })
 		r.event(v, corev1.EventTypeNormal, ReasonMigrationStarted, "%s", d.Reason)
