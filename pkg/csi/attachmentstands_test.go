@@ -34,7 +34,12 @@ func TestOnlyAMatchingVolumeAttachmentStandsOnAClaim(t *testing.T) {
 			e := newPublishEnv(t, client, nil, fencing.DefaultConfig())
 			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 			id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000603", corev1.ReadWriteOnce, false)
+			// A PV of another volume, for the VolumeAttachment that names it.
+			if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), testPV("pv-other", "pvc-5f000000-0000-4000-8000-000000000698", corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			va := testVA(id, nodeA, testClock)
+			va.Status.Attached = false // a request: no holder in the index
 			tc.change(va)
 			if _, err := putVA(context.Background(), client, va); err != nil {
 				t.Fatal(err)
@@ -70,5 +75,46 @@ func TestOnlyAMatchingVolumeAttachmentStandsOnAClaim(t *testing.T) {
 				t.Fatalf("claims %v kept by a VolumeAttachment of %s", c, tc.name)
 			}
 		})
+	}
+}
+
+// A live VolumeAttachment whose PersistentVolume is gone (deleted while
+// attached) may still be in use: it keeps its node's claim from a release,
+// but a new claim does not stand on it.
+func TestAttachmentOfAMissingPVKeepsButDoesNotMakeAClaim(t *testing.T) {
+	client := newFakeAPI(testNode(nodeA))
+	e := newPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000606", corev1.ReadWriteOnce, false)
+	gone := "pv-deleted-606"
+	va := testVA(id, nodeA, testClock)
+	va.Spec.Source.PersistentVolumeName = &gone
+	if _, err := putVA(context.Background(), client, va); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("publish on a VolumeAttachment of a missing PV: %v; want ABORTED", err)
+	}
+	if err := client.StorageV1().VolumeAttachments().Delete(context.Background(), va.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the index to see it gone", func() bool { return len(e.index.Volume(id).Attachments) == 0 })
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := client.StorageV1().VolumeAttachments().Get(context.Background(), va.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Source.PersistentVolumeName = &gone
+	if _, err := client.StorageV1().VolumeAttachments().Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cs.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := claimsOf(t, client, id)[nodeA]; !held {
+		t.Fatal("a late unpublish released the claim of a live VolumeAttachment whose PV is gone")
 	}
 }

@@ -112,6 +112,11 @@ func (e *publishEnv) ensureVA(id, nodeID string) (made bool) {
 		now = e.cs.pub.Clock.Now()
 	}
 	va := testVA(id, node, now)
+	if v := e.index.Volume(id); v.Indexed() {
+		// As Kubernetes does: of the PV the claim is bound to.
+		pv := v.PVName
+		va.Spec.Source.PersistentVolumeName = &pv
+	}
 	va.Labels = map[string]string{autoVALabel: "true"}
 	_, err := e.client.StorageV1().VolumeAttachments().Create(context.Background(), va, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -447,7 +447,7 @@ func pvNames(v *Volume, more []string) []string {
 // release (RetiringAnnotation).
 func (c *Claims) ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, Claim) error) (released bool, retiring []Retiring, err error) {
 	released, err = c.releaseIf(ctx, pvName, handle, node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
-		va, err := c.readAttachment(ctx, handle, node, append(cl.PVs[:len(cl.PVs):len(cl.PVs)], pvName))
+		va, _, err := c.readAttachment(ctx, handle, node, append(cl.PVs[:len(cl.PVs):len(cl.PVs)], pvName))
 		switch {
 		case err != nil:
 			return false, err
@@ -704,10 +704,11 @@ func (c *Claims) patchAnnotations(ctx context.Context, pvName, resourceVersion s
 // handle on node exists and is not being deleted: what a claim must stand
 // on (a publish from a replica that woke up after the attachment was
 // detached must not leave a claim behind). pvs are the handle's
-// PersistentVolumes the caller knows (readAttachment).
+// PersistentVolumes the caller knows (readAttachment); one whose
+// PersistentVolume is gone does not count.
 func (c *Claims) LiveAttachment(ctx context.Context, handle, node string, pvs []string) (bool, error) {
-	va, err := c.readAttachment(ctx, handle, node, pvs)
-	return va != nil && va.DeletionTimestamp == nil, err
+	va, pvGone, err := c.readAttachment(ctx, handle, node, pvs)
+	return va != nil && !pvGone && va.DeletionTimestamp == nil, err
 }
 
 // readAttachment reads the VolumeAttachment of handle on node from the API
@@ -715,33 +716,35 @@ func (c *Claims) LiveAttachment(ctx context.Context, handle, node string, pvs []
 // when it is one: this driver's, on node, of a PersistentVolume of handle
 // (one of pvs, the PVs the caller knows of the handle, or one read live
 // and found to be of the handle); anything else (a hand-made object, a
-// name reused) is none.
-func (c *Claims) readAttachment(ctx context.Context, handle, node string, pvs []string) (*storagev1.VolumeAttachment, error) {
-	va, err := c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
+// name reused) is none. pvGone: its PersistentVolume does not exist (any
+// more): it may still be attached, so it keeps a claim from a release,
+// but nothing new stands on it.
+func (c *Claims) readAttachment(ctx context.Context, handle, node string, pvs []string) (va *storagev1.VolumeAttachment, pvGone bool, err error) {
+	va, err = c.client.StorageV1().VolumeAttachments().Get(ctx, VolumeAttachmentName(handle, c.driver, node), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
+		return nil, false, fmt.Errorf("reading the VolumeAttachment of volume %s on node %s: %w", handle, node, err)
 	}
 	pv := va.Spec.Source.PersistentVolumeName
 	if va.Spec.Attacher != c.driver || va.Spec.NodeName != node || pv == nil || *pv == "" {
-		return nil, nil
+		return nil, false, nil
 	}
 	if slices.Contains(pvs, *pv) {
-		return va, nil
+		return va, false, nil
 	}
 	// A PV the caller does not know (yet): its handle tells.
 	p, err := c.client.CoreV1().PersistentVolumes().Get(ctx, *pv, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return va, true, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading PV %s of the VolumeAttachment of volume %s on node %s: %w", *pv, handle, node, err)
+		return nil, false, fmt.Errorf("reading PV %s of the VolumeAttachment of volume %s on node %s: %w", *pv, handle, node, err)
 	case p.Spec.CSI == nil || p.Spec.CSI.Driver != c.driver || p.Spec.CSI.VolumeHandle != handle:
-		return nil, nil
+		return nil, false, nil
 	}
-	return va, nil
+	return va, false, nil
 }
 
 // Withdraw drops node's claim on pvName if it is still the very claim a
@@ -796,6 +799,6 @@ func (c *Claims) ClearRetiring(ctx context.Context, pvName string, done []Retiri
 // handle on node exists, being deleted or not (until its detach completes
 // the node may still use the volume). pvs as for LiveAttachment.
 func (c *Claims) AttachmentExists(ctx context.Context, handle, node string, pvs []string) (bool, error) {
-	va, err := c.readAttachment(ctx, handle, node, pvs)
-	return va != nil, err
+	va, pvGone, err := c.readAttachment(ctx, handle, node, pvs)
+	return va != nil && !pvGone, err
 }
