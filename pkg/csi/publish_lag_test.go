@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -327,4 +328,53 @@ func TestLaggingReplicaEmptyNodeUnpublishReleasesUnseenClaim(t *testing.T) {
 			lag.resume("persistentvolumes")
 		})
 	}
+}
+
+// A commit that reaches one PV of a handle and conflicts on the next takes
+// its new claim back: otherwise the node has two attachments (the one
+// another replica answered on the PV this one's index had not seen, and
+// this unanswered one), and the export may follow the unanswered one,
+// cutting off the connection the node staged.
+func TestPartialCommitTakesItsNewClaimBack(t *testing.T) {
+	node := testNode("n1")
+	node.UID = "uid-n1"
+	shared := newFakeAPI(node)
+	rdsFake := newFakeRDS(1 << 40)
+	fenced := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
+		claims.CutStorageOnFence(cs)
+	}
+	lagX, lagY := newLaggingClient(t, shared), newLaggingClient(t, shared)
+	x := newPublishEnvWith(t, lagX.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), fenced)
+	y := newPublishEnvWith(t, lagY.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), fenced)
+	y.cs.pub.CatchUp = time.Millisecond // its PV watch stays paused: no use waiting
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	ctx := context.Background()
+	id := x.newVolume(shared, "pvc-0a1b2c3d-0000-4000-8000-000000000399", corev1.ReadWriteOnce, false)
+	waitFor(t, "y to know the volume", func() bool { return y.index.Volume(id).Indexed() })
+	// A second PV of the handle (a Retained volume's PV made again), named
+	// to sort first: a commit writes it before the first PV.
+	const second = "a-recreated-399"
+	lagX.pause("persistentvolumes")
+	if _, err := shared.CoreV1().PersistentVolumes().Create(ctx, testPV(second, id, corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "y to know both PVs", func() bool { return indexedPVs(y.index.Volume(id)) == 2 })
+	lagY.pause("persistentvolumes")
+
+	// x knows one PV: its commit is complete there, and answered.
+	if _, err := x.publish(id, "n1", rwo); err != nil {
+		t.Fatal(err)
+	}
+	answered := claimsOf(t, shared, id)["n1"]
+	// y knows both, but not x's claim: it makes a new attachment, which
+	// lands on the second PV and conflicts on the first.
+	if _, err := y.cs.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: "n1", VolumeCapability: rwo}); code(err) != codes.Aborted {
+		t.Fatalf("y's publish on a view behind the API server: %v; want ABORTED", err)
+	}
+	if c, ok := claimsOf(t, shared, second)["n1"]; ok && c.Nonce != answered.Nonce {
+		t.Fatalf("y's unanswered attachment (nonce %s) stayed on PV %s beside the answered one (nonce %s)", c.Nonce, second, answered.Nonce)
+	}
+	lagX.resume("persistentvolumes")
+	lagY.resume("persistentvolumes")
+	wantExport(t, x, id, true, x.cs.d.claimHost(id, "n1", answered))
 }

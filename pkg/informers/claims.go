@@ -381,6 +381,9 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 	if len(v.PVs) == 0 {
 		return fmt.Errorf("volume %s has no PersistentVolume to record the claim on", v.Handle)
 	}
+	// made: the PVs this call gave a new attachment (a claim the PV did
+	// not hold); a commit that fails part-way takes it back from them.
+	var made []string
 	for _, pv := range v.PVs {
 		own := pv.Claims
 		if own.Len() == 0 && len(v.PVs) == 1 {
@@ -405,15 +408,40 @@ func (c *Claims) Commit(ctx context.Context, v *Volume, node string, claim Claim
 			// one a stale PV showed) is replaced: retired like a fenced one.
 			retiring = append(retiring[:len(retiring):len(retiring)], RetiringOf(node, old))
 		}
+		old, had := next[node]
 		next[node] = claim
 		if len(retiring) == len(pv.Retiring) {
 			retiring = nil // unchanged: not written
 		}
-		if err := c.patch(ctx, pv.Name, pv.ResourceVersion, next, retiring); err != nil {
-			return err
+		err := c.patch(ctx, pv.Name, pv.ResourceVersion, next, retiring)
+		isNew := !had || old.Nonce != claim.Nonce || old.NodeUID != claim.NodeUID
+		if err != nil && isNew && !errors.Is(err, ErrConflict) {
+			made = append(made, pv.Name) // it may have landed
+		}
+		if err != nil {
+			return c.takeBack(ctx, made, node, claim, err)
+		}
+		if isNew {
+			made = append(made, pv.Name)
 		}
 	}
 	return nil
+}
+
+// takeBack withdraws a new attachment's claim from the PVs a failed commit
+// gave it, and returns cause (joined with any failure to withdraw).
+// Otherwise it would stand on some PVs of the handle, unanswered, beside
+// the node's answered attachment on another PV that this replica's index
+// had not shown it: two attachments of one node, and nothing to tell which
+// the node staged.
+func (c *Claims) takeBack(ctx context.Context, made []string, node string, claim Claim, cause error) error {
+	errs := []error{cause}
+	for _, pv := range made {
+		if _, err := c.Withdraw(ctx, pv, node, claim); err != nil {
+			errs = append(errs, fmt.Errorf("taking node %s's new claim back from PV %s after a failed commit: %w", node, pv, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // pvNames is the sorted union of v's PV names and more.
