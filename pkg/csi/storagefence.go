@@ -590,6 +590,15 @@ func (s *ControllerServer) Settle(ctx context.Context, pvName, handle string, re
 	if !isVolumeID(handle) {
 		return fmt.Errorf("volume handle %q is not this driver's", handle)
 	}
+	if released.Node == "" {
+		// A cut whose release gave up: the export follows the live
+		// claims again (the holder is let back in).
+		_, err := s.syncExport(ctx, handle, exportGoal{pv: pvName})
+		if errors.Is(err, rds.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
 	_, err := s.retire(ctx, handle, pvName, map[string][]informers.Retiring{pvName: {released}})
 	return err
 }

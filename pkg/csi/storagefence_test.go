@@ -467,3 +467,45 @@ func TestStorageFencingLegacyHolderStaysOpen(t *testing.T) {
 	}
 	wantExport(t, e, id, true, "")
 }
+
+// A fence that gives up after its cut landed (the node recovered, and its
+// repeated publish renewed the claim and was answered OK meanwhile) still
+// settles the export on the live claims: the holder is let in again at
+// once, not at the leader's next reconcile.
+func TestFenceThatGivesUpReopensTheExportToTheHolder(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000602", corev1.ReadWriteOnce, false)
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaims(id, nodeA)
+
+	cut := e.rds.holdNext("SwapExport")
+	taintNode(t, client, nodeA, informers.OutOfServiceTaint, "nodeshutdown")
+	<-cut.entered
+	untaintNode(t, client, nodeA)
+	waitFor(t, "the index to see node-a in service", func() bool { return !e.index.Node(nodeA).OutOfService })
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatalf("the repeated publish of the recovered holder: %v", err)
+	}
+	close(cut.release)
+	waitFor(t, "the fence to finish", func() bool { return e.ctrl.ReactionsIdle() })
+	if _, held := claimsOf(t, client, id)[nodeA]; !held {
+		t.Fatal("the recovered holder's claim was released")
+	}
+	wantExport(t, e, id, true, e.hostOf(id, nodeA))
+}
+
+func untaintNode(t *testing.T, client *fake.Clientset, node string) {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = nil
+	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -349,9 +349,10 @@ type StorageFence interface {
 	// pvName were already gone; run before the release. A newer
 	// attachment of the same node is left alone.
 	CutOff(ctx context.Context, pvName, handle string, attachment Retiring) error
-	// Settle brings the storage in line with the live claims after the
-	// release, with the released attachment treated as gone on every PV:
-	// another PV of the handle may still show it until its own release.
+	// Settle brings the storage in line with the live claims after a
+	// cut, with the released attachment (zero: none was released)
+	// treated as gone on every PV: another PV of the handle may still
+	// show it until its own release.
 	Settle(ctx context.Context, pvName, handle string, released Retiring) error
 }
 
@@ -508,6 +509,7 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 	var reason fencing.FenceReason
 	var handle string
 	var fenced Retiring
+	cut := false
 	released, err := c.releaseIf(ctx, pvName, "", node, func(ctx context.Context, pv *corev1.PersistentVolume, cl Claim, remaining map[string]Claim) (bool, error) {
 		n, err := c.LiveNode(ctx, node)
 		if err != nil {
@@ -522,17 +524,26 @@ func (c *Claims) ReleaseIfStale(ctx context.Context, pvName, node string, policy
 			return false, fmt.Errorf("PV %s has no CSI volume handle", pv.Name)
 		}
 		handle, fenced = pv.Spec.CSI.VolumeHandle, RetiringOf(node, cl)
+		cut = true
 		if err := c.fence.CutOff(ctx, pvName, handle, fenced); err != nil {
 			return false, fmt.Errorf("cutting node %s off volume %s on the storage: %w", node, handle, err)
 		}
 		return true, nil
 	}, nil)
-	if err == nil && released && c.fence != nil {
-		// Once more after the release: an open of the fenced attachment
-		// that was in flight cannot land after this.
-		if err := c.fence.Settle(ctx, pvName, handle, fenced); err != nil {
-			return released, reason, fmt.Errorf("settling volume %s on the storage after releasing node %s's claim: %w", handle, node, err)
-		}
+	if !cut {
+		return released, reason, err
+	}
+	// Every cut is followed by a settle on the live claims, released or
+	// not: a fence that gave up (the node recovered and published again
+	// while its cut was in flight) must let the holder back in at once.
+	// After a release the settle changes the state once more, so that
+	// an open of the fenced attachment that was in flight cannot land.
+	settled := Retiring{}
+	if released {
+		settled = fenced
+	}
+	if serr := c.fence.Settle(ctx, pvName, handle, settled); serr != nil {
+		return released, reason, errors.Join(err, fmt.Errorf("settling volume %s on the storage after a fence of node %s (released: %t): %w", handle, node, released, serr))
 	}
 	return released, reason, err
 }
