@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -475,6 +478,7 @@ const (
 	HealthNotExported        = "NotExported"
 	HealthExportMismatch     = "ExportMismatch"
 	HealthBackingFileMissing = "BackingFileMissing"
+	HealthHolderShutOut      = "HolderShutOut"
 )
 
 func healthEntry(kind csi.VolumeHealthErrorType, reason, format string, args ...any) *csi.VolumeHealth_VolumeHealthEntry {
@@ -485,9 +489,10 @@ func healthEntry(kind csi.VolumeHealthErrorType, reason, format string, args ...
 // over NVMe/TCP on the port and NQN its volume_context names.
 func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
 	switch {
-	case !d.Exported && s.d.opts.AllowHostFencing():
-		// Closed while unpublished is how storage fencing keeps it.
-		return nil
+	case s.d.opts.AllowHostFencing():
+		// Closed while unpublished is how storage fencing keeps it; a
+		// published volume must be open to its holder.
+		return s.holderHealth(d)
 	case !d.Exported:
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthNotExported,
 			"volume %s is not exported over NVMe/TCP (nvme-tcp-export=no), so no node can connect; on the RDS: /disk set [find slot=%q] nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q",
@@ -498,6 +503,48 @@ func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeH
 			d.Slot, d.Port, d.NQN, s.d.opts.NVMePort, s.d.nqn(d.Slot), d.Slot, s.d.opts.NVMePort, s.d.nqn(d.Slot))}
 	}
 	return nil
+}
+
+// holderHealth (storage fencing): a volume this replica's index shows
+// claimed must be exported to its holder's attachment (or to one of two
+// in a migration, or on its way between them); closed, or open to another
+// host, the holder cannot connect. Read from the index: health is what an
+// operator looks at, and the leader's reconcile (on the live claims)
+// fixes what it finds.
+func (s *ControllerServer) holderHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
+	if s.pub == nil {
+		return nil
+	}
+	v := s.pub.Index.Volume(d.Slot)
+	if !v.Indexed() {
+		return nil
+	}
+	claims := map[string]informers.Claim{}
+	for n, c := range v.Claims.All() {
+		if !informers.Retired(v.Retiring, n, c) {
+			claims[n] = c
+		}
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	cur := rds.StateOf(d)
+	want, _ := s.d.wanted(d.Slot, v, claims)
+	if matches(cur, want) || (cur.Open && (s.d.holderHost(d.Slot, claims, cur.Host) || s.d.parkedFromHolder(d.Slot, claims, cur.Host))) {
+		return nil
+	}
+	holders := make([]string, 0, len(claims))
+	for n := range claims {
+		holders = append(holders, n)
+	}
+	sort.Strings(holders)
+	found := "closed"
+	if cur.Open {
+		found = fmt.Sprintf("open to another host (%s)", cur.Host)
+	}
+	return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthHolderShutOut,
+		"volume %s is published to node %s, but its export on the RDS is %s, so that node cannot connect; the leader's export reconcile brings it back in line with the live claims at its next pass (--export-reconcile-period): it reopens the export to the holder whose VolumeAttachment still stands, or closes it (event %s, metric rds_csi_export_claim_mismatch_total)",
+		d.Slot, strings.Join(holders, " and "), found, fencing.ReasonExportMismatch)}
 }
 
 // ControllerGetVolumeHealth reports a volume as INACCESSIBLE when its disk
