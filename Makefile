@@ -90,9 +90,9 @@ e2e:
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
-# booted twice (nvme_core.multipath Y and N), runs the node tests and
+# booted three times (6.12 with nvme_core.multipath Y and N, then 6.1), runs the node tests and
 # csi-sanity against the kernel's nvmet target and nvme-tcp initiator.
-# ~4 min warm, ~4.5 min cold under TCG on 2 cores (README). Needs root; skips
+# ~9 min warm under TCG on 2 cores (docs/BENCHMARKS.md). Needs root; skips
 # with the reason outside CI when it cannot run, fails in CI. Works from any
 # checkout path (under /tmp, with spaces). RDS_CSI_VM_KVM=auto (default: KVM
 # only if a probe boot reaches the guest's /init within 30 s, else TCG,
@@ -109,7 +109,7 @@ e2e-nvme: deps
 # manifests/ and the chart deploy; image-test checks that, then runs the
 # driver and each node tool in the unpacked root filesystem (chroot, root
 # only). ~25 s warm; cold, the CGO_ENABLED=0 build of the driver adds ~3.5
-# min and the packages (~26 MB) a few seconds (README).
+# min and the packages (~26 MB) a few seconds (docs/BENCHMARKS.md).
 IMAGE ?= ghcr.io/srvlab/rds-csi-driver:v0.1.0
 IMAGE_ARCHIVE ?= bin/rds-csi-driver-image.tar
 .PHONY: image image-test chart chart-test packaging

@@ -351,11 +351,12 @@ func TestGeneratedKeysAreIgnored(t *testing.T) {
 	}
 }
 
-// readmeScript is README.md's run blocks, joined as TestDocumentedCommands
-// joins them, with the documented port replaced by port.
-func readmeScript(t *testing.T, root, port string) string {
+// simulatorScript is docs/simulator.md's run blocks, joined as
+// TestDocumentedCommands joins them, with the documented port replaced by
+// port.
+func simulatorScript(t *testing.T, root, port string) string {
 	t.Helper()
-	blocks, err := shellBlocks(filepath.Join(root, "README.md"))
+	blocks, err := shellBlocks(filepath.Join(root, "docs", "simulator.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,36 +367,36 @@ func readmeScript(t *testing.T, root, port string) string {
 		}
 	}
 	if len(parts) == 0 {
-		t.Fatal("README.md has no run block")
+		t.Fatal("docs/simulator.md has no run block")
 	}
 	return portPattern.ReplaceAllString(strings.Join(parts, "\n"), "${1}"+port)
 }
 
-// The README's simulator example works when tried again from the same
+// The simulator example works when tried again from the same
 // checkout, as a user who tries it twice does: the key pair, the pool, the
 // known_hosts file and the simulator's log of the first run are there.
 // (gen-key never overwrites, and a first log's "listening on" must not
 // pass for the second simulator being up.)
-func TestReadmeRunsTwiceInOneCheckout(t *testing.T) {
+func TestSimulatorExampleRunsTwiceInOneCheckout(t *testing.T) {
 	root := repoRoot(t)
-	script := readmeScript(t, root, documentedPort)
+	script := simulatorScript(t, root, documentedPort)
 	needSSH(t, script)
 	work := scratch(t, buildBinaries(t, root))
 	for i := 1; i <= 2; i++ {
-		out, err, hung := runScript(t, work, readmeScript(t, root, freePort(t)), 2*time.Minute)
+		out, err, hung := runScript(t, work, simulatorScript(t, root, freePort(t)), 2*time.Minute)
 		if err != nil || hung {
-			t.Fatalf("run %d of the README's simulator example in one checkout: %v (hung: %v)\n%s", i, err, hung, out)
+			t.Fatalf("run %d of docs/simulator.md's example in one checkout: %v (hung: %v)\n%s", i, err, hung, out)
 		}
 	}
 }
 
 // When the simulator cannot start (the documented port taken, say by the
-// simulator of an earlier try), the README's example stops with the
+// simulator of an earlier try), the simulator example stops with the
 // simulator's reason instead of waiting for ever for "listening on". The
 // port is held by a listener; a hang is bounded at a minute.
-func TestReadmeFailsClearlyWhenThePortIsTaken(t *testing.T) {
+func TestSimulatorExampleFailsClearlyWhenThePortIsTaken(t *testing.T) {
 	root := repoRoot(t)
-	needSSH(t, readmeScript(t, root, documentedPort))
+	needSSH(t, simulatorScript(t, root, documentedPort))
 	work := scratch(t, buildBinaries(t, root))
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -403,13 +404,13 @@ func TestReadmeFailsClearlyWhenThePortIsTaken(t *testing.T) {
 	}
 	defer busy.Close()
 	port := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
-	out, err, hung := runScript(t, work, readmeScript(t, root, port), time.Minute)
+	out, err, hung := runScript(t, work, simulatorScript(t, root, port), time.Minute)
 	switch {
 	case hung:
-		t.Fatalf("with port %s taken the README's simulator example still waits for 'listening on' after a minute; output:\n%s", port, out)
+		t.Fatalf("with port %s taken docs/simulator.md's example still waits for 'listening on' after a minute; output:\n%s", port, out)
 	case err == nil:
-		t.Fatalf("with port %s taken the README's simulator example succeeded:\n%s", port, out)
+		t.Fatalf("with port %s taken docs/simulator.md's example succeeded:\n%s", port, out)
 	case !strings.Contains(out, "address already in use"):
-		t.Errorf("with port %s taken the README's simulator example failed without saying why (the simulator's log):\n%s", port, out)
+		t.Errorf("with port %s taken docs/simulator.md's example failed without saying why (the simulator's log):\n%s", port, out)
 	}
 }
