@@ -30,10 +30,13 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 # The commands of README.md and docs/ run as written against the simulator
-# (docs/commands_test.go; part of `unit` through ./...), alone.
+# (docs/commands_test.go; part of `unit` through ./...), alone, and every
+# relative link checked. The blocks marked cluster and install run against
+# a real kube-apiserver in `e2e` (docs/cluster_test.go, build tag e2e):
+# go test -tags e2e -count=1 -v -run TestDocumentedClusterCommands ./docs
 .PHONY: docs-test
 docs-test:
-	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored' ./docs
+	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored|TestMarkdownLinksResolve' ./docs
 
 # The publish model check (pkg/csi/publish_model_test.go) at full size
 # without the race detector: two controller replicas with adversarially
@@ -78,15 +81,17 @@ fuzz:
 
 # End-to-end: a real kube-apiserver/kube-controller-manager, the csi
 # sidecars, the driver binary and the RDS simulator (e2e/, build tag e2e, so
-# `unit` does not run it). The first build of the control plane takes ~10 min.
+# `unit` does not run it), and the documented kubectl and helm commands
+# against it (docs/cluster_test.go). The first build of the control plane
+# takes ~10 min.
 # Most scenarios wait (heartbeat windows, grace periods, leases) and run
 # side by side (t.Parallel), E2E_PARALLEL at a time; their control planes
 # start two at a time (RDS_CSI_E2E_STARTS; e2e/README.md).
 E2E_PARALLEL ?= 6
 e2e:
 	./hack/build-controlplane.sh
-	$(GO) vet -tags e2e ./e2e/...
-	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/...
+	$(GO) vet -tags e2e ./e2e/... ./docs
+	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/... ./docs
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
