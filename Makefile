@@ -30,10 +30,13 @@ unit:
 	$(GO) test -race -count=1 $(PKGS)
 
 # The commands of README.md and docs/ run as written against the simulator
-# (docs/commands_test.go; part of `unit` through ./...), alone.
+# (docs/commands_test.go; part of `unit` through ./...), alone, and every
+# relative link checked. The blocks marked cluster and install run against
+# a real kube-apiserver in `e2e` (docs/cluster_test.go, build tag e2e):
+# go test -tags e2e -count=1 -v -run TestDocumentedClusterCommands ./docs
 .PHONY: docs-test
 docs-test:
-	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored' ./docs
+	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored|TestMarkdownLinksResolve' ./docs
 
 # The publish model check (pkg/csi/publish_model_test.go) at full size
 # without the race detector: two controller replicas with adversarially
@@ -78,21 +81,23 @@ fuzz:
 
 # End-to-end: a real kube-apiserver/kube-controller-manager, the csi
 # sidecars, the driver binary and the RDS simulator (e2e/, build tag e2e, so
-# `unit` does not run it). The first build of the control plane takes ~10 min.
+# `unit` does not run it), and the documented kubectl and helm commands
+# against it (docs/cluster_test.go). The first build of the control plane
+# takes ~10 min.
 # Most scenarios wait (heartbeat windows, grace periods, leases) and run
 # side by side (t.Parallel), E2E_PARALLEL at a time; their control planes
 # start two at a time (RDS_CSI_E2E_STARTS; e2e/README.md).
 E2E_PARALLEL ?= 6
 e2e:
 	./hack/build-controlplane.sh
-	$(GO) vet -tags e2e ./e2e/...
-	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/...
+	$(GO) vet -tags e2e ./e2e/... ./docs
+	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/... ./docs
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
-# booted twice (nvme_core.multipath Y and N), runs the node tests and
+# booted three times (6.12 with nvme_core.multipath Y and N, then 6.1), runs the node tests and
 # csi-sanity against the kernel's nvmet target and nvme-tcp initiator.
-# ~4 min warm, ~4.5 min cold under TCG on 2 cores (README). Needs root; skips
+# ~9 min warm under TCG on 2 cores (docs/BENCHMARKS.md). Needs root; skips
 # with the reason outside CI when it cannot run, fails in CI. Works from any
 # checkout path (under /tmp, with spaces). RDS_CSI_VM_KVM=auto (default: KVM
 # only if a probe boot reaches the guest's /init within 30 s, else TCG,
@@ -109,7 +114,7 @@ e2e-nvme: deps
 # manifests/ and the chart deploy; image-test checks that, then runs the
 # driver and each node tool in the unpacked root filesystem (chroot, root
 # only). ~25 s warm; cold, the CGO_ENABLED=0 build of the driver adds ~3.5
-# min and the packages (~26 MB) a few seconds (README).
+# min and the packages (~26 MB) a few seconds (docs/BENCHMARKS.md).
 IMAGE ?= ghcr.io/srvlab/rds-csi-driver:v0.1.0
 IMAGE_ARCHIVE ?= bin/rds-csi-driver-image.tar
 .PHONY: image image-test chart chart-test packaging

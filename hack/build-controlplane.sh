@@ -16,7 +16,7 @@
 #                     (bookworm's 3.4.23 lacks RequestWatchProgress, so kube-apiserver refuses
 #                     watch-list over it and every informer falls back to one unpaginated LIST)
 #   ETCD_VERSION      [v3.6.16]   only used with ETCD_SOURCE=source; the 3.6 line is what
-#                     Kubernetes 1.36 is released with (~3 min cold on 2 cores, README)
+#                     Kubernetes 1.36 is released with (~3 min cold on 2 cores, hack/README.md)
 #   ATTACHER_VERSIONS, PROVISIONER_VERSIONS, RESIZER_VERSIONS, SNAPSHOTTER_VERSIONS
 #                     space-separated candidates, first that builds wins
 #   BUILD_KUBECTL     1|0 [1]

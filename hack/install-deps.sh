@@ -24,7 +24,7 @@ declare -A pkg=(
   # xz unpacks the kernel package's modules (6.12 ships them .ko.xz).
   [xz]=xz-utils
   [fio]=fio
-  # The README's simulator example, run as written by go test ./docs.
+  # docs/simulator.md's example, run as written by go test ./docs.
   [ssh]=openssh-client
 )
 missing=()
