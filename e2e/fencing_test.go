@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
 // fencedGrace is kube-controller-manager's --node-monitor-grace-period in
@@ -110,7 +110,7 @@ func unattendedFailover(t *testing.T, o attachOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tainted, err := framework.WaitFor(ctx, tl, time.Minute, "node-a tainted out of service by the driver", framework.NodeTaint(c, "node-a", corev1.TaintNodeOutOfService, informers.DriverOutOfServiceValue, true))
+	tainted, err := framework.WaitFor(ctx, tl, time.Minute, "node-a tainted out of service by the driver", framework.NodeTaint(c, "node-a", corev1.TaintNodeOutOfService, fencing.DriverOutOfServiceValue, true))
 	if err != nil {
 		t.Fatal(err)
 	}

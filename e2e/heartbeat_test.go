@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
 // exportHeld: the simulator's export of handle is open to host alone.
@@ -357,7 +357,7 @@ func TestFlappingNodeIsNotFencedInALoop(t *testing.T) {
 		}
 		if i == 1 {
 			if _, err := framework.WaitFor(ctx, tl, 30*time.Second, "node-b tainted out of service by the driver",
-				framework.NodeTaint(c, "node-b", corev1.TaintNodeOutOfService, informers.DriverOutOfServiceValue, true)); err != nil {
+				framework.NodeTaint(c, "node-b", corev1.TaintNodeOutOfService, fencing.DriverOutOfServiceValue, true)); err != nil {
 				t.Fatal(err)
 			}
 			tainted = driverTaintAdded(ctx, t, c, "node-b")
@@ -424,7 +424,7 @@ func driverTaintAdded(ctx context.Context, t *testing.T, c kubernetes.Interface,
 		t.Fatal(err)
 	}
 	for _, taint := range n.Spec.Taints {
-		if taint.Key == corev1.TaintNodeOutOfService && taint.Value == informers.DriverOutOfServiceValue {
+		if taint.Key == corev1.TaintNodeOutOfService && taint.Value == fencing.DriverOutOfServiceValue {
 			return taint.TimeAdded
 		}
 	}

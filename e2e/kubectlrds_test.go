@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/diagnose"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // kubectlRDS runs the plugin binary as an operator bound only to the roles
@@ -366,7 +366,7 @@ func claimsAre(c kubernetes.Interface, pvName string, nodes ...string) framework
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		claims, err := diagnose.ParseClaims(pv.Annotations[informers.ClaimsAnnotation])
+		claims, err := diagnose.ParseClaims(pv.Annotations[claims.ClaimsAnnotation])
 		if err != nil {
 			return false, "", err
 		}

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/diagnose"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // annotatePV sets (value != nil) or removes a PV annotation, as an
@@ -100,7 +100,7 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := dataPV.Annotations[informers.ClaimsAnnotation]
+	good := dataPV.Annotations[claims.ClaimsAnnotation]
 	if _, err := framework.WaitFor(ctx, tl, time.Minute, "nothing counted malformed", malformed(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 
 	done = tl.Step("both claims annotations mangled by hand")
 	for name, bad := range map[string]string{"data": `{"node-a": 2024-01-01`, "fresh": `{"node-x": "yesterday"}`} {
-		if err := annotatePV(ctx, c, pvs[name], informers.ClaimsAnnotation, &bad); err != nil {
+		if err := annotatePV(ctx, c, pvs[name], claims.ClaimsAnnotation, &bad); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, time.Minute, "MalformedAnnotation event on data's PV",
-		framework.EventOn(c, metav1.NamespaceDefault, "PersistentVolume", pvs["data"], fencing.ReasonMalformedAnnotation, nil, informers.ClaimsAnnotation)); err != nil {
+		framework.EventOn(c, metav1.NamespaceDefault, "PersistentVolume", pvs["data"], fencing.ReasonMalformedAnnotation, nil, claims.ClaimsAnnotation)); err != nil {
 		t.Fatal(err)
 	}
 	done()
@@ -127,7 +127,7 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 	}
 	var refused storagev1.VolumeAttachment
 	if _, err := framework.WaitFor(ctx, tl, 2*time.Minute, "fresh's attach to node-b refused",
-		framework.AttachRefused(c, pvs["fresh"], "node-b", &refused, "FailedPrecondition", informers.ClaimsAnnotation, pvs["fresh"])); err != nil {
+		framework.AttachRefused(c, pvs["fresh"], "node-b", &refused, "FailedPrecondition", claims.ClaimsAnnotation, pvs["fresh"])); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(transcript, "VolumeAttachment %s attach error: %s\n\n", refused.Name, refused.Status.AttachError.Message)
@@ -136,20 +136,20 @@ func TestMalformedClaimsFailClosed(t *testing.T) {
 		t.Errorf("check with two unreadable annotations: exit %d, %+v", code, r)
 	}
 	for _, f := range r.Findings {
-		if f.Kind == diagnose.FindingClaimsUnreadable && !strings.Contains(f.Next, "kubectl annotate pv "+strings.TrimPrefix(f.Object, "pv/")+" "+informers.ClaimsAnnotation+"-") {
+		if f.Kind == diagnose.FindingClaimsUnreadable && !strings.Contains(f.Next, "kubectl annotate pv "+strings.TrimPrefix(f.Object, "pv/")+" "+claims.ClaimsAnnotation+"-") {
 			t.Errorf("finding %+v does not give the command that removes the annotation", f)
 		}
 	}
 	done()
 
 	done = tl.Step("fixed: fresh's annotation removed (nobody used it), data's restored")
-	if err := annotatePV(ctx, c, pvs["fresh"], informers.ClaimsAnnotation, nil); err != nil {
+	if err := annotatePV(ctx, c, pvs["fresh"], claims.ClaimsAnnotation, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, 3*time.Minute, "fresh attached to node-b", framework.VolumeAttached(c, pvs["fresh"], "node-b", nil)); err != nil {
 		t.Fatal(err)
 	}
-	if err := annotatePV(ctx, c, pvs["data"], informers.ClaimsAnnotation, &good); err != nil {
+	if err := annotatePV(ctx, c, pvs["data"], claims.ClaimsAnnotation, &good); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := framework.WaitFor(ctx, tl, time.Minute, "nothing counted malformed", malformed(0)); err != nil {

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/diagnose"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -42,7 +42,7 @@ func staleWorld() []runtime.Object {
 	return []runtime.Object{
 		node("node-a", corev1.ConditionUnknown), node("node-b", corev1.ConditionTrue),
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName, ResourceVersion: "7",
-			Annotations: map[string]string{informers.ClaimsAnnotation: `{"node-a":"2026-11-23T08:00:00Z"}`}},
+			Annotations: map[string]string{claims.ClaimsAnnotation: `{"node-a":"2026-11-23T08:00:00Z"}`}},
 			Spec: corev1.PersistentVolumeSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: pvName}},
 				ClaimRef:               &corev1.ObjectReference{Namespace: "shop", Name: "data"}}},
@@ -143,7 +143,7 @@ func claimsOf(t *testing.T, kube *fake.Clientset) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pv.Annotations[informers.ClaimsAnnotation]
+	return pv.Annotations[claims.ClaimsAnnotation]
 }
 
 func TestRelease(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/health"
@@ -32,6 +33,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rdshealth"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // controllerOptions are the controller process's settings beyond the CSI
@@ -94,11 +96,11 @@ func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored: a volume moves to another node once its detach has completed (docs/attachments.md)")
 	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing). Default with --storage-fencing=allow-host: 20s, since the fence then cuts the node off the RDS first")
 	fs.DurationVar(&o.HeartbeatThreshold, "heartbeat-threshold", 0, "with --storage-fencing=allow-host: fence a node's attachments once this controller has not seen its kubelet's Lease (kube-node-lease) renewed for this long, on its own clock (0: never). Default with storage fencing: "+StorageFencedHeartbeatThreshold.String()+"; refused without it. Never shorter, for a node, than two of its kubelet's renewals (a quarter of its Lease's leaseDurationSeconds each; 20s for the kubelet's default 40): a shorter value is raised for that node and logged. Below 20s only with kubelets set to renew faster (nodeLeaseDurationSeconds; docs/attachments.md), at least "+minHeartbeatThreshold.String())
-	fs.Float64Var(&o.FenceGuardShare, "fence-guard-share", informers.DefaultGuardShare, "mass-outage guard: while at least two nodes and more than this share of all are unhealthy together (an API server outage, a partition), no node is fenced for NotReady or a lost heartbeat (0 < share <= 1)")
+	fs.Float64Var(&o.FenceGuardShare, "fence-guard-share", fencing.DefaultGuardShare, "mass-outage guard: while at least two nodes and more than this share of all are unhealthy together (an API server outage, a partition), no node is fenced for NotReady or a lost heartbeat (0 < share <= 1)")
 	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
 	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
 	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
-	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold, or whose heartbeat was lost past --heartbeat-threshold, is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+informers.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
+	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold, or whose heartbeat was lost past --heartbeat-threshold, is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+fencing.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
 	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with --storage-fencing=allow-host: how often the leader compares every export on the RDS with its volume's live claims and fixes a mismatch (also at start and after each takeover); one /disk print plus, per mismatch only, a PV read")
 	fs.DurationVar(&o.RDSHealthInterval, "rds-health-interval", 30*time.Second, "how often the leader polls the RDS's own health and load for /metrics (RAID arrays, drives' S.M.A.R.T., pool use and rates, each volume's I/O): three commands a poll whatever the number of volumes, over an SSH connection of its own (0: off; "+rdshealth.MinInterval.String()+" to "+rdshealth.MaxInterval.String()+"; docs/operations.md)")
 	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
@@ -220,7 +222,7 @@ const maxFenceThreshold = 24 * time.Hour
 // minHeartbeatThreshold: the shortest --heartbeat-threshold, two renewals
 // of a kubelet with nodeLeaseDurationSeconds=10 (every 2.5 s). Per node it
 // is raised further to two of that node's own renewals
-// (informers.HeartbeatFloor), so a node on the default cadence (10 s) is
+// (fencing.HeartbeatFloor), so a node on the default cadence (10 s) is
 // still timed against 20 s.
 const minHeartbeatThreshold = 5 * time.Second
 
@@ -276,7 +278,11 @@ type controllerProcess struct {
 	events   record.EventBroadcaster
 	rec      record.EventRecorder
 	reporter *fencing.Reporter
-	cs       *csi.ControllerServer
+	fence    *storagefence.Fence
+	// Publisher is what the ControllerServer serves publish with, and
+	// Ready what the driver's Probe checks beside the RDS.
+	Publisher *csi.Publisher
+	Ready     csi.ReadinessCheck
 	// httpLis is --http-endpoint, opened at start (nil: none).
 	httpLis net.Listener
 	// rdsHealth polls the RDS's health while this replica leads (nil:
@@ -284,57 +290,68 @@ type controllerProcess struct {
 	rdsHealth *rdshealth.Poller
 }
 
-// newControllerProcess wires the index, claims, Fencer and reporter, and
-// enables publish on cs. Nothing runs until run.
-func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, m *metrics.Metrics, d *csi.Driver, cs *csi.ControllerServer, rdsProbe func(context.Context) error, httpLis net.Listener) (*controllerProcess, error) {
-	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex(), cs: cs, httpLis: httpLis}
+// newControllerProcess builds everything the controller runs beside the
+// gRPC server, each part given what it needs when it is made: the
+// controller's view of node health (Liveness), the attachment index and
+// its informers, the claim store, the storage-fence protocol, the node
+// fencer, the events and metrics. Publisher and Ready are what the CSI
+// driver is built with. Nothing runs until run.
+func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, rdsClient storagefence.RDS, m *metrics.Metrics, rdsProbe func(context.Context) error, httpLis net.Listener) (*controllerProcess, error) {
+	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex(), httpLis: httpLis}
 	p.events = record.NewBroadcaster()
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
 	reporter := fencing.NewReporter(p.rec, m)
 	p.reporter = reporter
-	claims := informers.NewClaims(client, driverOpts.DriverName)
-	if driverOpts.AllowHostFencing() {
-		// A fence cuts the node's host off the RDS before it releases
-		// the claim; failing that, the claim stays and the fence retries.
-		claims.CutStorageOnFence(cs)
-	}
-	fencer := fencing.NewFencer(claims, reporter, p.isLeader, opts.policy(), nil)
-	var recovered func(context.Context, string) error
-	var tainter *informers.Tainter
-	if opts.OutOfServiceTaint {
-		tainter = informers.NewTainter(client, driverOpts.DriverName)
-		fencer.TaintAfterFence(tainter)
-		recovered = func(ctx context.Context, node string) error {
-			if !p.isLeader() {
-				return nil
-			}
-			return tainter.RemoveTaint(ctx, node)
-		}
-	}
-	malformed := p.malformedSet(reporter)
-	ctrl, err := informers.NewController(client, p.index, informers.Config{
-		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer, NodeRecovered: recovered,
-		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
-		OrphanedClaims: reporter.OrphanedClaimsNow, GuardShare: opts.FenceGuardShare,
-		NodePluginLeaseNamespace: opts.nodeLeaseNamespace,
-		GuardChanged: func(e informers.GuardEvent) {
+	// Node health on this controller's clock: the index reads it, and
+	// every live read that backs a fence (and the taint after one) is
+	// timed by it.
+	live := fencing.NewLiveness(fencing.LivenessConfig{
+		Policy: opts.policy(), GuardShare: opts.FenceGuardShare, Client: client, PluginLeaseNamespace: opts.nodeLeaseNamespace,
+		OnGuard: func(e fencing.GuardEvent) {
 			klog.Background().Info("storage fencing: mass-outage guard", "holding", e.Holding, "suspect", e.Suspect, "nodes", e.Total, "some", e.Nodes)
 			reporter.GuardChanged(e.Holding, e.Suspect, e.Total, e.Nodes)
 		},
-		NodeFlapped: reporter.NodeFlapped,
-		Malformed:   malformed,
+		OnFlap: reporter.NodeFlapped,
+	})
+	fence, err := storagefence.New(storagefence.Config{
+		StorageFencing: driverOpts.AllowHostFencing(), ExportAuth: driverOpts.ExportAuthOn(), AttachmentKey: driverOpts.AttachmentKey,
+		RDS: rdsClient, Store: claims.NewStore(client, driverOpts.DriverName, driverOpts.AllowHostFencing()), Index: p.index, Nodes: live,
+		IsVolumeID: csi.IsVolumeID, IsVolumeDisk: driverOpts.IsVolumeDisk, Reporter: reporter,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Live reads that back a fence are timed as the index is, on this
-	// controller's clock; so is the taint after a fence.
-	claims.TimeWith(ctrl.Liveness())
-	if tainter != nil {
-		tainter.TimeWith(ctrl.Liveness())
+	p.fence = fence
+	// The node fencer reacts to node failures through the protocol; with
+	// --out-of-service-taint it taints a node it cut off every volume.
+	var (
+		tainter   storagefence.NodeTainter
+		recovered func(context.Context, string) error
+	)
+	if opts.OutOfServiceTaint {
+		t := fencing.NewTainter(client, driverOpts.DriverName, live)
+		tainter = t
+		recovered = func(ctx context.Context, node string) error {
+			if !p.isLeader() {
+				return nil
+			}
+			return t.RemoveTaint(ctx, node)
+		}
+	}
+	fencer := storagefence.NewNodeFencer(storagefence.NodeFencerConfig{
+		Fence: fence, Nodes: live, Policy: opts.policy(), Tainter: tainter, Reporter: reporter, IsLeader: p.isLeader,
+	})
+	malformed := p.malformedSet(reporter)
+	ctrl, err := informers.NewController(client, p.index, informers.Config{
+		DriverName: driverOpts.DriverName, Policy: opts.policy(), Reactor: fencer, NodeRecovered: recovered,
+		ReactionTimeout: opts.ReactionTimeout, OrphanedClaimThreshold: opts.OrphanedClaimThreshold,
+		OrphanedClaims: reporter.OrphanedClaimsNow, Liveness: live, Malformed: malformed,
+	})
+	if err != nil {
+		return nil, err
 	}
 	p.ctrl = ctrl
-	cs.ServePublish(&csi.Publisher{Index: p.index, Claims: claims, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter, Malformed: malformed})
+	p.Publisher = &csi.Publisher{Index: p.index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: opts.policy(), Reporter: reporter, Malformed: malformed}
 	informersSynced := func(context.Context) error {
 		if !ctrl.Synced() {
 			return errors.New("the attachment index has not synced with the API server yet")
@@ -344,7 +361,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		// but a replica in that state should not be chosen to serve.
 		return ctrl.WatchesHealthy(opts.WatchStallThreshold)
 	}
-	d.AddReadinessCheck(informersSynced)
+	p.Ready = informersSynced
 	p.health, err = health.New(health.Check{Name: "informers-synced", Func: informersSynced}, health.Check{Name: "rds", Func: rdsProbe})
 	if err != nil {
 		return nil, err
@@ -423,7 +440,7 @@ func (p *controllerProcess) run(ctx context.Context) {
 }
 
 // reconcileExports runs storage fencing's reconcile of every export
-// against the live claims (csi.ReconcileExports) while this replica
+// against the live claims (storagefence.Fence.Reconcile) while this replica
 // leads: once the index has synced (at start and after each takeover),
 // then every --export-reconcile-period. ctx is the leadership's: losing
 // the lease stops the pass before its next RDS write.
@@ -435,7 +452,7 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 	report := p.reportMismatch(ctx)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.opts.ExportReconcilePeriod+5*time.Minute)
-		n, err := p.cs.ReconcileExports(rctx, report)
+		n, err := p.fence.Reconcile(rctx, report)
 		cancel()
 		if err != nil {
 			logger.Error(err, "storage fencing: reconciling exports with claims", "fixed", n)
@@ -452,9 +469,9 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 
 // reportMismatch logs, counts and events an export that did not match its
 // volume's live claims.
-func (p *controllerProcess) reportMismatch(ctx context.Context) func(csi.Mismatch) {
+func (p *controllerProcess) reportMismatch(ctx context.Context) func(storagefence.Mismatch) {
 	logger := klog.FromContext(ctx)
-	return func(m csi.Mismatch) {
+	return func(m storagefence.Mismatch) {
 		logger.Info("storage fencing: export did not match the live claims", "volume", m.Volume, "pv", m.PV, "found", m.Found.String(), "now", m.Now.String(), "err", m.Err)
 		p.reporter.ExportMismatch(fencing.VolumeRef{PV: m.PV, Handle: m.Volume}, m.Found.String(), m.Now.String(), m.Err)
 	}
@@ -462,7 +479,7 @@ func (p *controllerProcess) reportMismatch(ctx context.Context) func(csi.Mismatc
 
 // retireMarked makes, while this replica leads, the export changes after
 // a release that the releasing replica failed to make or did not live to
-// (csi.RetireMarked, from the records the releases left on the PVs):
+// (storagefence.Fence.RetireMarked, from the records the releases left on the PVs):
 // until one is made, an open of the retired attachment that was in
 // flight can still land.
 func (p *controllerProcess) retireMarked(ctx context.Context) {
@@ -477,7 +494,7 @@ func (p *controllerProcess) retireMarked(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if left, err := p.cs.RetireMarked(ctx, p.reportMismatch(ctx)); err != nil {
+		if left, err := p.fence.RetireMarked(ctx, p.reportMismatch(ctx)); err != nil {
 			klog.FromContext(ctx).Error(err, "storage fencing: export changes after a release still pending", "volumes", left)
 		}
 	}

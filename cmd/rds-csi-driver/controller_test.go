@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/csi"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/metrics"
 )
 
@@ -74,9 +74,8 @@ func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
 		t.Fatal(err)
 	}
 	dopts := csi.Options{DriverName: csi.DefaultDriverName, NodeID: name}
-	d := csi.NewDriver(dopts, nil)
 	m := metrics.New()
-	proc, err := newControllerProcess(opts, dopts, client, m, d, csi.NewControllerServer(d), func(context.Context) error { return nil }, nil)
+	proc, err := newControllerProcess(opts, dopts, client, nil, m, func(context.Context) error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func TestLeaderElectionRunsFencingOnce(t *testing.T) {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
 		&corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{informers.ClaimsAnnotation: `{"node-a":"2026-11-23T08:00:00Z"}`}},
+			ObjectMeta: metav1.ObjectMeta{Name: pvName, Annotations: map[string]string{claims.ClaimsAnnotation: `{"node-a":"2026-11-23T08:00:00Z"}`}},
 			Spec: corev1.PersistentVolumeSpec{
 				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: csi.DefaultDriverName, VolumeHandle: "vol-1"}},
@@ -154,7 +153,7 @@ func TestLeaderElectionRunsFencingOnce(t *testing.T) {
 	}
 	waitUntil(t, "the claim to be released", func() bool {
 		pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), pvName, metav1.GetOptions{})
-		return err == nil && pv.Annotations[informers.ClaimsAnnotation] == ""
+		return err == nil && pv.Annotations[claims.ClaimsAnnotation] == ""
 	})
 	for _, r := range replicas {
 		waitUntil(t, "both indexes to drop node-a", func() bool { return !r.proc.index.Node("node-a").Exists })

@@ -32,6 +32,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 func main() {
@@ -127,7 +128,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		if opts.AllowHostFencing() {
-			key, err := csi.LoadAttachmentKey(opts.AttachmentKeyFile, opts.RDSKeyFile)
+			key, err := storagefence.LoadAttachmentKey(opts.AttachmentKeyFile, opts.RDSKeyFile)
 			if err != nil {
 				return fail("invalid configuration: storage fencing: %v", err)
 			}
@@ -181,18 +182,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			chooseInitialSync(ctx, kube) // watch-list or LIST (watchlist.go)
 		}
 		m.CountUnreadableEntries(client.SkippedEntries)
-		d = csi.NewDriver(opts, client)
-		cs = csi.NewControllerServer(d)
 		probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }
 		diag.registry, diag.checks = m.Registry(), []health.Check{{Name: "rds", Func: probe}}
+		var pub *csi.Publisher
+		var ready []csi.ReadinessCheck
 		if kube != nil {
-			if proc, err = newControllerProcess(copts, opts, kube, m, d, cs, probe, httpLis); err != nil {
+			if proc, err = newControllerProcess(copts, opts, kube, client, m, probe, httpLis); err != nil {
 				return fail("invalid configuration: %v", err)
 			}
 			diag.servedByController = true
 			// Read-only, cached, no credentials: docs/kubectl-rds.md.
 			proc.health.Handle(inventory.Path, inventory.NewHandler(client, opts.VolumePath))
+			pub, ready = proc.Publisher, []csi.ReadinessCheck{proc.Ready}
 		}
+		d = csi.NewDriver(opts, client, ready...)
+		cs = csi.NewControllerServer(d, pub)
 	}
 	// The node service settles the host's NVMe identity (creating
 	// /etc/nvme/hostnqn once): last, when everything else has passed.

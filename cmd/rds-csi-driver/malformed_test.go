@@ -9,9 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // TestMalformedPVCountedAndEvented: the controller process counts a PV
@@ -21,7 +21,7 @@ import (
 func TestMalformedPVCountedAndEvented(t *testing.T) {
 	bad := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pv-bad", ResourceVersion: "5",
-			Annotations: map[string]string{informers.ClaimsAnnotation: `{"node-a": 2024-01-01`}},
+			Annotations: map[string]string{claims.ClaimsAnnotation: `{"node-a": 2024-01-01`}},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: csi.DefaultDriverName, VolumeHandle: "vol-bad"}}},
 	}
@@ -44,13 +44,13 @@ func TestMalformedPVCountedAndEvented(t *testing.T) {
 		}
 		return false
 	})
-	if event.Type != corev1.EventTypeWarning || !strings.Contains(event.Message, informers.ClaimsAnnotation) || !strings.Contains(event.Message, "kubectl rds check") {
+	if event.Type != corev1.EventTypeWarning || !strings.Contains(event.Message, claims.ClaimsAnnotation) || !strings.Contains(event.Message, "kubectl rds check") {
 		t.Errorf("event: %s %q", event.Type, event.Message)
 	}
 
 	fixed := bad.DeepCopy()
 	fixed.ResourceVersion = "6"
-	fixed.Annotations[informers.ClaimsAnnotation] = `{"node-a":"2026-11-22T12:00:00Z"}`
+	fixed.Annotations[claims.ClaimsAnnotation] = `{"node-a":"2026-11-22T12:00:00Z"}`
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), fixed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/srvlab/rds-csi/pkg/csi"
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
@@ -57,8 +57,8 @@ func (o *nodeLeaseOptions) validate(mode string, given map[string]bool, heartbea
 	if ns := o.Namespace; ns != "" {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("--node-lease-namespace %q is not a namespace name: %s", ns, strings.Join(errs, "; ")))
-		} else if ns == informers.NodeLeaseNamespace {
-			problems = append(problems, "--node-lease-namespace must not be "+informers.NodeLeaseNamespace+": the kubelets' Leases there are named after their nodes, and the controller would take a node plugin's Lease for a node's")
+		} else if ns == fencing.NodeLeaseNamespace {
+			problems = append(problems, "--node-lease-namespace must not be "+fencing.NodeLeaseNamespace+": the kubelets' Leases there are named after their nodes, and the controller would take a node plugin's Lease for a node's")
 		}
 	}
 	return problems

@@ -107,9 +107,8 @@ func TestOnlyTheLeaderPollsRDSHealth(t *testing.T) {
 		}
 		o := dopts
 		o.NodeID = name
-		d := csi.NewDriver(o, nil)
 		m := metrics.New()
-		proc, err := newControllerProcess(opts, o, client, m, d, csi.NewControllerServer(d), func(context.Context) error { return nil }, nil)
+		proc, err := newControllerProcess(opts, o, client, nil, m, func(context.Context) error { return nil }, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

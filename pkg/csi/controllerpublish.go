@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,9 +16,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
-	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // Keys of publish_context: the same as volume_context, so NodeStageVolume
@@ -35,9 +35,6 @@ const (
 type AttachmentIndex interface {
 	Volume(handle string) *informers.Volume
 	Node(name string) fencing.NodeState
-	// Retiring lists the entries with released attachments whose export
-	// change after the release is not known to be made.
-	Retiring() []*informers.Volume
 	// WaitForChange waits until the index has seen a write to one of the
 	// volume's PVs after version (Volume.Version), or ctx is done.
 	WaitForChange(ctx context.Context, handle, version string) *informers.Volume
@@ -52,77 +49,30 @@ const (
 	publishCatchUpLimit = 2 * time.Second
 )
 
-// ClaimStore is where publish decisions are confirmed with the API server
-// (pkg/informers.Claims): the conditional writes that commit them and the
-// live reads that back a fence or a release.
-type ClaimStore interface {
-	// Commit sets node's claim (dropping the fenced nodes' claims) on every
-	// PV of v, conditional on the resourceVersions the decision saw;
-	// informers.ErrConflict when one changed.
-	Commit(ctx context.Context, v *informers.Volume, node string, claim informers.Claim, fenced []string) error
-	// Fresher is v as the API server answered this replica's own latest
-	// claim writes on it, when v's index entry is behind only by those;
-	// otherwise v.
-	Fresher(v *informers.Volume) *informers.Volume
-	// ReleaseUnpublished drops node's claim on a PV unless a live,
-	// non-deleting VolumeAttachment of the handle on node stands on it.
-	// before (may be nil) runs just before the claim goes; its error
-	// keeps the claim. Reports whether it released a claim, and whether
-	// an attachment of node is retiring (storage fencing: released now or
-	// before, its export change after the release not known to be made).
-	ReleaseUnpublished(ctx context.Context, pvName, handle, node string, before func(context.Context, informers.Claim) error) (released bool, retiring []informers.Retiring, err error)
-	// ReleaseRetired drops a claim that is the retired attachment r (its
-	// release reached another PV of the handle, not this one).
-	ReleaseRetired(ctx context.Context, pvName, handle string, r informers.Retiring) (bool, error)
-	// LiveState reads a PV's claims and retiring attachments from the
-	// API server (none for a PV of another handle).
-	LiveState(ctx context.Context, pvName, handle string) (map[string]informers.Claim, []informers.Retiring, error)
-	// ClearRetiring removes entries of a PV's retiring attachments once
-	// the export change after their release is made.
-	ClearRetiring(ctx context.Context, pvName string, done []informers.Retiring) error
-	// LiveAttachment reads whether a live, non-deleting VolumeAttachment
-	// of handle on node exists.
-	LiveAttachment(ctx context.Context, handle, node string, pvs []string) (bool, error)
-	// AttachmentExists reads whether a VolumeAttachment of handle on node
-	// exists, being deleted or not.
-	AttachmentExists(ctx context.Context, handle, node string, pvs []string) (bool, error)
-	// Withdraw drops node's claim if it is still the one committed.
-	Withdraw(ctx context.Context, pvName, node string, committed informers.Claim) (bool, error)
-	// LiveNode reads a node from the API server, not from a cache.
-	LiveNode(ctx context.Context, name string) (fencing.NodeState, error)
-	// LiveClaims reads a PV's claims from the API server.
-	LiveClaims(ctx context.Context, pvName string) (map[string]informers.Claim, error)
-}
-
-// Publisher holds what ControllerPublish/Unpublish need.
+// Publisher is what ControllerPublish/Unpublish stand on. A
+// ControllerServer built without one serves neither (and does not
+// advertise PUBLISH_UNPUBLISH_VOLUME).
 type Publisher struct {
-	Index    AttachmentIndex
-	Claims   ClaimStore
+	Index AttachmentIndex
+	// Fence is the storage-fence protocol: every claim is made and
+	// released, and every export changed, through it.
+	Fence *storagefence.Fence
+	// Nodes reads nodes live for the decisions that fence one, timed on
+	// this controller's clock (fencing.Liveness).
+	Nodes    storagefence.Nodes
 	Synced   func() bool // every informer synced: the index is complete
 	Policy   fencing.Config
 	Reporter *fencing.Reporter // may be nil
 	// Malformed: the PVs the index skips as unreadable (may be nil); a
 	// volume with one is neither published nor unpublished.
 	Malformed *informers.MalformedSet
-	Clock     clock.PassiveClock
+	// Clock nil: the real clock.
+	Clock clock.PassiveClock
 	// CatchUp bounds how long a publish whose write conflicted waits for
 	// the index to see the newer PV before deciding again; zero means
 	// publishCatchUpLimit. (A simulation that feeds the index itself sets
 	// it to a nanosecond.)
 	CatchUp time.Duration
-}
-
-// ServePublish enables ControllerPublish/Unpublish (and advertises
-// PUBLISH_UNPUBLISH_VOLUME) with p. Call before serving.
-func (s *ControllerServer) ServePublish(p *Publisher) *ControllerServer {
-	if p.Clock == nil {
-		p.Clock = clock.RealClock{}
-	}
-	if p.CatchUp <= 0 {
-		p.CatchUp = publishCatchUpLimit
-	}
-	s.pub = p
-	return s
 }
 
 // accessMode maps a CSI access mode to the policy's.
@@ -166,7 +116,7 @@ func (s *ControllerServer) requireSynced(id string) error {
 // read it fails the call (closed: no answer that lets a node write rests
 // on a read that did not happen).
 func (s *ControllerServer) liveNode(ctx context.Context, id, node string) (fencing.NodeState, error) {
-	n, err := s.pub.Claims.LiveNode(ctx, node)
+	n, err := s.pub.Nodes.LiveNode(ctx, node)
 	if err != nil {
 		return n, statusf(codes.Unavailable, "volume %s: cannot confirm the state of node %s with the API server (%v); retry", id, node, err)
 	}
@@ -226,8 +176,8 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	// incarnation of the node is stale). It comes from the index: the
 	// commit's confirmation reads the Node live after the write and
 	// answers nothing unless that very incarnation still stands
-	// (confirmCommitted), so a stale cache costs a retry, never a claim
-	// answered for the wrong node. A node the index does not know (yet) is
+	// (storagefence.Commit's confirm), so a stale cache costs a retry,
+	// never a claim answered for the wrong node. A node the index does not know (yet) is
 	// read live, so it is not refused as missing.
 	live := map[string]fencing.NodeState{}
 	self := s.pub.Index.Node(node)
@@ -241,7 +191,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if !self.Exists {
 		return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
 	}
-	v := s.pub.Claims.Fresher(indexed)
+	v := s.pub.Fence.Fresher(indexed)
 	if !v.Indexed() {
 		// Kubernetes creates the PV before any VolumeAttachment; this
 		// replica's informer has not seen it yet.
@@ -252,9 +202,19 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 		return nil, statusf(codes.InvalidArgument, "volume %s on node %s: %v", id, node, err)
 	}
 	p := &publishing{s: s, req: req, ident: ident, mode: mode, self: self, live: live}
+	return p.run(ctx, indexed, v)
+}
+
+// run makes attempts until one is not beaten by a concurrent write: a
+// publish whose conditional write conflicts waits for the index to see the
+// write that beat it and decides again (publishAttempts in all). v is the
+// state of the first attempt: indexed, or fresher by this replica's own
+// writes.
+func (p *publishing) run(ctx context.Context, indexed, v *informers.Volume) (*csi.ControllerPublishVolumeResponse, error) {
+	s, id := p.s, p.id()
 	for attempt := 1; ; attempt++ {
-		resp, err := p.decideAndCommit(ctx, v)
-		if !errors.Is(err, informers.ErrConflict) {
+		resp, err := p.attempt(ctx, v)
+		if !errors.Is(err, claims.ErrConflict) {
 			return resp, err
 		}
 		if attempt == publishAttempts {
@@ -281,7 +241,7 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 			s.pub.Reporter.PublishFailed("conflict")
 			return nil, statusf(codes.Aborted, "volume %s: this controller replica's view of the volume is behind the API server (its PV changed); the request is retried", id)
 		}
-		v = s.pub.Claims.Fresher(indexed)
+		v = s.pub.Fence.Fresher(indexed)
 	}
 }
 
@@ -292,7 +252,7 @@ type publishing struct {
 	ident NodeIdentity
 	mode  fencing.AccessMode
 	// self: the requester as the index shows it (read live when the
-	// index does not know it); confirmCommitted reads it live.
+	// index does not know it); the commit's confirm reads it live.
 	self fencing.NodeState
 	// live: nodes read from the API server during this call. The decision
 	// uses them over the index, so a fence stands on a live read.
@@ -306,31 +266,224 @@ func (p *publishing) node(name string) fencing.NodeState {
 	return p.s.pub.Index.Node(name)
 }
 
+func (p *publishing) id() string { return p.req.GetVolumeId() }
+
+// attempt decides on v and commits the decision: decide (the policy, every
+// fence backed by a live read), plan (the claim to commit), then the
+// storage-fence protocol's Commit (stand, cut, commit, confirm, open),
+// then the answer. It returns claims.ErrConflict (not yet a status) when
+// a PV changed after v was read.
+func (p *publishing) attempt(ctx context.Context, v *informers.Volume) (*csi.ControllerPublishVolumeResponse, error) {
+	decision, err := p.decide(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.plan(ctx, v, &decision)
+	if err != nil {
+		return nil, err
+	}
+	committed, err := p.s.pub.Fence.Commit(ctx, c)
+	if err != nil {
+		return nil, p.failed(err)
+	}
+	return p.answer(ctx, v, decision, c.Claim, committed)
+}
+
 // decide makes the decision on v with every fence it contains confirmed
 // by a live read of the fenced node: a node that the cache shows stale but
 // the API server does not (a Node not seen yet, a taint since removed, a
-// node re-created) is decided on as it really is.
-func (p *publishing) decide(ctx context.Context, v *informers.Volume, now time.Time) (fencing.Decision, error) {
-	id := p.req.GetVolumeId()
-	for {
-		d := fencing.Decide(fencing.Request{VolumeID: id, Node: p.ident.Name, Mode: p.mode, ReadOnly: p.req.GetReadonly()},
-			v.Holders(), p.node, now, p.s.pub.Policy)
-		confirmed := true
+// node re-created) is decided on as it really is. A refusal is answered
+// here (FAILED_PRECONDITION, naming the holder).
+func (p *publishing) decide(ctx context.Context, v *informers.Volume) (fencing.Decision, error) {
+	pub, id := p.s.pub, p.id()
+	now := pub.Clock.Now()
+	var d fencing.Decision
+	for confirmed := false; !confirmed; {
+		d = fencing.Decide(fencing.Request{VolumeID: id, Node: p.ident.Name, Mode: p.mode, ReadOnly: p.req.GetReadonly()},
+			v.Holders(), p.node, now, pub.Policy)
+		confirmed = true
 		for _, f := range d.Fence {
 			if _, ok := p.live[f.Node]; ok {
 				continue
 			}
 			n, err := p.s.liveNode(ctx, id, f.Node)
 			if err != nil {
+				pub.Reporter.Decided(pub.Clock.Since(now))
+				pub.Reporter.PublishFailed("unconfirmed")
 				return d, err
 			}
 			p.live[f.Node] = n
 			confirmed = false
 		}
-		if confirmed {
-			return d, nil
+	}
+	pub.Reporter.Decided(pub.Clock.Since(now))
+	if d.Verdict == fencing.Refuse {
+		pub.Reporter.Refused(v.Ref(), p.ident.Name, d)
+		klog.FromContext(ctx).Info("publish refused", "volume", id, "node", p.ident.Name, "pv", v.PVName, "blocking", d.Blocking, "reason", d.Reason)
+		return d, statusf(codes.FailedPrecondition, "%s", d.Reason)
+	}
+	return d, nil
+}
+
+// plan is the claim the decision commits: the node's live attachment
+// published again (its publish count counted), or a new attachment (with
+// its own host NQN under storage fencing) that replaces the node's
+// earlier one, if any. A first attach, counted as one, or a migration's
+// target joining, is made an Allow here: the policy sees the requester's
+// own VolumeAttachment, which exists before every publish, as a holding
+// already.
+func (p *publishing) plan(ctx context.Context, v *informers.Volume, decision *fencing.Decision) (storagefence.Commit, error) {
+	s, id, node := p.s, p.id(), p.ident.Name
+	claim, claimed := v.Claims.Get(node)
+	if _, read := p.live[node]; claimed && !read && claim.NodeUID != "" && claim.NodeUID != p.self.UID {
+		// The claim names another incarnation than the index shows:
+		// replacing it (and cutting that attachment off) stands on a
+		// live read, as every fence does; the index may be the one
+		// behind (the node re-created, and published by another replica).
+		self, err := s.liveNode(ctx, id, node)
+		if err != nil {
+			s.pub.Reporter.PublishFailed("unconfirmed")
+			return storagefence.Commit{}, err
+		}
+		if !self.Exists {
+			return storagefence.Commit{}, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
+		}
+		p.self, p.live[node] = self, self
+	}
+	sameNode, err := p.sameAttachment(ctx, v, claim, claimed)
+	if err != nil {
+		return storagefence.Commit{}, err
+	}
+	capability := claimCapability(p.req.GetVolumeCapability())
+	if sameNode && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != p.req.GetReadonly()) {
+		return storagefence.Commit{}, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
+			id, node, claim.Capability, claim.ReadOnly, capability, p.req.GetReadonly())
+	}
+	if decision.Verdict == fencing.AlreadyPublished && !sameNode {
+		p.firstAttach(v, decision)
+	}
+	c := storagefence.Commit{Volume: v, Node: node, Created: !sameNode, Fenced: decision.Fence}
+	if claimed && !sameNode {
+		// The node's own earlier attachment (another incarnation, a
+		// claim only a stale PV showed) may still be connected: retired
+		// like a fenced one.
+		old := claims.RetiringOf(node, claim)
+		c.Replaces = &old
+	}
+	if !sameNode {
+		// A first claim, or one of an earlier incarnation of this node (a
+		// claim without UID, from before UIDs were recorded, is this
+		// node's, as everywhere else): a new attachment.
+		if claim, err = s.pub.Fence.NewClaim(newClaimTime(s.pub.Clock.Now(), v.Claims)); err != nil {
+			return storagefence.Commit{}, statusf(codes.Internal, "volume %s: %v", id, err)
 		}
 	}
+	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, p.req.GetReadonly()
+	if s.pub.Fence.StorageFencing() {
+		if err := p.upgradeAttachment(&claim); err != nil {
+			return storagefence.Commit{}, err
+		}
+	}
+	// Every success is a write, a repeated publish too: a concurrent
+	// release (a late unpublish on another replica) then conflicts with it
+	// instead of dropping a claim this call is about to answer on.
+	claim.Gen++
+	c.Claim = claim
+	return c, nil
+}
+
+// sameAttachment reports whether node's claim on v (claimed) is the
+// node's live attachment, to be published again: this incarnation's (or
+// one without UID), on every PV of the handle. Under storage fencing a
+// claim the index shows on some PVs only is looked up live (a stale PV
+// that still shows a released claim, or a PV made again for the handle
+// that was never given it): a live attachment is kept, not replaced under
+// its staged node.
+func (p *publishing) sameAttachment(ctx context.Context, v *informers.Volume, claim claims.Claim, claimed bool) (bool, error) {
+	mine := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "")
+	if !mine || onEveryPV(v, p.ident.Name, claim) {
+		return mine, nil
+	}
+	if len(v.PVs) < 2 || !p.s.pub.Fence.StorageFencing() {
+		return false, nil
+	}
+	live, ok, err := p.s.pub.Fence.LiveClaim(ctx, p.id(), v.PVName, p.ident.Name)
+	if err != nil {
+		p.s.pub.Reporter.PublishFailed("unconfirmed")
+		return false, statusf(codes.Unavailable, "volume %s: reading its claims to tell whether node %s's attachment stands: %v; retry", p.id(), p.ident.Name, err)
+	}
+	return ok && live.Nonce == claim.Nonce && live.NodeUID == claim.NodeUID, nil
+}
+
+// firstAttach makes an AlreadyPublished decision without the node's claim
+// an Allow: a first attach, or a migration's target joining.
+func (p *publishing) firstAttach(v *informers.Volume, decision *fencing.Decision) {
+	id, node := p.id(), p.ident.Name
+	decision.Verdict = fencing.Allow
+	decision.Reason = fmt.Sprintf("volume %s attached to node %s", id, node)
+	others := make([]string, 0, v.Claims.Len())
+	for n := range v.Claims.All() {
+		if n != node {
+			others = append(others, n)
+		}
+	}
+	if p.mode == fencing.MultiNodeMultiWriter && len(others) > 0 {
+		sort.Strings(others)
+		decision.MigrationStart = true
+		decision.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", id, strings.Join(others, ", "), node)
+	}
+}
+
+// failed is how a failed step of the protocol's Commit reaches the
+// attacher: counted, with the code its outcome calls for.
+func (p *publishing) failed(err error) error {
+	if errors.Is(err, claims.ErrConflict) {
+		return err
+	}
+	var step *storagefence.StepError
+	if !errors.As(err, &step) {
+		p.s.pub.Reporter.PublishFailed("error")
+		return err
+	}
+	p.s.pub.Reporter.PublishFailed(step.Step)
+	return stepStatus(step)
+}
+
+// stepStatus is the gRPC status of a failed protocol step.
+func stepStatus(step *storagefence.StepError) error {
+	code := codes.Unavailable
+	switch step.Outcome {
+	case storagefence.Aborted:
+		code = codes.Aborted
+	case storagefence.Refused:
+		code = codes.FailedPrecondition
+	}
+	return statusf(code, "%v", step.Err)
+}
+
+// answer is the publish_context a committed claim is answered with: the
+// target, and under storage fencing the attachment's host NQN and, with
+// authenticated exports, its secret sealed to the node's key.
+func (p *publishing) answer(ctx context.Context, v *informers.Volume, decision fencing.Decision, claim claims.Claim, committed storagefence.Committed) (*csi.ControllerPublishVolumeResponse, error) {
+	s, id, node := p.s, p.id(), p.ident.Name
+	pc := s.publishContext(id)
+	if committed.HostNQN != "" {
+		pc[PublishContextHostNQN] = committed.HostNQN
+	}
+	if s.pub.Fence.StorageFencing() && s.d.opts.ExportAuthOn() {
+		if err := p.authenticate(ctx, pc, committed); err != nil {
+			s.pub.Reporter.PublishFailed("storage")
+			return nil, err
+		}
+	}
+	s.pub.Reporter.Published(v.Ref(), node, decision)
+	var fenced []string
+	for _, f := range decision.Fence {
+		fenced = append(fenced, f.Node)
+	}
+	klog.FromContext(ctx).Info("published", "volume", id, "node", node, "pv", v.PVName, "reason", decision.Reason, "verdict", decision.Verdict.String(),
+		"fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
+	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
 }
 
 // upgradeAttachment settles, under storage fencing, which host NQN an
@@ -348,14 +501,14 @@ func (p *publishing) decide(ctx context.Context, v *informers.Volume, now time.T
 //     attachment's NQN: an older one would be refused by the export, so
 //     the publish is refused up front, retried until the plugin is
 //     upgraded.
-func (p *publishing) upgradeAttachment(claim *informers.Claim) error {
+func (p *publishing) upgradeAttachment(claim *claims.Claim) error {
 	id, node := p.req.GetVolumeId(), p.ident.Name
 	if claim.Nonce == "" && claim.HostNQN == "" {
 		if p.ident.HostNQN != "" {
 			claim.HostNQN = p.ident.HostNQN
 			return nil
 		}
-		nonce, err := newNonce()
+		nonce, err := storagefence.NewNonce()
 		if err != nil {
 			return statusf(codes.Internal, "volume %s: %v", id, err)
 		}
@@ -365,221 +518,6 @@ func (p *publishing) upgradeAttachment(claim *informers.Claim) error {
 		return statusf(codes.FailedPrecondition, "volume %s: node %s runs a node plugin older than this controller (its node ID %q carries the node's own host NQN): it would connect with that NQN, which storage fencing's per-attachment export does not allow; upgrade the node plugin DaemonSet, and the attach is retried", id, node, p.req.GetNodeId())
 	}
 	return nil
-}
-
-// decideAndCommit makes the publish decision on v and commits it. It
-// returns informers.ErrConflict (not yet a status) when a PV changed
-// after v was read.
-func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (*csi.ControllerPublishVolumeResponse, error) {
-	s, req := p.s, p.req
-	id, node := req.GetVolumeId(), p.ident.Name
-	now := s.pub.Clock.Now()
-	decision, err := p.decide(ctx, v, now)
-	s.pub.Reporter.Decided(s.pub.Clock.Since(now))
-	if err != nil {
-		s.pub.Reporter.PublishFailed("unconfirmed")
-		return nil, err
-	}
-	logger := klog.FromContext(ctx).WithValues("volume", id, "node", node, "pv", v.PVName)
-
-	if decision.Verdict == fencing.Refuse {
-		s.pub.Reporter.Refused(v.Ref(), node, decision)
-		logger.Info("publish refused", "blocking", decision.Blocking, "reason", decision.Reason)
-		return nil, statusf(codes.FailedPrecondition, "%s", decision.Reason)
-	}
-	capability := claimCapability(req.GetVolumeCapability())
-	claim, claimed := v.Claims.Get(node)
-	if _, read := p.live[node]; claimed && !read && claim.NodeUID != "" && claim.NodeUID != p.self.UID {
-		// The claim names another incarnation than the index shows:
-		// replacing it (and cutting that attachment off) stands on a
-		// live read, as every fence does; the index may be the one
-		// behind (the node re-created, and published by another replica).
-		self, err := s.liveNode(ctx, id, node)
-		if err != nil {
-			s.pub.Reporter.PublishFailed("unconfirmed")
-			return nil, err
-		}
-		if !self.Exists {
-			return nil, statusf(codes.NotFound, "volume %s: node %s does not exist in the API server", id, node)
-		}
-		p.self, p.live[node] = self, self
-	}
-	sameNode := claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && onEveryPV(v, node, claim)
-	if !sameNode && claimed && (claim.NodeUID == p.self.UID || claim.NodeUID == "") && len(v.PVs) > 1 && s.d.opts.AllowHostFencing() {
-		// The index shows the claim on some PVs of the handle only: a
-		// stale PV that still shows a released claim, or a PV made again
-		// for the handle that was never given it. The live claims tell
-		// (a released attachment is retired by its record for as long as
-		// any PV shows it): a live attachment is kept, not replaced
-		// under its staged node.
-		live, err := s.liveClaims(ctx, id, v.PVName)
-		if err != nil {
-			s.pub.Reporter.PublishFailed("unconfirmed")
-			return nil, statusf(codes.Unavailable, "volume %s: reading its claims to tell whether node %s's attachment stands: %v; retry", id, node, err)
-		}
-		if lc, ok := live.claims[node]; ok && lc.Nonce == claim.Nonce && lc.NodeUID == claim.NodeUID && !informers.Retired(live.retiring, node, claim) {
-			sameNode = true
-		}
-	}
-	if sameNode && claim.Capability != "" && (claim.Capability != capability || claim.ReadOnly != req.GetReadonly()) {
-		return nil, statusf(codes.AlreadyExists, "volume %s is already published to node %s as %s (read-only %t); this request asks for %s (read-only %t): unpublish it first",
-			id, node, claim.Capability, claim.ReadOnly, capability, req.GetReadonly())
-	}
-	fencingOn := s.d.opts.AllowHostFencing()
-	if decision.Verdict == fencing.AlreadyPublished && !sameNode {
-		// The policy sees this node's VolumeAttachment (which exists
-		// before every publish) as a holding already; without this
-		// node's claim it is a first attach (counted and evented as
-		// one), or a migration's target joining.
-		decision.Verdict = fencing.Allow
-		decision.Reason = fmt.Sprintf("volume %s attached to node %s", id, node)
-		others := make([]string, 0, v.Claims.Len())
-		for n := range v.Claims.All() {
-			if n != node {
-				others = append(others, n)
-			}
-		}
-		if p.mode == fencing.MultiNodeMultiWriter && len(others) > 0 {
-			sort.Strings(others)
-			decision.MigrationStart = true
-			decision.Reason = fmt.Sprintf("volume %s: live migration from %s to %s", id, strings.Join(others, ", "), node)
-		}
-	}
-	if !sameNode {
-		// A first claim, or one of an earlier incarnation of this node
-		// (a claim without UID, from before UIDs were recorded, is this
-		// node's, as everywhere else):
-		// a new attachment, with its own host NQN under storage fencing.
-		claim = informers.Claim{At: newClaimTime(now, v.Claims)}
-		if fencingOn {
-			if claim.Nonce, err = newNonce(); err != nil {
-				return nil, statusf(codes.Internal, "volume %s: %v", id, err)
-			}
-			// Made authenticated: from now on a publish of it answers its
-			// secret or fails (authenticate).
-			claim.Auth = s.d.opts.ExportAuthOn()
-		}
-	}
-	claim.NodeUID, claim.Capability, claim.ReadOnly = p.self.UID, capability, req.GetReadonly()
-	if fencingOn {
-		if err := p.upgradeAttachment(&claim); err != nil {
-			return nil, err
-		}
-	}
-	// Every success is a write, a repeated publish too: a concurrent
-	// release (a late unpublish on another replica) then conflicts with it
-	// instead of dropping a claim this call is about to answer on.
-	claim.Gen++
-	var fenced []string
-	for _, f := range decision.Fence {
-		fenced = append(fenced, f.Node)
-	}
-	if fencingOn {
-		holders := 1
-		for n := range v.Claims.All() {
-			if n != node && !slices.Contains(fenced, n) {
-				holders++
-			}
-		}
-		if holders > 1 && len(fenced) > 0 {
-			// Joining a holder (a migration) moves the export without a
-			// drop, which would leave the fenced node connected.
-			s.pub.Reporter.PublishFailed("storage")
-			return nil, statusf(codes.Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, node, holders-1)
-		}
-	}
-	// A claim stands on a live VolumeAttachment: a replica that wakes up
-	// after the attachment was detached must not leave one behind. It is
-	// read before the commit as well as after it (confirmCommitted): a
-	// claim written for an attachment already gone could only be taken
-	// back by this call (no attacher calls for a VolumeAttachment that is
-	// gone), so every failure of that take-back would leave it for good.
-	// Taking the attachment from the index instead saves one round trip;
-	// an outside review found four ways it leaves such a claim (issue 24,
-	// TestPausedReplicaWritesNoClaim).
-	if err := p.requireAttachment(ctx, v); err != nil {
-		return nil, err
-	}
-	// replacesOwn: this publish replaces its node's own earlier
-	// attachment (another incarnation of the node, a claim only a stale
-	// PV showed); that attachment may still be connected.
-	replacesOwn := claimed && !sameNode
-	// gone: the attachments this publish retires, as it decided on them:
-	// one replaced or released since (another replica's publish of the
-	// same node) is not cut again.
-	var gone []informers.Retiring
-	for _, f := range fenced {
-		if c, ok := v.Claims.Get(f); ok {
-			gone = append(gone, informers.RetiringOf(f, c))
-		}
-	}
-	if replacesOwn {
-		own, _ := v.Claims.Get(node)
-		gone = append(gone, informers.RetiringOf(node, own))
-	}
-	if fencingOn && (len(fenced) > 0 || replacesOwn) {
-		// Fenced nodes, and the node's own earlier attachment, are cut off
-		// the RDS before their claims go with the commit (as the
-		// informers' fencer does): a cut that fails keeps the claims and
-		// the publish is retried, never a released claim whose host is
-		// still connected with nothing left to cut it.
-		if _, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, gone: gone, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
-			s.pub.Reporter.PublishFailed("storage")
-			return nil, storageError(id, node, fmt.Errorf("cutting %v off before releasing their claims: %w", gone, err))
-		}
-	}
-	if err := s.pub.Claims.Commit(ctx, v, node, claim, fenced); err != nil {
-		if errors.Is(err, informers.ErrConflict) {
-			return nil, err
-		}
-		s.pub.Reporter.PublishFailed("error")
-		return nil, fmt.Errorf("volume %s: recording the attachment to node %s on PV %s (nothing was answered; the attach is retried): %w", id, node, v.PVName, err)
-	}
-	// The commit released the fenced holders' claims: reported now,
-	// whatever comes of this publish.
-	for _, f := range decision.Fence {
-		s.pub.Reporter.Fenced(v.Ref(), f.Node, f.Reason)
-	}
-	// Confirmed after the commit: the VolumeAttachment is still live, and
-	// the node is still the incarnation the claim names (a Node deleted
-	// and re-created in between is another node). Otherwise the claim is
-	// taken back and nothing is answered.
-	if err := p.confirmCommitted(ctx, v, claim, !sameNode); err != nil {
-		return nil, err
-	}
-	pc := s.publishContext(id)
-	if fencingOn {
-		// The RDS lets the attachment in (and everyone else out) before the
-		// node is told it may write; fenced nodes' claims are gone with the
-		// commit, so their hosts are dropped.
-		// After a publish that fenced others or replaced the node's own
-		// earlier attachment (both cut off above), the state changes once
-		// more, so that no open of a retired attachment in flight lands.
-		res, err := s.syncExport(ctx, id, exportGoal{pv: v.PVName, prefer: node, gone: gone, retire: replacesOwn || len(fenced) > 0, readBack: true})
-		if err != nil {
-			s.pub.Reporter.PublishFailed("storage")
-			return nil, storageError(id, node, err)
-		}
-		live, ok := res.claims[node]
-		if !ok || live.Nonce != claim.Nonce || live.NodeUID != claim.NodeUID {
-			s.pub.Reporter.PublishFailed("conflict")
-			return nil, statusf(codes.Aborted, "volume %s: node %s's claim was released or replaced while its export was being opened (a concurrent unpublish or fence); the export follows the live claims, and the request is retried", id, node)
-		}
-		if live.Nonce != "" {
-			// Without it (an attachment from before per-attachment host
-			// NQNs) the node connects with its own NQN.
-			pc[PublishContextHostNQN] = s.d.claimHost(id, node, live)
-		}
-		if s.d.opts.ExportAuthOn() {
-			if err := p.authenticate(ctx, pc, res, live); err != nil {
-				s.pub.Reporter.PublishFailed("storage")
-				return nil, err
-			}
-		}
-	}
-	s.pub.Reporter.Published(v.Ref(), node, decision)
-	logger.Info("published", "reason", decision.Reason, "verdict", decision.Verdict.String(), "fenced", fenced, "migration", decision.MigrationStart, "gen", claim.Gen)
-	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
 }
 
 // authenticate adds an authenticated attachment's keys to publish_context
@@ -594,18 +532,18 @@ func (p *publishing) decideAndCommit(ctx context.Context, v *informers.Volume) (
 // the sensitive policy), and a node told of no secret could not connect;
 // nothing tells that apart from an export without a password. The
 // secret never reaches a log line or an error.
-func (p *publishing) authenticate(ctx context.Context, pc map[string]string, res exportResult, c informers.Claim) error {
+func (p *publishing) authenticate(ctx context.Context, pc map[string]string, res storagefence.Committed) error {
 	id, node := p.req.GetVolumeId(), p.ident.Name
 	switch {
-	case res.secretUnreadable:
+	case res.SecretUnreadable:
 		return statusf(codes.Unavailable, "volume %s: its export on the RDS prints a secret in a form this driver cannot read, so node %s could not authenticate; run rdsctl selftest on this RDS (docs/routeros.md, \"The export password\")", id, node)
-	case res.state.Host != "" && res.secret.IsZero() && c.Auth:
+	case res.Export.Host != "" && res.Secret.IsZero() && res.Claim.Auth:
 		return statusf(codes.Unavailable, "volume %s: its export on the RDS prints no secret (nvme-tcp-server-secret), but node %s's attachment was made with --export-auth=%s, so its password may be set and the node could not connect without it; give the controller's RouterOS user the sensitive policy (docs/deploy.md), or, if a controller replica without --export-auth opened it, move the volume (detach and attach again)", id, node, ExportAuthDHCHAP)
-	case res.state.Host == "" || res.secret.IsZero():
-		klog.FromContext(ctx).Info("published without authentication: the export has no password", "volume", id, "node", node, "export", res.state.String())
+	case res.Export.Host == "" || res.Secret.IsZero():
+		klog.FromContext(ctx).Info("published without authentication: the export has no password", "volume", id, "node", node, "export", res.Export.String())
 		return nil
 	}
-	sealed, err := sealSecret(p.s.d.opts.AttachmentKey, id, res.state.Host, *p.ident.Key, res.secret)
+	sealed, err := sealSecret(p.s.d.opts.AttachmentKey, id, res.Export.Host, *p.ident.Key, res.Secret)
 	if err != nil {
 		return statusf(codes.Internal, "volume %s: sealing its secret to node %s's key: %v", id, node, err)
 	}
@@ -620,8 +558,8 @@ func (p *publishing) authenticate(ctx context.Context, pc map[string]string, res
 // let that retired attachment in again. (A PV made again for the handle
 // has none yet: with storage fencing the publish then asks the live
 // claims.)
-func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
-	if informers.Retired(v.Retiring, node, c) {
+func onEveryPV(v *informers.Volume, node string, c claims.Claim) bool {
+	if claims.Retired(v.Retiring, node, c) {
 		return false
 	}
 	if len(v.PVs) < 2 {
@@ -638,7 +576,7 @@ func onEveryPV(v *informers.Volume, node string, c informers.Claim) bool {
 // newClaimTime is when a new claim is made: now, to the second, but
 // always after every other claim's time, so that "the newest claim" (the
 // one the export goes to, a migration's target) is never a tie.
-func newClaimTime(now time.Time, others informers.ClaimSet) time.Time {
+func newClaimTime(now time.Time, others claims.Set) time.Time {
 	at := now.UTC().Truncate(time.Second)
 	for _, c := range others.All() {
 		if !at.After(c.At) {
@@ -648,77 +586,12 @@ func newClaimTime(now time.Time, others informers.ClaimSet) time.Time {
 	return at
 }
 
-// requireAttachment: a live, non-deleting VolumeAttachment of the volume
-// on the node exists (read from the API server).
-func (p *publishing) requireAttachment(ctx context.Context, v *informers.Volume) error {
-	id, node := p.req.GetVolumeId(), p.ident.Name
-	ok, err := p.s.pub.Claims.LiveAttachment(ctx, id, node, pvNamesOf(v))
-	if err != nil {
-		p.s.pub.Reporter.PublishFailed("unconfirmed")
-		return statusf(codes.Unavailable, "volume %s: cannot confirm its VolumeAttachment on node %s with the API server (%v); retry", id, node, err)
-	}
-	if !ok {
-		p.s.pub.Reporter.PublishFailed("no-attachment")
-		return statusf(codes.Aborted, "volume %s: no live VolumeAttachment of it on node %s (it was detached or is being deleted, e.g. this request comes from an attacher that lost its lease); nothing was recorded", id, node)
-	}
-	return nil
-}
-
-// confirmCommitted re-reads the VolumeAttachment and the Node after a
-// commit (both at once: each read is after the write, so their order does
-// not matter); if either no longer stands, nothing is answered, and a
-// claim this call created is withdrawn. A claim that was there before (a
-// repeated publish of an attachment already answered) stays: its
-// attachment's detach releases it, and until then that node may be
-// writing.
-func (p *publishing) confirmCommitted(ctx context.Context, v *informers.Volume, claim informers.Claim, created bool) error {
-	s, id, node := p.s, p.req.GetVolumeId(), p.ident.Name
-	var (
-		attached bool
-		vaErr    error
-		read     = make(chan struct{})
-	)
-	go func() {
-		defer close(read)
-		attached, vaErr = s.pub.Claims.LiveAttachment(ctx, id, node, pvNamesOf(v))
-	}()
-	n, nodeErr := s.pub.Claims.LiveNode(ctx, node)
-	<-read
-	why := ""
-	switch {
-	case nodeErr != nil:
-		// Unconfirmed: a claim this call created must not outlive it.
-		why = "its Node could not be read back"
-	case !n.Exists:
-		why = "its Node was deleted"
-	case n.UID != claim.NodeUID:
-		why = "its Node was deleted and re-created"
-	case vaErr != nil:
-		why = "its VolumeAttachment could not be read back"
-	case !attached:
-		why = "its VolumeAttachment was detached or is being deleted"
-	}
-	if why == "" {
-		return nil
-	}
-	if !created {
-		s.pub.Reporter.PublishFailed("no-attachment")
-		return statusf(codes.Aborted, "volume %s: the attachment to node %s no longer stands (%s); nothing was answered, and its detach releases the claim", id, node, why)
-	}
-	for _, pv := range v.PVs {
-		if _, err := s.pub.Claims.Withdraw(ctx, pv.Name, node, claim); err != nil {
-			return statusf(codes.Unavailable, "volume %s: the attachment to node %s no longer stands (%s) and taking its claim back on PV %s failed: %v; retry", id, node, why, pv.Name, err)
-		}
-	}
-	s.pub.Reporter.PublishFailed("no-attachment")
-	return statusf(codes.Aborted, "volume %s: the attachment to node %s no longer stands (%s); its claim was taken back and nothing was answered", id, node, why)
-}
-
 // ControllerUnpublishVolume releases node's claim on the volume and no
 // other, and not while a live VolumeAttachment of that node that is not
 // being deleted still stands on it: a late detach from a former
-// attachment never disturbs the current one. Detaching what is not
-// attached succeeds.
+// attachment never disturbs the current one. The release is the
+// storage-fence protocol's (storagefence.Release: with storage fencing,
+// cut, release, settle). Detaching what is not attached succeeds.
 func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	var ident NodeIdentity
@@ -767,104 +640,22 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	}
 	nodes := []string{node}
 	if node == "" {
-		// CSI: an empty node_id unpublishes from every node. The claims
-		// are read live: a claim committed a moment ago that this index
-		// has not seen yet is released too.
-		seen := map[string]bool{}
-		nodes = nodes[:0]
-		for _, pv := range v.PVs {
-			claims, retiring, err := s.pub.Claims.LiveState(ctx, pv.Name, id)
-			if err != nil {
-				s.pub.Reporter.UnpublishFailed("error")
-				return nil, statusf(codes.Unavailable, "volume %s: reading the claims on PV %s to unpublish it from every node: %v; retry", id, pv.Name, err)
-			}
-			add := func(n string) {
-				if !seen[n] {
-					seen[n] = true
-					nodes = append(nodes, n)
-				}
-			}
-			for n := range claims {
-				add(n)
-			}
-			if s.d.opts.AllowHostFencing() {
-				// A node whose release a replica recorded and did not
-				// finish (its export change after it) is finished too.
-				for _, r := range retiring {
-					add(r.Node)
-				}
-			}
+		if nodes, err = s.claimingNodes(ctx, v); err != nil {
+			s.pub.Reporter.UnpublishFailed("error")
+			return nil, err
 		}
-		sort.Strings(nodes)
 	}
 	holders := v.Holders()
 	for _, n := range nodes {
-		// The release reads each PV live, so a claim committed a moment
-		// ago that this index has not seen yet is released too, and so
-		// is the claim on a PV of the handle this index has not seen yet
-		// (the claim names its PVs).
-		released := false
-		retiring := map[string][]informers.Retiring{} // by PV
-		pvs := make([]string, 0, len(v.PVs))
-		for _, pv := range v.PVs {
-			pvs = append(pvs, pv.Name)
-		}
-		seen := map[string]bool{}
-		// first: the attachment released on the first PV that had one;
-		// the other PVs release that attachment only (another attachment
-		// of the node there is a newer one, published since: its own
-		// detach releases it, after its own cut).
-		var first *informers.Retiring
-		for i := 0; i < len(pvs) && len(seen) < maxHandlePVs; i++ {
-			pvName := pvs[i]
-			if seen[pvName] {
-				continue
-			}
-			seen[pvName] = true
-			ok, marked, err := s.pub.Claims.ReleaseUnpublished(ctx, pvName, id, n, s.unpublishBefore(id, pvName, n, first))
-			if errors.Is(err, errOtherAttachment) {
-				continue
-			}
-			if ok && first == nil {
-				first = releasedOf(n, marked)
-			}
-			if err != nil {
-				s.pub.Reporter.UnpublishFailed("error")
-				return nil, fmt.Errorf("volume %s: releasing node %s's attachment on PV %s: %w", id, n, pvName, err)
-			}
-			released = released || ok
-			if len(marked) > 0 {
-				retiring[pvName] = marked
-			}
-			for _, r := range marked {
-				pvs = append(pvs, r.PVs...)
-			}
-		}
-		if s.d.opts.AllowHostFencing() {
-			// The export follows the claims the release left, and, when
-			// an attachment of the node is retiring (released now, or by
-			// a replica that failed or stopped before this step: the
-			// release recorded it on the PV), its state changes once
-			// more, so that no open of the retired attachment that was
-			// in flight can land. Once no claim of the node is left, a
-			// failure does not fail the detach (the attacher's retry, on
-			// a replica whose index lags, must not find the volume free
-			// while the detach is still pending: model finding 3); the
-			// record stays and the leader makes the change within
-			// seconds (RetireMarked).
-			if err := s.retireExport(ctx, id, v.PVName, retiring); err != nil {
-				if len(retiring) == 0 {
-					s.pub.Reporter.UnpublishFailed("storage")
-					return nil, err
-				}
-				klog.FromContext(ctx).Error(err, "storage fencing: the export change after the release failed; the leader makes it", "volume", id, "node", n)
-			}
+		released, err := s.unpublishFrom(ctx, v, n)
+		if err != nil {
+			return nil, err
 		}
 		// One line per answered unpublish (the e2e checker reads them):
 		// released=false is no claim, or a live VolumeAttachment of the
 		// node still standing on it (a late unpublish).
 		klog.FromContext(ctx).Info("unpublished", "volume", id, "node", n, "pv", v.PVName, "released", released)
-		if !holds(holders, n) {
+		if !released && !holds(holders, n) {
 			continue
 		}
 		migrationEnded := v.Block && len(holders) == 2 && v.Grants(corev1.ReadWriteMany)
@@ -873,80 +664,78 @@ func (s *ControllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
 
-// errOtherAttachment: an unpublish found, on another PV of the handle, a
-// newer attachment of the node than the one it released.
-var errOtherAttachment = errors.New("another attachment of the node")
-
-// unpublishBefore is what an unpublish does with node's claim on pvName
-// just before it releases it: once an attachment was released on another
-// PV of the handle (first), only that attachment is released (another one
-// is newer: errOtherAttachment); otherwise, with storage fencing, the
-// attachment's host is shut out first: a failure keeps the claim (and the
-// detach is retried), never a released claim with the host still let in.
-// The claims are mirrored on every PV: one cut is enough.
-func (s *ControllerServer) unpublishBefore(id, pvName, node string, first *informers.Retiring) func(context.Context, informers.Claim) error {
-	return func(ctx context.Context, cl informers.Claim) error {
-		if first != nil {
-			if !first.Is(node, cl) {
-				return errOtherAttachment
+// claimingNodes is every node an unpublish without node_id releases (CSI:
+// an empty node_id unpublishes from every node). The claims are read
+// live: a claim committed a moment ago that this index has not seen yet
+// is released too, and, with storage fencing, a node whose release a
+// replica recorded and did not finish (its export change after it).
+func (s *ControllerServer) claimingNodes(ctx context.Context, v *informers.Volume) ([]string, error) {
+	seen := map[string]bool{}
+	var nodes []string
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			nodes = append(nodes, n)
+		}
+	}
+	for _, pv := range v.PVs {
+		held, retiring, err := s.pub.Fence.LiveState(ctx, pv.Name, v.Handle)
+		if err != nil {
+			return nil, statusf(codes.Unavailable, "volume %s: reading the claims on PV %s to unpublish it from every node: %v; retry", v.Handle, pv.Name, err)
+		}
+		for n := range held {
+			add(n)
+		}
+		if s.pub.Fence.StorageFencing() {
+			for _, r := range retiring {
+				add(r.Node)
 			}
-			return nil
-		}
-		if !s.d.opts.AllowHostFencing() {
-			return nil
-		}
-		return s.shutOut(ctx, id, pvName, node, cl)
-	}
-}
-
-// releasedOf is the attachment of node a release just recorded (the last
-// of node's records), or nil.
-func releasedOf(node string, marked []informers.Retiring) *informers.Retiring {
-	for i := len(marked) - 1; i >= 0; i-- {
-		if marked[i].Node == node {
-			return &marked[i]
 		}
 	}
-	return nil
+	sort.Strings(nodes)
+	return nodes, nil
 }
 
-// shutOut cuts node's attachment off the export before its claim is
-// released for an unpublish: the export is re-derived from the live
-// claims without node's. Connections are dropped unless a live read shows
-// the node Ready and not out of service: Kubernetes detaches from such a
-// node only after its kubelet unstaged the volume (disconnected). From
-// any other node (a force-detach after 6 minutes or on the out-of-service
-// taint, a node that is gone) its host may still be connected, so a
-// remaining holder's export is dropped and reopened, and it reconnects.
-func (s *ControllerServer) shutOut(ctx context.Context, id, pvName, node string, cl informers.Claim) error {
-	n, err := s.pub.Claims.LiveNode(ctx, node)
+// unpublishFrom releases node's claim on every PV of v (the release reads
+// each PV live, so a claim committed a moment ago that this index has not
+// seen yet is released too, and so is the claim on a PV of the handle
+// this index has not seen yet: the claim names its PVs), unless a live,
+// non-deleting VolumeAttachment of the node still stands on it. The cut
+// drops the node's connections unless a live read shows it Ready and in
+// service: Kubernetes detaches from such a node only after its kubelet
+// unstaged the volume; from any other (a force-detach after 6 minutes or
+// on the out-of-service taint, a node that is gone) its host may still be
+// connected. Once no claim of the node is left, a settle that fails does
+// not fail the detach (the attacher's retry, on a replica whose index
+// lags, must not find the volume free while the detach is still pending):
+// the release record stays and the leader makes the change within
+// seconds.
+func (s *ControllerServer) unpublishFrom(ctx context.Context, v *informers.Volume, node string) (bool, error) {
+	id := v.Handle
+	pvs := storagefence.PVNames(v)
+	out, err := s.pub.Fence.Release(ctx, storagefence.Release{
+		Handle: id, PV: v.PVName, PVs: pvs, Node: node,
+		May: func(ctx context.Context, c claims.Claim) (bool, error) {
+			keeps, err := s.pub.Fence.KeepsClaim(ctx, id, node, append(pvs, c.PVs...))
+			return !keeps, err
+		},
+		Graceful: func(ctx context.Context) (bool, error) {
+			n, err := s.pub.Nodes.LiveNode(ctx, node)
+			return n.Exists && n.Ready && !n.OutOfService, err
+		},
+	})
 	if err != nil {
-		return err
+		s.pub.Reporter.UnpublishFailed("error")
+		return false, fmt.Errorf("volume %s: %w", id, err)
 	}
-	cut := !(n.Exists && n.Ready && !n.OutOfService)
-	_, err = s.syncExport(ctx, id, exportGoal{pv: pvName, gone: []informers.Retiring{informers.RetiringOf(node, cl)}, retire: true, cut: cut})
-	if err != nil && !errors.Is(err, rds.ErrNotFound) {
-		return fmt.Errorf("storage fencing could not shut node %s's host out on the RDS: %w", node, err)
+	if out.SettleErr != nil {
+		if len(out.Retiring) == 0 {
+			s.pub.Reporter.UnpublishFailed("storage")
+			return false, statusf(codes.Unavailable, "%v; the detach is retried", out.SettleErr)
+		}
+		klog.FromContext(ctx).Error(out.SettleErr, "storage fencing: the export change after the release failed; the leader makes it", "volume", id, "node", node)
 	}
-	return nil
-}
-
-// retireExport brings the export in line with the live claims after an
-// unpublish, never cutting, and with attachments retiring (their records,
-// by PV) changes its state once more when it stays closed (a fresh
-// tombstone), so that no open of a retired attachment in flight can land,
-// and removes the records it may.
-func (s *ControllerServer) retireExport(ctx context.Context, id, pvName string, retiring map[string][]informers.Retiring) error {
-	var err error
-	if len(retiring) > 0 {
-		_, err = s.retire(ctx, id, pvName, retiring)
-	} else if _, err = s.syncExport(ctx, id, exportGoal{pv: pvName}); errors.Is(err, rds.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
-		return statusf(codes.Unavailable, "volume %s: storage fencing could not bring its export in line with its claims on the RDS: %v; the detach is retried", id, err)
-	}
-	return nil
+	return out.Released, nil
 }
 
 // modeAllowed checks a request's sharing mode against the PV: a
@@ -961,18 +750,6 @@ func modeAllowed(v *informers.Volume, mode fencing.AccessMode) error {
 		return nil
 	}
 	return fmt.Errorf("the request asks for %s, but PersistentVolume %s grants only %v", mode, v.PVName, v.AccessModes)
-}
-
-// pvNamesOf is the names of v's PersistentVolumes.
-func pvNamesOf(v *informers.Volume) []string {
-	if v == nil {
-		return nil
-	}
-	names := make([]string, 0, len(v.PVs))
-	for _, pv := range v.PVs {
-		names = append(names, pv.Name)
-	}
-	return names
 }
 
 func holds(holders []fencing.Holder, node string) bool {

@@ -19,8 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // publishNow is the publisher's clock in these tests; VolumeAttachment
@@ -85,7 +85,7 @@ func (e *publishEnv) markAttached(id, nodeID string, pc map[string]string) {
 	if node == "" || e.client == nil {
 		return
 	}
-	name := informers.VolumeAttachmentName(id, DefaultDriverName, node)
+	name := claims.VolumeAttachmentName(id, DefaultDriverName, node)
 	va, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return // the test removed it
@@ -131,7 +131,7 @@ func (e *publishEnv) dropAutoVA(id, nodeID string) {
 	if node == "" || e.client == nil {
 		return
 	}
-	name := informers.VolumeAttachmentName(id, DefaultDriverName, node)
+	name := claims.VolumeAttachmentName(id, DefaultDriverName, node)
 	va, err := e.client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil || va.Labels[autoVALabel] != "true" {
 		return
@@ -580,10 +580,7 @@ func TestFailedCommitIsUnavailable(t *testing.T) {
 // (storage fencing off) reports the fence as the node fencer would.
 func TestRepeatedPublishReportsTheFenceItMade(t *testing.T) {
 	client := newFakeAPI(testNode(nodeA), testNode(nodeB))
-	e := newPublishEnvWith(t, client, nil, fencing.DefaultConfig(), testOptions(),
-		func(_ *ControllerServer, _ *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
-			cfg.Reactor = nil // only the publish fences here
-		})
+	e := newPublishEnvWith(t, client, nil, fencing.DefaultConfig(), testOptions(), withoutNodeFencer) // only the publish fences here
 	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
 	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-000000000605", corev1.ReadWriteMany, true)
 	for _, n := range []string{nodeA, nodeB} {

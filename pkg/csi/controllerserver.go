@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -34,7 +34,7 @@ const DefaultVolumeSize = rds.GiB
 //
 // ControllerPublishVolume and ControllerUnpublishVolume are served, and
 // PUBLISH_UNPUBLISH_VOLUME advertised, only with a Publisher (the
-// attachment index and its claims, see ServePublish): answering them
+// attachment index and the storage-fence protocol): answering them
 // without enforcing anything would pretend a safety the driver lacks.
 type ControllerServer struct {
 	csi.UnimplementedControllerServer
@@ -44,9 +44,18 @@ type ControllerServer struct {
 	pub      *Publisher
 }
 
-// NewControllerServer returns the Controller service of d.
-func NewControllerServer(d *Driver) *ControllerServer {
-	return &ControllerServer{d: d, inflight: NewInFlight(), now: time.Now}
+// NewControllerServer returns the Controller service of d, serving
+// ControllerPublish/Unpublish with pub (nil: not served).
+func NewControllerServer(d *Driver, pub *Publisher) *ControllerServer {
+	if pub != nil {
+		if pub.Clock == nil {
+			pub.Clock = clock.RealClock{}
+		}
+		if pub.CatchUp <= 0 {
+			pub.CatchUp = publishCatchUpLimit
+		}
+	}
+	return &ControllerServer{d: d, inflight: NewInFlight(), now: time.Now, pub: pub}
 }
 
 func volumeKey(id string) string   { return "volume/" + id }
@@ -508,39 +517,18 @@ func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeH
 // holderHealth (storage fencing): a volume this replica's index shows
 // claimed must be exported to its holder's attachment (or to one of two
 // in a migration, or on its way between them); closed, or open to another
-// host, the holder cannot connect. Read from the index: health is what an
-// operator looks at, and the leader's reconcile (on the live claims)
-// fixes what it finds.
+// host, the holder cannot connect (storagefence.Fence.ShutOut).
 func (s *ControllerServer) holderHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
 	if s.pub == nil {
 		return nil
 	}
-	v := s.pub.Index.Volume(d.Slot)
-	if !v.Indexed() {
+	holders := s.pub.Fence.ShutOut(d)
+	if len(holders) == 0 {
 		return nil
 	}
-	claims := map[string]informers.Claim{}
-	for n, c := range v.Claims.All() {
-		if !informers.Retired(v.Retiring, n, c) {
-			claims[n] = c
-		}
-	}
-	if len(claims) == 0 {
-		return nil
-	}
-	cur := rds.StateOf(d)
-	want, _ := s.d.wanted(d.Slot, v, claims)
-	if matches(cur, want) || (cur.Open && (s.d.holderHost(d.Slot, claims, cur.Host) || s.d.parkedFromHolder(d.Slot, claims, cur.Host))) {
-		return nil
-	}
-	holders := make([]string, 0, len(claims))
-	for n := range claims {
-		holders = append(holders, n)
-	}
-	sort.Strings(holders)
 	found := "closed"
-	if cur.Open {
-		found = fmt.Sprintf("open to another host (%s)", cur.Host)
+	if d.Exported {
+		found = fmt.Sprintf("open to another host (%s)", d.AllowHost)
 	}
 	return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthHolderShutOut,
 		"volume %s is published to node %s, but its export on the RDS is %s, so that node cannot connect; the leader's export reconcile brings it back in line with the live claims at its next pass (--export-reconcile-period): it reopens the export to the holder whose VolumeAttachment still stands, or closes it (event %s, metric rds_csi_export_claim_mismatch_total)",

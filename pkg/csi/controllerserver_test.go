@@ -45,7 +45,7 @@ func testOptions() Options {
 func newTestController(t *testing.T) (*ControllerServer, *fakeRDS) {
 	t.Helper()
 	f := newFakeRDS(100 * rds.GiB)
-	s := NewControllerServer(NewDriver(testOptions(), f))
+	s := NewControllerServer(NewDriver(testOptions(), f), nil)
 	s.now = func() time.Time { return testClock }
 	return s, f
 }
@@ -812,7 +812,7 @@ func TestSnapshots(t *testing.T) {
 
 	// Idempotent, and the metadata comes from the RDS, not from memory: a
 	// new controller (a restart) a day later sees the same snapshot.
-	restarted := NewControllerServer(NewDriver(testOptions(), f))
+	restarted := NewControllerServer(NewDriver(testOptions(), f), nil)
 	restarted.now = func() time.Time { return testClock.Add(24 * time.Hour) }
 	again := mustSnapshot(t, restarted, testSnapName, vol.VolumeId)
 	if again.SnapshotId != snap.SnapshotId || !again.CreationTime.AsTime().Equal(testClock) || again.SourceVolumeId != testPVC {

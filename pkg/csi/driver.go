@@ -47,8 +47,9 @@ type Driver struct {
 }
 
 // NewDriver returns a driver for validated options. rds may be nil in node
-// mode.
-func NewDriver(opts Options, client RDS) *Driver {
+// mode. Probe passes once the RDS answers and every check of ready passes
+// (for example: the attachment index's informers have synced).
+func NewDriver(opts Options, client RDS, ready ...ReadinessCheck) *Driver {
 	d := &Driver{opts: opts, rds: client}
 	if client != nil {
 		d.readiness = append(d.readiness, func(ctx context.Context) error {
@@ -56,12 +57,9 @@ func NewDriver(opts Options, client RDS) *Driver {
 			return err
 		})
 	}
+	d.readiness = append(d.readiness, ready...)
 	return d
 }
-
-// AddReadinessCheck adds a condition Probe must pass (for example: the
-// attachment index's informers have synced).
-func (d *Driver) AddReadinessCheck(c ReadinessCheck) { d.readiness = append(d.readiness, c) }
 
 // Ready runs every readiness check.
 func (d *Driver) Ready(ctx context.Context) error {

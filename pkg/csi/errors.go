@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -50,7 +50,7 @@ func toStatus(err error) error {
 		// The Kubernetes API server failed or could not be reached: a
 		// write may or may not have landed, and the CO retries.
 		code = codes.Unavailable
-	case errors.Is(err, informers.ErrUnreadable):
+	case errors.Is(err, claims.ErrUnreadable):
 		// An annotation of the driver's that cannot be read: nothing
 		// changes until someone fixes it.
 		code = codes.FailedPrecondition

@@ -19,7 +19,6 @@ import (
 
 	"github.com/srvlab/rds-csi/pkg/exportauth"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -33,10 +32,7 @@ func exportAuthOptions() Options {
 // newAuthEnv is a replica with --storage-fencing=allow-host and
 // --export-auth=dhchap, its calls logged into the returned buffer.
 func newAuthEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS) (*publishEnv, *lockedLog) {
-	e := newPublishEnvWith(t, client, rdsFake, fencing.DefaultConfig(), exportAuthOptions(),
-		func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-			claims.CutStorageOnFence(cs)
-		})
+	e := newPublishEnvWith(t, client, rdsFake, fencing.DefaultConfig(), exportAuthOptions())
 	log := &lockedLog{}
 	e.ctx = klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(log), textlogger.Verbosity(10))))
 	return e, log
@@ -230,10 +226,7 @@ func TestExportAuthTurnedOffClearsThePassword(t *testing.T) {
 	}
 	on.close()
 
-	off := newPublishEnvWith(t, client, on.rds, fencing.DefaultConfig(), allowHostOptions(),
-		func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-			claims.CutStorageOnFence(cs)
-		})
+	off := newPublishEnvWith(t, client, on.rds, fencing.DefaultConfig(), allowHostOptions())
 	waitFor(t, "the new replica to see node-a's claim", func() bool {
 		v := off.index.Volume(id)
 		_, ok := v.Claims.Get("node-a")

@@ -13,9 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 var vaGVR = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "volumeattachments"}
@@ -43,11 +44,8 @@ func newTwoFencedReplicas(t *testing.T, nodes ...string) (*publishEnv, *publishE
 	}
 	client := newFakeAPI(objs...)
 	shared := newFakeRDS(1 << 40)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-		claims.CutStorageOnFence(cs)
-	}
-	a := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions(), wire)
-	b := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions(), wire)
+	a := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions())
+	b := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions())
 	return a, b, client
 }
 
@@ -158,7 +156,7 @@ func TestPublishWithdrawsItsClaimWhenTheAttachmentGoesMeanwhile(t *testing.T) {
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000004", corev1.ReadWriteOnce, false)
 	a.ensureVA(id, nodeA)
-	name := informers.VolumeAttachmentName(id, DefaultDriverName, "node-a")
+	name := claims.VolumeAttachmentName(id, DefaultDriverName, "node-a")
 	committed := false
 	client.PrependReactor("patch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		committed = true
@@ -184,7 +182,7 @@ func TestReconcileLeavesAMigrationAlone(t *testing.T) {
 	a, _, client := newTwoFencedReplicas(t, "node-a", "node-b")
 	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000005", corev1.ReadWriteMany, true)
 	_, target := a.migrateAToB(id)
-	if n, err := a.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
+	if n, err := a.fence.Reconcile(context.Background(), nil); err != nil || n != 0 {
 		t.Fatalf("reconcile of a migration = %d, %v; want nothing to fix", n, err)
 	}
 	wantExport(t, a, id, true, target)
@@ -206,7 +204,7 @@ func TestReconcileOnLiveClaimsNotALaggingIndex(t *testing.T) {
 	host := a.hostOf(id, "node-a")
 	// b's index has not necessarily seen the claim; whatever it shows,
 	// its reconcile must leave node-a's export open.
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	wantExport(t, a, id, true, host)
@@ -216,12 +214,12 @@ func TestReconcileOnLiveClaimsNotALaggingIndex(t *testing.T) {
 	a.rds.putDisk(d)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := a.cs.ReconcileExports(ctx, nil); err == nil {
+	if _, err := a.fence.Reconcile(ctx, nil); err == nil {
 		t.Fatal("a reconcile with its leadership lost reported no error")
 	}
 	wantExport(t, a, id, true, nqnB)
-	var found []Mismatch
-	if n, err := a.cs.ReconcileExports(context.Background(), func(m Mismatch) { found = append(found, m) }); err != nil || n != 1 || len(found) != 1 {
+	var found []storagefence.Mismatch
+	if n, err := a.fence.Reconcile(context.Background(), func(m storagefence.Mismatch) { found = append(found, m) }); err != nil || n != 1 || len(found) != 1 {
 		t.Fatalf("reconcile = %d, %v, %v; want the mismatch fixed and reported", n, err, found)
 	}
 	wantExport(t, a, id, true, host)
@@ -245,7 +243,7 @@ func TestStorageFencingReadOnlyManyReaders(t *testing.T) {
 		wantExport(t, a, id, true, "")
 	}
 	a.waitClaims(id, "node-a", "node-b")
-	if n, err := a.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
+	if n, err := a.fence.Reconcile(context.Background(), nil); err != nil || n != 0 {
 		t.Fatalf("reconcile of a read-only volume's readers = %d, %v; want nothing to fix", n, err)
 	}
 	wantExport(t, a, id, true, "")

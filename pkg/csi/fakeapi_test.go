@@ -20,8 +20,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // newFakeAPI returns a fake clientset whose PersistentVolume patches and
@@ -91,14 +93,21 @@ func enforceResourceVersions(client *fake.Clientset) *fake.Clientset {
 }
 
 // publishEnv is one controller replica: the informers' attachment index,
-// the claims, and a ControllerServer serving publish on a fake RDS.
+// the storage-fence protocol on the claims, and a ControllerServer serving
+// publish on a fake RDS, built as cmd/rds-csi-driver builds them.
 type publishEnv struct {
-	t      *testing.T
+	t *testing.T
+	// client is the API server the test reads and writes; own is the
+	// client the replica itself calls it through (the same, or a wrapper
+	// whose requests the test can hold or fail).
 	client *fake.Clientset
+	own    *fake.Clientset
 	cs     *ControllerServer
 	rds    *fakeRDS
 	index  *informers.AttachmentIndex
 	ctrl   *informers.Controller
+	fence  *storagefence.Fence
+	live   *fencing.Liveness
 	events *record.FakeRecorder
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -114,45 +123,74 @@ func (e *publishEnv) callContext() context.Context {
 	return context.Background()
 }
 
+// envConfig is what a test replica is built with beyond the driver's
+// options and the policy.
+type envConfig struct {
+	// taint: --out-of-service-taint (a NotReady or heartbeat fence taints
+	// the node, and its recovery removes the taint).
+	taint bool
+	// noNodeFencer: the informers run without the node fencer, so that no
+	// fence races the publish under test.
+	noNodeFencer bool
+}
+
+type envOption func(*envConfig)
+
+func withTaint(c *envConfig)         { c.taint = true }
+func withoutNodeFencer(c *envConfig) { c.noNodeFencer = true }
+
 // newPublishEnv starts a replica on client and waits until its informers
 // have synced. rdsFake may be shared between replicas.
 func newPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config) *publishEnv {
-	return newPublishEnvWith(t, client, rdsFake, policy, testOptions(), nil)
+	return newPublishEnvWith(t, client, rdsFake, policy, testOptions())
 }
 
-// newPublishEnvWith is newPublishEnv with the driver's options and a hook
-// that wires what cmd/rds-csi-driver wires for them, before the informers
-// start.
-func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config, opts Options,
-	wire func(cs *ControllerServer, claims *informers.Claims, fencer *fencing.Fencer, cfg *informers.Config)) *publishEnv {
+// newPublishEnvWith is newPublishEnv with the driver's options (storage
+// fencing and authenticated exports follow from them) and more.
+func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config, opts Options, more ...envOption) *publishEnv {
 	t.Helper()
+	var cfg envConfig
+	for _, o := range more {
+		o(&cfg)
+	}
 	if rdsFake == nil {
 		rdsFake = newFakeRDS(1000 * 1 << 30)
 	}
 	index := informers.NewAttachmentIndex()
 	events := record.NewFakeRecorder(100000)
 	reporter := fencing.NewReporter(events, nil)
-	claims := informers.NewClaims(client, DefaultDriverName)
-	fencer := fencing.NewFencer(claims, reporter, nil, policy, nil)
-	cs := NewControllerServer(NewDriver(opts, rdsFake))
-	cfg := informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Malformed: informers.NewMalformedSet(nil)}
-	if wire != nil {
-		wire(cs, claims, fencer, &cfg)
-	}
-	ctrl, err := informers.NewController(client, index, cfg)
+	live := fencing.NewLiveness(fencing.LivenessConfig{Policy: policy, Client: client})
+	fence, err := storagefence.New(storagefence.Config{
+		StorageFencing: opts.AllowHostFencing(), ExportAuth: opts.ExportAuthOn(), AttachmentKey: opts.AttachmentKey,
+		RDS: rdsFake, Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: index, Nodes: live,
+		IsVolumeID: IsVolumeID, IsVolumeDisk: opts.IsVolumeDisk, Reporter: reporter,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims.TimeWith(ctrl.Liveness())
+	icfg := informers.Config{DriverName: DefaultDriverName, Policy: policy, Liveness: live, Malformed: informers.NewMalformedSet(nil)}
+	if !cfg.noNodeFencer {
+		ncfg := storagefence.NodeFencerConfig{Fence: fence, Nodes: live, Policy: policy, Reporter: reporter}
+		if cfg.taint {
+			tainter := fencing.NewTainter(client, DefaultDriverName, live)
+			ncfg.Tainter = tainter
+			icfg.NodeRecovered = tainter.RemoveTaint
+		}
+		icfg.Reactor = storagefence.NewNodeFencer(ncfg)
+	}
+	ctrl, err := informers.NewController(client, index, icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &publishEnv{t: t, client: client, rds: rdsFake, index: index, ctrl: ctrl, events: events, stop: cancel, done: make(chan struct{})}
+	e := &publishEnv{t: t, client: client, own: client, rds: rdsFake, index: index, ctrl: ctrl, fence: fence, live: live, events: events, stop: cancel, done: make(chan struct{})}
 	go func() { ctrl.Run(ctx); close(e.done) }()
 	t.Cleanup(e.close)
 	if !ctrl.WaitForSync(ctx) {
 		t.Fatal("informers never synced")
 	}
-	e.cs = cs.ServePublish(&Publisher{
-		Index: index, Claims: claims, Synced: ctrl.Synced, Policy: policy, Reporter: reporter, Malformed: cfg.Malformed,
+	e.cs = NewControllerServer(NewDriver(opts, rdsFake), &Publisher{
+		Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: policy, Reporter: reporter, Malformed: icfg.Malformed,
 	})
 	return e
 }
@@ -201,7 +239,7 @@ func testNode(name string) *corev1.Node {
 // Kubernetes names it (the tests' volume handles are their PV names).
 func testVA(pv, node string, created time.Time) *storagev1.VolumeAttachment {
 	return &storagev1.VolumeAttachment{
-		ObjectMeta: metav1.ObjectMeta{Name: informers.VolumeAttachmentName(pv, DefaultDriverName, node), CreationTimestamp: metav1.NewTime(created)},
+		ObjectMeta: metav1.ObjectMeta{Name: claims.VolumeAttachmentName(pv, DefaultDriverName, node), CreationTimestamp: metav1.NewTime(created)},
 		Spec: storagev1.VolumeAttachmentSpec{Attacher: DefaultDriverName, NodeName: node,
 			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
 		Status: storagev1.VolumeAttachmentStatus{Attached: true},
@@ -209,13 +247,13 @@ func testVA(pv, node string, created time.Time) *storagev1.VolumeAttachment {
 }
 
 // claimsOf reads a PV's committed claims from the API.
-func claimsOf(t testing.TB, client *fake.Clientset, pv string) map[string]informers.Claim {
+func claimsOf(t testing.TB, client *fake.Clientset, pv string) map[string]claims.Claim {
 	t.Helper()
 	p, err := client.CoreV1().PersistentVolumes().Get(context.Background(), pv, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := informers.DecodeClaims(p)
+	m, err := claims.DecodeClaims(p)
 	if err != nil {
 		t.Fatalf("claims of %s: %v", pv, err)
 	}
@@ -224,15 +262,130 @@ func claimsOf(t testing.TB, client *fake.Clientset, pv string) map[string]inform
 
 // retiringOf reads a PV's retiring attachments (RetiringAnnotation) from
 // the API server.
-func retiringOf(t testing.TB, client *fake.Clientset, pv string) []informers.Retiring {
+func retiringOf(t testing.TB, client *fake.Clientset, pv string) []claims.Retiring {
 	t.Helper()
 	p, err := client.CoreV1().PersistentVolumes().Get(context.Background(), pv, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := informers.ParseRetiring(p.Annotations[informers.RetiringAnnotation])
+	r, err := claims.ParseRetiring(p.Annotations[claims.RetiringAnnotation])
 	if err != nil {
 		t.Fatalf("retiring attachments of %s: %v", pv, err)
 	}
 	return r
 }
+
+// apiHold holds the next request of one verb on one object of a fake API
+// server until the test releases it: a replica paused at that read or
+// write.
+type apiHold struct {
+	entered, release chan struct{}
+}
+
+// holdAPI holds the next verb request on resource name (any name when
+// name is "") that reaches client, until release is closed; later ones
+// pass.
+func holdAPI(client *fake.Clientset, verb, resource, name string) *apiHold {
+	h := &apiHold{entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	client.PrependReactor(verb, resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if n, ok := a.(interface{ GetName() string }); ok && name != "" && n.GetName() != name {
+			return false, nil, nil
+		}
+		once.Do(func() {
+			close(h.entered)
+			<-h.release
+		})
+		return false, nil, nil
+	})
+	return h
+}
+
+// holdReleaseOfSecondPV holds, on replica client own, the read of PV
+// second that follows the write to PV first: a release that reached its
+// first PV, paused before its second.
+func holdReleaseOfSecondPV(own *fake.Clientset, first, second string) *apiHold {
+	h := &apiHold{entered: make(chan struct{}), release: make(chan struct{})}
+	var mu sync.Mutex
+	wrote, held := false, false
+	own.PrependReactor("*", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		n, ok := a.(interface{ GetName() string })
+		if !ok {
+			return false, nil, nil
+		}
+		mu.Lock()
+		hold := false
+		switch {
+		case a.GetVerb() == "patch" && n.GetName() == first:
+			wrote = true
+		case a.GetVerb() == "get" && n.GetName() == second && wrote && !held:
+			held, hold = true, true
+		}
+		mu.Unlock()
+		if hold {
+			close(h.entered)
+			<-h.release
+		}
+		return false, nil, nil
+	})
+	return h
+}
+
+// failAPIOnce fails the next verb request on resource name that reaches
+// client with err; later ones pass.
+func failAPIOnce(client *fake.Clientset, verb, resource, name string, err error) {
+	var mu sync.Mutex
+	done := false
+	client.PrependReactor(verb, resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if n, ok := a.(interface{ GetName() string }); ok && name != "" && n.GetName() != name {
+			return false, nil, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return false, nil, nil
+		}
+		done = true
+		return true, nil, err
+	})
+}
+
+// fenceNode runs on replica e what the leader's node fencer does for a
+// node the index shows stale (out of service) that holds volume id: the
+// release of its claim, backed by a live read of the node, through the
+// storage-fence protocol. It reports whether the claim went.
+func (e *publishEnv) fenceNode(ctx context.Context, id, node string) (bool, error) {
+	e.t.Helper()
+	v := e.index.Volume(id)
+	if !v.Indexed() {
+		e.t.Fatalf("volume %s is not in replica's index", id)
+	}
+	fenced := &fenceReasons{}
+	nf := storagefence.NewNodeFencer(storagefence.NodeFencerConfig{Fence: e.fence, Nodes: e.live, Policy: fencing.DefaultConfig(),
+		Reporter: fencing.NewReporter(nil, fenced)})
+	err := nf.NodeStale(ctx, fencing.StaleHolder{Node: node, Reason: fencing.FenceOutOfService, Volumes: []fencing.VolumeRef{v.Ref()}})
+	return len(fenced.reasons) > 0, err
+}
+
+// fenceReasons is fencing.Metrics that keeps the fences' reasons.
+type fenceReasons struct {
+	mu      sync.Mutex
+	reasons []fencing.FenceReason
+}
+
+func (*fenceReasons) PublishResult(string)          {}
+func (*fenceReasons) UnpublishResult(string)        {}
+func (*fenceReasons) PublishDecision(time.Duration) {}
+func (*fenceReasons) Conflict()                     {}
+func (m *fenceReasons) Fenced(reason fencing.FenceReason) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reasons = append(m.reasons, reason)
+}
+func (*fenceReasons) OrphanedClaims(int)  {}
+func (*fenceReasons) MigrationStarted()   {}
+func (*fenceReasons) MigrationFinished()  {}
+func (*fenceReasons) MigrationTimedOut()  {}
+func (*fenceReasons) ExportMismatch(bool) {}
+func (*fenceReasons) GuardHolding(bool)   {}
+func (*fenceReasons) NodeFlapped()        {}

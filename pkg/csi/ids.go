@@ -64,6 +64,16 @@ func hashHex(s string) string {
 	return hex.EncodeToString(sum[:])[:hashedIDHexLen]
 }
 
+// IsVolumeID reports whether id is a volume ID this driver could have
+// made (what storage fencing may change the export of).
+func IsVolumeID(id string) bool { return isVolumeID(id) }
+
+// IsVolumeDisk reports whether a disk is one of the volumes of a driver
+// with these options (Driver.isVolumeDisk).
+func (o *Options) IsVolumeDisk(disk *rds.Disk) bool {
+	return isVolumeID(disk.Slot) && disk.FilePath == rds.VolumeFilePath(o.VolumePath, disk.Slot)
+}
+
 // isVolumeID reports whether id is a volume ID this driver could have made.
 func isVolumeID(id string) bool {
 	return volumeIDRE.MatchString(id) && rds.ValidateSlot(id) == nil
@@ -85,9 +95,7 @@ func (d *Driver) nqn(volumeID string) string { return d.opts.NQNPrefix + volumeI
 // isVolumeDisk reports whether a disk is one of this driver's volumes: its
 // slot is a volume ID and its file is that volume's file. Snapshots,
 // foreign disks and disks of another --rds-volume-path are not.
-func (d *Driver) isVolumeDisk(disk *rds.Disk) bool {
-	return isVolumeID(disk.Slot) && disk.FilePath == d.volumeFilePath(disk.Slot)
-}
+func (d *Driver) isVolumeDisk(disk *rds.Disk) bool { return d.opts.IsVolumeDisk(disk) }
 
 // snapshotMeta is what a snapshot's file name records. RouterOS keeps no
 // source or creation time for a copied disk, so the driver writes both into

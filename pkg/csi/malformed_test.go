@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // setAnnotation writes a raw annotation value on a PV (an operator's
@@ -51,8 +51,8 @@ func TestPublishFailsClosedOnUnreadableClaims(t *testing.T) {
 	malformed := e.cs.pub.Malformed
 	refused := func(what string, err error) {
 		t.Helper()
-		if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), informers.ClaimsAnnotation) {
-			t.Errorf("%s: %v (code %v), want FAILED_PRECONDITION naming %s", what, err, code(err), informers.ClaimsAnnotation)
+		if code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), claims.ClaimsAnnotation) {
+			t.Errorf("%s: %v (code %v), want FAILED_PRECONDITION naming %s", what, err, code(err), claims.ClaimsAnnotation)
 		}
 	}
 
@@ -62,14 +62,14 @@ func TestPublishFailsClosedOnUnreadableClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	const broken = `{"node-a": 2024-01-01`
-	setAnnotation(t, client, id, informers.ClaimsAnnotation, broken)
+	setAnnotation(t, client, id, claims.ClaimsAnnotation, broken)
 	waitFor(t, "the index to skip the unreadable PV", func() bool { return len(malformed.ForHandle(id)) == 1 })
 	_, err := e.publish(id, nodeB, rwo)
 	refused("publish to another node", err)
 	_, err = e.publish(id, nodeA, rwo)
 	refused("publish to the node the last readable claims named", err)
 	refused("unpublish", e.unpublish(id, nodeA))
-	if got := rawAnnotation(t, client, id, informers.ClaimsAnnotation); got != broken {
+	if got := rawAnnotation(t, client, id, claims.ClaimsAnnotation); got != broken {
 		t.Errorf("the unreadable annotation was written over: %q", got)
 	}
 
@@ -80,7 +80,7 @@ func TestPublishFailsClosedOnUnreadableClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := testPV(id2, id2, corev1.ReadWriteOnce, false)
-	p.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a": "yesterday"}`}
+	p.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a": "yesterday"}`}
 	if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +90,12 @@ func TestPublishFailsClosedOnUnreadableClaims(t *testing.T) {
 
 	// Fixed: node-a's claim is back, node-b is refused for it (the
 	// policy's refusal), node-a publishes again.
-	setAnnotation(t, client, id, informers.ClaimsAnnotation, `{"node-a":"2026-11-22T12:00:00Z"}`)
+	setAnnotation(t, client, id, claims.ClaimsAnnotation, `{"node-a":"2026-11-22T12:00:00Z"}`)
 	waitFor(t, "the fixed PV to be indexed", func() bool {
 		v := e.index.Volume(id)
 		return len(malformed.ForHandle(id)) == 0 && v != nil && v.Claims.Len() == 1
 	})
-	if _, err := e.publish(id, nodeB, rwo); code(err) != codes.FailedPrecondition || strings.Contains(err.Error(), informers.ClaimsAnnotation) {
+	if _, err := e.publish(id, nodeB, rwo); code(err) != codes.FailedPrecondition || strings.Contains(err.Error(), claims.ClaimsAnnotation) {
 		t.Errorf("publish to node-b after the fix: %v, want the policy's refusal (node-a holds it)", err)
 	}
 	if _, err := e.publish(id, nodeA, rwo); err != nil {
@@ -111,7 +111,7 @@ func TestUnreadableRetiringWithoutFencing(t *testing.T) {
 	e := newPublishEnv(t, client, nil, fencing.DefaultConfig())
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := e.newVolume(client, "pvc-3a000000-0000-4000-8000-000000000003", corev1.ReadWriteOnce, false)
-	setAnnotation(t, client, id, informers.RetiringAnnotation, "not json")
+	setAnnotation(t, client, id, claims.RetiringAnnotation, "not json")
 	waitFor(t, "the index to count the record", func() bool { return len(e.cs.pub.Malformed.ForHandle(id)) == 1 })
 	if _, err := e.publish(id, nodeA, rwo); err != nil {
 		t.Errorf("publish: %v", err)
@@ -133,7 +133,7 @@ func TestUnreadableRetiringWithFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	const broken = "[{not json"
-	setAnnotation(t, client, id, informers.RetiringAnnotation, broken)
+	setAnnotation(t, client, id, claims.RetiringAnnotation, broken)
 	waitFor(t, "the index to count the record", func() bool { return len(e.cs.pub.Malformed.ForHandle(id)) == 1 })
 	for _, call := range []struct {
 		what string
@@ -143,11 +143,11 @@ func TestUnreadableRetiringWithFencing(t *testing.T) {
 		{"publish again to the holder", func() error { _, err := e.publish(id, nodeA, rwo); return err }},
 		{"unpublish", func() error { return e.unpublish(id, nodeA) }},
 	} {
-		if err := call.err(); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), informers.RetiringAnnotation) {
-			t.Errorf("%s: %v (code %v), want FAILED_PRECONDITION naming %s", call.what, err, code(err), informers.RetiringAnnotation)
+		if err := call.err(); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), claims.RetiringAnnotation) {
+			t.Errorf("%s: %v (code %v), want FAILED_PRECONDITION naming %s", call.what, err, code(err), claims.RetiringAnnotation)
 		}
 	}
-	if got := rawAnnotation(t, client, id, informers.RetiringAnnotation); got != broken {
+	if got := rawAnnotation(t, client, id, claims.RetiringAnnotation); got != broken {
 		t.Errorf("the unreadable record was written over: %q", got)
 	}
 }

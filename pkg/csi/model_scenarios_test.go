@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -60,7 +60,7 @@ func (m *model) taintOutOfService(node string) {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	n.Spec.Taints = []corev1.Taint{{Key: informers.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
+	n.Spec.Taints = []corev1.Taint{{Key: fencing.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
 	if _, err := m.api.CoreV1().Nodes().Update(m.ctx, n, metav1.UpdateOptions{}); err != nil {
 		m.t.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func TestLateJoinDoesNotLetARetiredHolderIn(t *testing.T) {
 	}
 	// The reconcile undoes whatever the late swap left: the export allows
 	// n2's attachment again.
-	if _, err := r0.cs.ReconcileExports(m.ctx, nil); err != nil {
+	if _, err := r0.fence.Reconcile(m.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	h2 := m.answeredCtx[m.vaName(v, "n2")][PublishContextHostNQN]
@@ -619,7 +619,7 @@ func TestCutSourceNotToldItMayWrite(t *testing.T) {
 		t.Fatal("scripting: the fence's cut should have dropped n0's connection")
 	}
 	// 4.
-	if _, err := r0.cs.ReconcileExports(m.ctx, nil); err != nil {
+	if _, err := r0.fence.Reconcile(m.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := m.rds.disk(v.id); !d.Exported || d.AllowHost != h1 {

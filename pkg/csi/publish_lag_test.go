@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
 )
@@ -262,7 +263,7 @@ func has[V any](m map[string]V, k string) bool {
 }
 
 // claimOn is node's claim in cs, or none.
-func claimOn(cs informers.ClaimSet, node string) informers.Claim {
+func claimOn(cs claims.Set, node string) claims.Claim {
 	c, _ := cs.Get(node)
 	return c
 }
@@ -302,9 +303,9 @@ func TestLaggingReplicaEmptyNodeUnpublishReleasesUnseenClaim(t *testing.T) {
 			if fenced {
 				opts = allowHostOptions()
 			}
-			a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), opts, nil)
+			a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), opts)
 			lag := newLaggingClient(t, shared)
-			b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), opts, nil)
+			b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), opts)
 			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 			const pv = "pvc-0a1b2c3d-0000-4000-8000-000000000311"
 			id := a.newVolume(shared, pv, corev1.ReadWriteOnce, false)
@@ -340,12 +341,9 @@ func TestPartialCommitTakesItsNewClaimBack(t *testing.T) {
 	node.UID = "uid-n1"
 	shared := newFakeAPI(node)
 	rdsFake := newFakeRDS(1 << 40)
-	fenced := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-		claims.CutStorageOnFence(cs)
-	}
 	lagX, lagY := newLaggingClient(t, shared), newLaggingClient(t, shared)
-	x := newPublishEnvWith(t, lagX.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), fenced)
-	y := newPublishEnvWith(t, lagY.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), fenced)
+	x := newPublishEnvWith(t, lagX.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions())
+	y := newPublishEnvWith(t, lagY.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions())
 	y.cs.pub.CatchUp = time.Millisecond // its PV watch stays paused: no use waiting
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	ctx := context.Background()
@@ -376,5 +374,5 @@ func TestPartialCommitTakesItsNewClaimBack(t *testing.T) {
 	}
 	lagX.resume("persistentvolumes")
 	lagY.resume("persistentvolumes")
-	wantExport(t, x, id, true, x.cs.d.claimHost(id, "n1", answered))
+	wantExport(t, x, id, true, x.fence.HostOf(id, "n1", answered))
 }

@@ -27,11 +27,13 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/exportauth"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // The publish model check (issue 10). Two controller replicas share one
@@ -63,7 +65,7 @@ import (
 // swap on the state at that moment, at a random moment up to
 // maxLateSteps steps later (in another operation's RDS call, or at the
 // end of a step), or never. The leader (now and then a former leader)
-// runs ReconcileExports. The checker follows the RDS at every change of
+// runs its reconcile (Fence.Reconcile). The checker follows the RDS at every change of
 // an export (exportChanged): which nodes may be connected (a node told it
 // may write, until the RDS drops connections or it unstages; a dropped
 // kernel reconnects whenever the export allows its host again) and which
@@ -96,6 +98,7 @@ type modelReplica struct {
 	ctrl    *informers.Controller
 	feed    *informers.Feed
 	cs      *ControllerServer
+	fence   *storagefence.Fence
 	pending map[string][]watch.Event // by resource
 	// pausedUntil: the step until which a stream delivers nothing.
 	pausedUntil map[string]int
@@ -256,18 +259,24 @@ func newModelWith(t *testing.T, seed int64, fenced, auth bool, mod func(*fakeRDS
 	for i := 0; i < 2; i++ {
 		r := &modelReplica{name: fmt.Sprintf("r%d", i), index: informers.NewAttachmentIndex(), pending: map[string][]watch.Event{}, pausedUntil: map[string]int{}}
 		client := m.replicaClient(r)
-		claims := informers.NewClaims(client, DefaultDriverName)
 		policy := fencing.DefaultConfig()
 		idx := i
-		fencer := fencing.NewFencer(claims, nil, func() bool { return m.leader == idx }, policy, clk.Now)
-		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy, Reactor: fencer, Clock: clk})
-		claims.TimeWith(r.ctrl.Liveness())
-		r.cs = NewControllerServer(NewDriver(opts, rdsFake))
-		if fenced {
-			claims.CutStorageOnFence(&modelFence{m: m, cs: r.cs})
+		live := fencing.NewLiveness(fencing.LivenessConfig{Clock: clk, Policy: policy, Client: client})
+		fence, err := storagefence.New(storagefence.Config{
+			StorageFencing: opts.AllowHostFencing(), ExportAuth: opts.ExportAuthOn(), AttachmentKey: opts.AttachmentKey,
+			RDS: rdsFake, Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: r.index, Nodes: live,
+			IsVolumeID: IsVolumeID, IsVolumeDisk: opts.IsVolumeDisk,
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		r.cs.ServePublish(&Publisher{
-			Index: r.index, Claims: claims, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
+		r.fence = fence
+		fencer := storagefence.NewNodeFencer(storagefence.NodeFencerConfig{Fence: fence, Nodes: live, Policy: policy,
+			IsLeader: func() bool { return m.leader == idx }, Now: clk.Now})
+		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy,
+			Reactor: &modelFencer{m: m, NodeFencer: fencer}, Clock: clk, Liveness: live})
+		r.cs = NewControllerServer(NewDriver(opts, rdsFake), &Publisher{
+			Index: r.index, Fence: fence, Nodes: live, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
 			// The index moves only when the schedule delivers: a publish
 			// that conflicted must not wait for it in real time.
 			CatchUp: time.Nanosecond})
@@ -341,8 +350,8 @@ func (m *model) exportState(v *modelVolume) string {
 
 // hostLabel is the last four characters of the host NQN claim c of node
 // on handle allows, as exportState prints allowed hosts.
-func (f *fakeRDS) hostLabel(handle, node string, c informers.Claim) string {
-	h := (&Driver{opts: allowHostOptions()}).claimHost(handle, node, c)
+func (f *fakeRDS) hostLabel(handle, node string, c claims.Claim) string {
+	h := storagefence.HostNQN(allowHostOptions().AttachmentKey, handle, node, c)
 	if len(h) < 4 {
 		return "any"
 	}
@@ -505,14 +514,14 @@ func (m *model) limit(v *modelVolume) int {
 }
 
 // hostOf is the host NQN a claim of node on handle lets in.
-func (m *model) hostOf(handle, node string, c informers.Claim) string {
-	return m.replicas[0].cs.d.claimHost(handle, node, c)
+func (m *model) hostOf(handle, node string, c claims.Claim) string {
+	return m.replicas[0].fence.HostOf(handle, node, c)
 }
 
 // liveClaims are a volume's claims in the API, joined over its PVs as
 // the driver joins them (the newer of two, by time then publish count).
-func (m *model) liveClaims(v *modelVolume) map[string]informers.Claim {
-	out := map[string]informers.Claim{}
+func (m *model) liveClaims(v *modelVolume) map[string]claims.Claim {
+	out := map[string]claims.Claim{}
 	for _, pv := range v.pvs {
 		for n, c := range claimsOf(m.t, m.api, pv) {
 			if cur, ok := out[n]; !ok || c.At.After(cur.At) || (c.At.Equal(cur.At) && c.Gen > cur.Gen) {
@@ -691,27 +700,23 @@ func (m *model) endOp(ok bool) {
 	}
 }
 
-// modelFence is a replica's storage fence (CutOff before a fence's
-// release, Settle after it), bracketed as an operation: the fence is
-// complete once Settle succeeded.
-type modelFence struct {
-	m  *model
-	cs *ControllerServer
+// modelFencer is a replica's node fencer, each volume's fence bracketed
+// as an operation: complete once its release (cut, release, settle)
+// succeeded.
+type modelFencer struct {
+	m *model
+	*storagefence.NodeFencer
 }
 
-func (f *modelFence) CutOff(ctx context.Context, pvName, handle string, attachment informers.Retiring) error {
-	f.m.startOp("fence")
-	err := f.cs.CutOff(ctx, pvName, handle, attachment)
-	if err != nil {
-		f.m.endOp(false)
+func (f *modelFencer) NodeStale(ctx context.Context, s fencing.StaleHolder) error {
+	var errs []error
+	for _, v := range s.Volumes {
+		f.m.startOp("fence")
+		err := f.NodeFencer.NodeStale(ctx, fencing.StaleHolder{Node: s.Node, Reason: s.Reason, Volumes: []fencing.VolumeRef{v}})
+		f.m.endOp(err == nil)
+		errs = append(errs, err)
 	}
-	return err
-}
-
-func (f *modelFence) Settle(ctx context.Context, pvName, handle string, released informers.Retiring) error {
-	err := f.cs.Settle(ctx, pvName, handle, released)
-	f.m.endOp(err == nil)
-	return err
+	return errors.Join(errs...)
 }
 
 // backed: a success answered to node stands on its live claim, of the
@@ -872,7 +877,7 @@ func (m *model) fail(format string, args ...any) {
 }
 
 func (m *model) vaName(v *modelVolume, node string) string {
-	return informers.VolumeAttachmentName(v.id, DefaultDriverName, node)
+	return claims.VolumeAttachmentName(v.id, DefaultDriverName, node)
 }
 
 func (m *model) getVA(v *modelVolume, node string) *storagev1.VolumeAttachment {
@@ -1118,7 +1123,7 @@ func (m *model) nodeOp(node string) {
 		m.oos[node] = !m.oos[node]
 		n.Spec.Taints = nil
 		if m.oos[node] {
-			n.Spec.Taints = []corev1.Taint{{Key: informers.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
+			n.Spec.Taints = []corev1.Taint{{Key: fencing.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
 			m.voidHolds(node, uid)
 		}
 		if _, err := m.api.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
@@ -1142,7 +1147,7 @@ func (m *model) pvOp(v *modelVolume) {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	if c, _ := informers.DecodeClaims(pv); len(c) > 0 {
+	if c, _ := claims.DecodeClaims(pv); len(c) > 0 {
 		return
 	}
 	vas, err := m.api.StorageV1().VolumeAttachments().List(m.ctx, metav1.ListOptions{})
@@ -1257,7 +1262,7 @@ func (m *model) randomStep() {
 	m.check()
 }
 
-// reconcile runs ReconcileExports on rep. When no RDS command was in
+// reconcile runs its reconcile (Fence.Reconcile) on rep. When no RDS command was in
 // flight, rep's index had every event and the pass failed nothing, every
 // export must then match the live claims.
 func (m *model) reconcile(rep *modelReplica, who string) (fixed int, err error) {
@@ -1268,7 +1273,7 @@ func (m *model) reconcile(rep *modelReplica, who string) (fixed int, err error) 
 		quiet = quiet && len(evs) == 0
 	}
 	var found []string
-	fixed, err = rep.cs.ReconcileExports(m.ctx, func(mm Mismatch) {
+	fixed, err = rep.fence.Reconcile(m.ctx, func(mm storagefence.Mismatch) {
 		found = append(found, fmt.Sprintf("%s: %s -> %s (%v)", mm.Volume[len(mm.Volume)-3:], stateLabel(mm.Found), stateLabel(mm.Now), mm.Err))
 	})
 	m.logf("%s (%s) reconciles: %d fixed %v, err %v", rep.name, who, fixed, found, err)
@@ -1363,7 +1368,7 @@ func (m *model) heal() {
 			sync()
 		}
 		if err != nil {
-			claims := map[string]informers.Claim{}
+			claims := map[string]claims.Claim{}
 			for _, pv := range v.pvs {
 				for n, c := range claimsOf(m.t, m.api, pv) {
 					claims[pv+"/"+n] = c

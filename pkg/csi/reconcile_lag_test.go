@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // The reconcile's check that a claim stands on a VolumeAttachment reads
@@ -21,12 +20,9 @@ import (
 func TestReconcileChecksTheAttachmentLiveWhenTheIndexLags(t *testing.T) {
 	shared := newFakeAPI(testNode("node-a"))
 	rdsFake := newFakeRDS(1 << 40)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-		claims.CutStorageOnFence(cs)
-	}
-	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions())
 	lag := newLaggingClient(t, shared)
-	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions())
 	lag.pause("volumeattachments")
 	defer lag.resume("volumeattachments")
 
@@ -43,7 +39,7 @@ func TestReconcileChecksTheAttachmentLiveWhenTheIndexLags(t *testing.T) {
 	d := a.disk(id)
 	d.Exported, d.AllowHost = true, nqnB // an export no claim calls for
 	a.rds.putDisk(d)
-	if n, err := b.cs.ReconcileExports(context.Background(), nil); err != nil || n != 1 {
+	if n, err := b.fence.Reconcile(context.Background(), nil); err != nil || n != 1 {
 		t.Fatalf("reconcile = %d, %v; want the mismatch fixed", n, err)
 	}
 	wantExport(t, a, id, true, host)

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -37,8 +36,7 @@ func failSwapAfter(f *fakeRDS, n int) {
 func fenceWithFailedSettle(t *testing.T, e *publishEnv, id, node string) {
 	t.Helper()
 	failSwapAfter(e.rds, 2) // 1: the cut before the release; 2: the change after it
-	claims := e.cs.pub.Claims.(*informers.Claims)
-	released, _, err := claims.ReleaseIfStale(context.Background(), id, node, fencing.DefaultConfig(), time.Now)
+	released, err := e.fenceNode(context.Background(), id, node)
 	e.rds.mu.Lock()
 	e.rds.atCall = nil
 	e.rds.mu.Unlock()
@@ -63,7 +61,7 @@ func TestLeaderRetirementLeavesTheNodesNewAttachmentAlone(t *testing.T) {
 	if _, err := a.publish(id, nodeA, rwo); err != nil {
 		t.Fatal(err)
 	}
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	fenceWithFailedSettle(t, a, id, "node-a")
 	if recs := retiringOf(t, client, id); len(recs) != 1 || recs[0].Node != "node-a" || recs[0].Nonce == "" {
 		t.Fatalf("retiring attachments after the fence: %+v; want node-a's, by its nonce", recs)
@@ -88,7 +86,7 @@ func TestLeaderRetirementLeavesTheNodesNewAttachmentAlone(t *testing.T) {
 
 	// The leader (replica b) makes the change after the fence's release.
 	waitFor(t, "replica b's index to list the retiring attachment", func() bool { return len(b.index.Retiring()) == 1 })
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	wantExport(t, a, id, true, host)
@@ -119,7 +117,7 @@ func TestUnpublishRemovesItsRetiringRecord(t *testing.T) {
 			if swaps++; swaps == 2 {
 				pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
 				if err == nil {
-					recorded = pv.Annotations[informers.RetiringAnnotation]
+					recorded = pv.Annotations[claims.RetiringAnnotation]
 				}
 			}
 		}
@@ -131,7 +129,7 @@ func TestUnpublishRemovesItsRetiringRecord(t *testing.T) {
 	a.rds.mu.Lock()
 	a.rds.atCall = nil
 	a.rds.mu.Unlock()
-	if recs, err := informers.ParseRetiring(recorded); err != nil || len(recs) != 1 || recs[0].Node != "node-a" {
+	if recs, err := claims.ParseRetiring(recorded); err != nil || len(recs) != 1 || recs[0].Node != "node-a" {
 		t.Errorf("retiring attachments while the change after the release was made: %q (%v); want node-a's", recorded, err)
 	}
 	if recs := retiringOf(t, client, id); len(recs) != 0 {

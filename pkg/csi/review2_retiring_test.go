@@ -41,7 +41,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -130,7 +130,7 @@ func TestReview2PVNameReusedForAnotherVolumeUnpublishReleasesItsClaim(t *testing
 		v := b.index.Volume(idY)
 		return v.Indexed() && v.Claims.Has("node-a") == live
 	})
-	if _, err := b.cs.ReconcileExports(ctx, nil); err != nil {
+	if _, err := b.fence.Reconcile(ctx, nil); err != nil {
 		t.Logf("the leader's pass: %v", err)
 	}
 	if d := a.disk(idY); !d.Exported || d.AllowHost != hostY {
@@ -178,13 +178,13 @@ func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
 	b.waitClaims(id, "node-a")
 	waitFor(t, "replica b's index to see the commit on both PVs", func() bool {
 		for _, pv := range b.index.Volume(id).PVs {
-			if c, ok := pv.Claims.Get("node-a"); !ok || b.cs.d.claimHost(id, "node-a", c) != h2 {
+			if c, ok := pv.Claims.Get("node-a"); !ok || b.fence.HostOf(id, "node-a", c) != h2 {
 				return false
 			}
 		}
 		return true
 	})
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	wantExport(t, b, id, true, h2)
@@ -192,7 +192,7 @@ func TestReview2NewAttachmentWhileTheFormerIsHalfReleased(t *testing.T) {
 		t.Errorf("the leader's pass dropped node-a's new attachment %d time(s)", n)
 	}
 	for _, pv := range pvs {
-		if c := claimsOf(t, client, pv)["node-a"]; b.cs.d.claimHost(id, "node-a", c) != h2 {
+		if c := claimsOf(t, client, pv)["node-a"]; b.fence.HostOf(id, "node-a", c) != h2 {
 			t.Errorf("%s: node-a's claim %+v is not the new attachment", pv, c)
 		}
 		if recs := retiringOf(t, client, pv); len(recs) != 0 {
@@ -280,7 +280,7 @@ func TestReview2ReplacedOwnAttachmentHasNoRecord(t *testing.T) {
 	waitFor(t, "the leader's index to see the new incarnation's claim", func() bool {
 		return claimOn(b.index.Volume(id).Claims, "node-a").NodeUID == "uid-2"
 	})
-	if _, err := b.cs.RetireMarked(ctx, nil); err != nil {
+	if _, err := b.fence.RetireMarked(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == h0 {
@@ -339,15 +339,24 @@ func TestReview2PausedUnpublishReleasesTheNewerAttachmentWithoutACut(t *testing.
 		t.Fatal(err)
 	}
 
-	// 2. a's unpublish of n1, its first PV.
-	a.dropAutoVA(id, nodeA)
-	claims := a.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error {
-		return a.cs.shutOut(ctx, id, pvs[0], "node-a", cl)
+	// 2. a's unpublish of n1 reaches its first PV (released there, the
+	// node Ready: graceful) and pauses before the second.
+	first := a.index.Volume(id).PVName
+	second := pvs[0]
+	if second == first {
+		second = pvs[1]
 	}
-	released, marked1, err := claims.ReleaseUnpublished(ctx, pvs[0], id, "node-a", shut)
-	if err != nil || !released {
-		t.Fatalf("scripting: a's release on %s: %t, %v", pvs[0], released, err)
+	pvs = []string{first, second}
+	a.dropAutoVA(id, nodeA)
+	paused := holdReleaseOfSecondPV(a.own, first, second)
+	unpublished := make(chan error, 1)
+	go func() {
+		_, err := a.cs.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA})
+		unpublished <- err
+	}()
+	<-paused.entered
+	if has(claimsOf(t, client, pvs[0]), "node-a") {
+		t.Fatalf("scripting: a's unpublish should have released node-a's claim on %s", pvs[0])
 	}
 
 	// 3. node-a's new attachment, then the migration to node-b.
@@ -375,23 +384,14 @@ func TestReview2PausedUnpublishReleasesTheNewerAttachmentWithoutACut(t *testing.
 	setReady(t, client, "node-a", corev1.ConditionUnknown, time.Now())
 	b.dropAutoVA(id, nodeA)
 
-	// 5. a's unpublish resumes on p2.
-	// (As ControllerUnpublishVolume does on every PV after the first that
-	// released an attachment: unpublishBefore.)
-	released, marked2, err := claims.ReleaseUnpublished(ctx, pvs[1], id, "node-a", a.cs.unpublishBefore(id, pvs[1], "node-a", releasedOf("node-a", marked1)))
-	if err != nil && !errors.Is(err, errOtherAttachment) {
-		t.Fatalf("a's release on %s: %v", pvs[1], err)
+	// 5. a's unpublish resumes on its second PV, and makes the change
+	// after its releases.
+	close(paused.release)
+	if err := <-unpublished; err != nil {
+		t.Logf("a's unpublish: %v", err)
 	}
-	if released || !has(claimsOf(t, client, pvs[1]), "node-a") {
+	if !has(claimsOf(t, client, pvs[1]), "node-a") {
 		t.Errorf("a's resumed unpublish of n1 released node-a's newer attachment n2 (%s) on %s", h2, pvs[1])
-	}
-	t.Logf("a's resumed release on %s: released=%t (node-a's claim there: n2, host %s)", pvs[1], released, h2)
-	retiring := map[string][]informers.Retiring{pvs[0]: marked1}
-	if len(marked2) > 0 {
-		retiring[pvs[1]] = marked2
-	}
-	if err := a.cs.retireExport(ctx, id, a.index.Volume(id).PVName, retiring); err != nil {
-		t.Logf("a's change after its releases: %v", err)
 	}
 
 	// 6. n2's own unpublish.
@@ -413,7 +413,7 @@ func TestReview2LateOpenAfterTheLeaderCompletesAHalfRelease(t *testing.T) {
 	a, b, client := newReviewReplicas(t, testNode("node-a"))
 	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b9")
 	h1 := hostOn(t, a, client, id, pvs[1], "node-a")
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	unpublishFailingOn(t, a, client, id, pvs[1])
 	d := a.disk(id)
 	t1 := rds.StateOf(&d)
@@ -421,7 +421,7 @@ func TestReview2LateOpenAfterTheLeaderCompletesAHalfRelease(t *testing.T) {
 		t.Fatalf("scripting: the cut should have closed the export: %s", t1)
 	}
 	waitFor(t, "the leader's index to list the record", func() bool { return len(b.index.Retiring()) == 1 })
-	if _, err := b.cs.RetireMarked(context.Background(), nil); err != nil {
+	if _, err := b.fence.RetireMarked(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if has(claimsOf(t, client, pvs[1]), "node-a") {
@@ -504,12 +504,12 @@ func TestReview2RepublishAfterASecondPVReplacesTheLiveAttachment(t *testing.T) {
 //  2. The unpublish cuts H(a) off, releases p1 (+record on p1), and its
 //     PATCH of p2 fails: the detach is retried later.
 //  3. p1 is deleted.
-//  4. The leader (b) runs ReconcileExports before the retry.
+//  4. The leader (b) runs its reconcile (Fence.Reconcile) before the retry.
 func TestReview2RecordLostWithItsPVLeaderReopens(t *testing.T) {
 	a, b, client := newReviewReplicas(t, testNode("node-a"))
 	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000002b3")
 	hostA := hostOn(t, a, client, id, pvs[1], "node-a")
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	unpublishFailingOn(t, a, client, id, pvs[1])
 	if len(retiringOf(t, client, pvs[0])) != 1 || !has(claimsOf(t, client, pvs[1]), "node-a") {
 		t.Fatalf("scripting: want the release recorded on %s and the claim left on %s", pvs[0], pvs[1])
@@ -520,7 +520,7 @@ func TestReview2RecordLostWithItsPVLeaderReopens(t *testing.T) {
 	}
 	waitFor(t, "the leader's index to see the PV deleted", func() bool { return indexedPVs(b.index.Volume(id)) == 1 })
 
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Logf("the leader's pass: %v", err)
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
@@ -549,7 +549,7 @@ func TestReview2RecordLostWithItsPVLeaderReopens(t *testing.T) {
 //  2. node-a is detached: n1 released, the export closed, the record
 //     removed.
 //  3. The admin applies the dump as p2 (same handle).
-//  4. The leader (b) runs ReconcileExports.
+//  4. The leader (b) runs its reconcile (Fence.Reconcile).
 func TestReview2PVRecreatedFromADumpResurrectsAReleasedClaim(t *testing.T) {
 	a, b, client := newReviewReplicas(t, testNode("node-a"))
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
@@ -579,7 +579,7 @@ func TestReview2PVRecreatedFromADumpResurrectsAReleasedClaim(t *testing.T) {
 	}
 	waitFor(t, "the leader's index to know the re-created PV", func() bool { return indexedPVs(b.index.Volume(id)) == 2 })
 
-	if _, err := b.cs.ReconcileExports(ctx, nil); err != nil {
+	if _, err := b.fence.Reconcile(ctx, nil); err != nil {
 		t.Logf("the leader's pass: %v", err)
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == h1 {

@@ -13,7 +13,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // Review of issue 24's fewer round trips: what the saved reads carried
@@ -28,13 +27,6 @@ func fewerTripsModes() []struct {
 		name string
 		opts Options
 	}{{"fencing off", testOptions()}, {"allow-host", allowHostOptions()}}
-}
-
-// noFenceReactions wires storage fencing and leaves the informers' fencer
-// out, so that no release by it races the publish under test.
-func noFenceReactions(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
-	claims.CutStorageOnFence(cs)
-	cfg.Reactor = nil
 }
 
 // The requester's UID comes from the index, with no Node GET before the
@@ -63,7 +55,7 @@ func TestPublishNodeRecreatedBetweenIndexReadAndCommit(t *testing.T) {
 				})
 				return false, nil, nil // the write itself goes on
 			})
-			e := newPublishEnvWith(t, shared, newFakeRDS(1<<40), fencing.DefaultConfig(), mode.opts, noFenceReactions)
+			e := newPublishEnvWith(t, shared, newFakeRDS(1<<40), fencing.DefaultConfig(), mode.opts, withoutNodeFencer)
 			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 			const pv = "pvc-24000000-0000-4000-8000-0000000000a1"
 			id := e.newVolume(shared, pv, corev1.ReadWriteOnce, false)
@@ -108,9 +100,9 @@ func TestPublishFresherBehindAnotherReplicasWrite(t *testing.T) {
 			}
 			shared := newFakeAPI(objs...)
 			rdsFake := newFakeRDS(1 << 40)
-			a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), mode.opts, noFenceReactions)
+			a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), mode.opts, withoutNodeFencer)
 			lag := newLaggingClient(t, shared)
-			b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), mode.opts, noFenceReactions)
+			b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), mode.opts, withoutNodeFencer)
 			b.client = shared
 			b.cs.pub.CatchUp = time.Nanosecond // b's PV watch is held shut: no use waiting for it
 			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
@@ -123,7 +115,7 @@ func TestPublishFresherBehindAnotherReplicasWrite(t *testing.T) {
 			if _, err := b.publish(id, nodeA, rwo); err != nil {
 				t.Fatal(err)
 			}
-			if v := b.cs.pub.Claims.Fresher(b.index.Volume(id)); !v.HasClaim(nodeA) {
+			if v := b.fence.Fresher(b.index.Volume(id)); !v.HasClaim(nodeA) {
 				t.Fatal("b's own write is not what Fresher shows: the case under test does not arise")
 			}
 			a.waitClaims(id, nodeA)
@@ -163,13 +155,10 @@ func TestPublishFresherBehindAnotherReplicasWrite(t *testing.T) {
 func TestPublishOpenReadBackStaleBeforeTheClaimsRead(t *testing.T) {
 	shared := newFakeAPI(testNode(nodeA), testNode(nodeB))
 	rdsFake := newFakeRDS(1 << 40)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-		claims.CutStorageOnFence(cs)
-	}
 	ac := newLaggingClient(t, shared) // no stream held: only its PV reads are gated
-	a := newPublishEnvWith(t, ac.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	a := newPublishEnvWith(t, ac.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions())
 	a.client = shared
-	b := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	b := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions())
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	const pv = "pvc-24000000-0000-4000-8000-0000000000a3"
 	id := a.newVolume(shared, pv, corev1.ReadWriteOnce, false)

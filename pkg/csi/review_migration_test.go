@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -23,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // Hole (target 2, also 1): a retirement that leaves another holder and
@@ -107,12 +105,11 @@ func TestReviewFencedHostLetInAfterFenceCompletedInMigration(t *testing.T) {
 
 	// node-a goes out of service; the fence runs (as the leader's fencer
 	// would) and is held at the read that follows its reopen to node-b.
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
-	claims := a.cs.pub.Claims.(*informers.Claims)
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	g1 := a.rds.holdNext("GetDisk")
 	fenced := make(chan error, 1)
 	go func() {
-		released, _, err := claims.ReleaseIfStale(context.Background(), id, "node-a", fencing.DefaultConfig(), time.Now)
+		released, err := a.fenceNode(context.Background(), id, "node-a")
 		if err == nil && !released {
 			err = errors.New("fence released nothing")
 		}

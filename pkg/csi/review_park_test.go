@@ -21,10 +21,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // HOLE (live holder dropped, liveness): a live migration that is
@@ -100,7 +101,7 @@ func TestReviewParkLostCutOfAPublishFenceLeavesTheFencedHostConnected(t *testing
 	close(park.release)
 	<-open.entered
 	parked := a.disk(id)
-	if !parked.Exported || !parkedFrom(a.cs.d.opts.AttachmentKey, id, parked.AllowHost, hostA) {
+	if !parked.Exported || !a.fence.ParkedFrom(id, parked.AllowHost, hostA) {
 		t.Fatalf("export %+v; want parked on the way from node-a", parked)
 	}
 
@@ -131,7 +132,7 @@ func TestReviewParkLostCutOfAPublishFenceLeavesTheFencedHostConnected(t *testing
 	if err := b.unpublish(id, nodeA); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.publish(id, nodeB, rwx); err != nil {
@@ -179,7 +180,7 @@ func TestReviewParkPublishFenceWithFailedCutLeavesTheSourceConnected(t *testing.
 	if err := a.unpublish(id, nodeA); err != nil { // the force-detach
 		t.Fatal(err)
 	}
-	if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.publish(id, nodeB, rwx); err != nil {
@@ -313,15 +314,15 @@ func TestReviewParkReconcileReportsAMoveUnderWayAsMismatch(t *testing.T) {
 	open := a.rds.holdNext("SwapExport")
 	close(park.release)
 	<-open.entered
-	if d := a.disk(id); !d.Exported || !parkedFrom(a.cs.d.opts.AttachmentKey, id, d.AllowHost, hostA) {
+	if d := a.disk(id); !d.Exported || !a.fence.ParkedFrom(id, d.AllowHost, hostA) {
 		t.Fatalf("export %+v; want parked on the way from node-a", d)
 	}
 	a.waitClaims(id, "node-a", "node-b")
 
 	// The leader's periodic pass runs now (on a replica whose publish is
 	// held: the other replica's pass is the same).
-	var reported []Mismatch
-	if _, err := a.cs.ReconcileExports(context.Background(), func(m Mismatch) { reported = append(reported, m) }); err != nil {
+	var reported []storagefence.Mismatch
+	if _, err := a.fence.Reconcile(context.Background(), func(m storagefence.Mismatch) { reported = append(reported, m) }); err != nil {
 		t.Fatal(err)
 	}
 	close(open.release)
@@ -337,14 +338,24 @@ func TestReviewParkReconcileReportsAMoveUnderWayAsMismatch(t *testing.T) {
 // a fence. The fencer cuts node-a off (CutOff: open(node-a) -> a fresh
 // tombstone), releases its claim, then Settle changes the state once more
 // "so that no open of the fenced attachment that was in flight can land".
-// When Settle fails, ReleaseIfStale returns the error with the claim
-// already gone; a retry finds no claim and settles nothing. A repeated
+// When Settle fails, the fence returns the error with the claim already
+// gone; (before the fix) a retry found no claim and settled nothing. A repeated
 // publish of node-a on a replica that paused before the fence (its claim
 // commit done) reads the tombstone and node-a's claim before the release;
 // its tombstone -> open(node-a) times out on its side and lands after the
 // fence: the fenced node, alive behind a partition, reconnects and its
 // queued writes land, until the leader's next reconcile.
 func TestReviewParkLateOpenLandsAfterFenceWhoseSettleFailed(t *testing.T) {
+	for _, stop := range []bool{true, false} {
+		name := "the fencer retries"
+		if stop {
+			name = "the fencer's replica stops"
+		}
+		t.Run(name, func(t *testing.T) { lateOpenAfterFenceWhoseSettleFailed(t, stop) })
+	}
+}
+
+func lateOpenAfterFenceWhoseSettleFailed(t *testing.T, stop bool) {
 	a, b, client := newReviewReplicas(t, testNode("node-a"))
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000007", corev1.ReadWriteOnce, false)
@@ -365,12 +376,11 @@ func TestReviewParkLateOpenLandsAfterFenceWhoseSettleFailed(t *testing.T) {
 	<-q.entered
 
 	// node-a goes out of service; the fence runs, held after its cut.
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
-	claims := a.cs.pub.Claims.(*informers.Claims)
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	f1 := a.rds.holdNext("GetDisk")
 	fenced := make(chan error, 1)
 	go func() {
-		released, _, err := claims.ReleaseIfStale(context.Background(), id, "node-a", fencing.DefaultConfig(), time.Now)
+		released, err := a.fenceNode(context.Background(), id, "node-a")
 		if err == nil && !released {
 			err = fmt.Errorf("the fence released nothing")
 		}
@@ -411,22 +421,28 @@ func TestReviewParkLateOpenLandsAfterFenceWhoseSettleFailed(t *testing.T) {
 	if _, held := claimsOf(t, client, id)["node-a"]; held {
 		t.Fatal("node-a's claim survived its fence")
 	}
-	// The fencer retries: nothing left to release, nothing settled.
-	if released, _, err := claims.ReleaseIfStale(context.Background(), id, "node-a", fencing.DefaultConfig(), time.Now); err != nil || released {
-		t.Logf("the fence's retry: released=%t, %v", released, err)
-	}
-	// Replica a stops (it never retries anything); replica b leads. Since
-	// the fix the release left its record on the PV (RetiringAnnotation),
-	// and the leader's pass makes the change and removes the record.
+	// Since the fix the release left its record on the PV
+	// (RetiringAnnotation): whoever comes next makes the change.
 	if recs := retiringOf(t, client, id); len(recs) != 1 || recs[0].Node != "node-a" {
 		t.Errorf("retiring attachments on the PV after the fence: %+v; want node-a's", recs)
 	}
 	waitFor(t, "replica b's index to list the retiring attachment", func() bool { return len(b.index.Retiring()) == 1 })
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
-		t.Fatal(err)
+	if stop {
+		// Replica a stops (it never retries anything); replica b leads,
+		// and its pass makes the change and removes the record.
+		if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// The fencer retries: nothing left to release; its settle makes
+		// the change (every release ends with one) and removes the
+		// record.
+		if released, err := a.fenceNode(context.Background(), id, "node-a"); err != nil || released {
+			t.Errorf("the fence's retry: released=%t, %v; want nothing released, the change made", released, err)
+		}
 	}
 	if recs := retiringOf(t, client, id); len(recs) != 0 {
-		t.Errorf("retiring attachments on the PV after the leader's pass: %+v; want none", recs)
+		t.Errorf("retiring attachments on the PV after the change: %+v; want none", recs)
 	}
 
 	a.rds.mu.Lock()
@@ -474,46 +490,6 @@ func TestReviewParkSourceRefusedWhileTheExportAllowsIt(t *testing.T) {
 	wantExport(t, a, id, true, hostA)
 }
 
-// Held: parkedFrom accepts a park only of its own volume and from its
-// own host, and nothing that is not a park.
-func TestReviewParkParkedFromRejectsNonParks(t *testing.T) {
-	key := []byte("a test attachment key of 32 bytes or more")
-	const vol, other = "pvc-2f000000-0000-4000-8000-000000000009", "pvc-2f000000-0000-4000-8000-00000000000a"
-	from := attachmentNQN(key, vol, "node-a", "00112233445566778899aabbccddeeff")
-	p, err := parkedNQN(key, vol, from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rds.ValidateNQN(p); err != nil {
-		t.Fatalf("park %s: %v", p, err)
-	}
-	if !parkedFrom(key, vol, p, from) {
-		t.Fatalf("%s is not seen as a park from %s", p, from)
-	}
-	tomb, err := tombstoneNQN()
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherKey := []byte("another attachment key of 32 bytes or more")
-	for what, c := range map[string]struct {
-		key             []byte
-		vol, host, from string
-	}{
-		"another volume":       {key, other, p, from},
-		"another host":         {key, vol, p, attachmentNQN(key, vol, "node-b", "00112233445566778899aabbccddeeff")},
-		"another key":          {otherKey, vol, p, from},
-		"the holder's own NQN": {key, vol, from, from},
-		"a tombstone":          {key, vol, tomb, from},
-		"any host":             {key, vol, "", from},
-		"not a uuid NQN":       {key, vol, "nqn.2014-08.org.example:" + p[len(attachmentNQNPrefix):], from},
-		"a short uuid":         {key, vol, p[:len(p)-2], from},
-	} {
-		if parkedFrom(c.key, c.vol, c.host, c.from) {
-			t.Errorf("%s: %q taken for a park of %s from %s", what, c.host, c.vol, c.from)
-		}
-	}
-}
-
 // Held: a replica that dies between the park and the open leaves the
 // export parked; the leader's reconcile finishes the move to the target
 // without a drop, and an aborted migration (the target's detach) moves a
@@ -547,7 +523,7 @@ func TestReviewParkStrandedParkIsFinishedWithoutADrop(t *testing.T) {
 			t.Fatal("node-b answered with its open failed")
 		}
 		a.waitClaims(id, "node-a", "node-b")
-		if d := a.disk(id); !parkedFrom(a.cs.d.opts.AttachmentKey, id, d.AllowHost, hostA) {
+		if d := a.disk(id); !a.fence.ParkedFrom(id, d.AllowHost, hostA) {
 			t.Fatalf("export %+v; want parked from node-a", d)
 		}
 		if abort {
@@ -556,7 +532,7 @@ func TestReviewParkStrandedParkIsFinishedWithoutADrop(t *testing.T) {
 			}
 			wantExport(t, a, id, true, hostA)
 		} else {
-			if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+			if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
 				t.Fatal(err)
 			}
 			wantExport(t, a, id, true, a.hostOf(id, "node-b"))
@@ -594,7 +570,7 @@ func TestReviewParkMigrationOffAnyHostKeepsEveryConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"` + string(node.UID) + `","cap":"block/MULTI_NODE_MULTI_WRITER","gen":1}}`}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"` + string(node.UID) + `","cap":"block/MULTI_NODE_MULTI_WRITER","gen":1}}`}
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +706,7 @@ func TestReviewParkHiddenTombstoneBlocksARestartedController(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	opts := allowHostOptions()
 	opts.NVMePort, opts.NQNPrefix, opts.RDSPool, opts.VolumePath = 4420, testNQNPrefix, rdssim.DefaultPoolName, "/storage-pool/kubernetes-volumes"
-	cs := NewControllerServer(NewDriver(opts, client))
+	cs := NewControllerServer(NewDriver(opts, client), nil)
 	ctrl := enablePublish(t, cs, testNodeID).(*provisioningController)
 	if _, err := ctrl.client.CoreV1().PersistentVolumes().Create(ctx, testPV(id, id, corev1.ReadWriteOnce, false), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -27,8 +27,8 @@ package csi
 
 import (
 	"context"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +39,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // twoPVVolume makes a volume whose handle has two PVs (a Retained PV
@@ -75,12 +76,18 @@ func twoPVVolume(t *testing.T, a, b *publishEnv, client *fake.Clientset, name st
 
 // releaseAndStop does on replica e what an unpublish of node-a does up
 // to its release (the cut, then the release with its record) and stops
-// there, as a replica that dies before the export change after it.
+// there, as a replica that dies before the export change after it: its
+// context ends as the release's write goes out.
 func releaseAndStop(t *testing.T, e *publishEnv, id string) {
 	t.Helper()
-	claims := e.cs.pub.Claims.(*informers.Claims)
-	shut := func(ctx context.Context, cl informers.Claim) error { return e.cs.shutOut(ctx, id, id, "node-a", cl) }
-	if released, _, err := claims.ReleaseUnpublished(context.Background(), id, id, "node-a", shut); err != nil || !released {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	e.own.PrependReactor("patch", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		once.Do(cancel) // the write goes on; no step after it does
+		return false, nil, nil
+	})
+	if released, err := e.cs.unpublishFrom(ctx, e.index.Volume(id), "node-a"); err != nil || !released {
 		t.Fatalf("scripting: the release of node-a's claim: %t, %v", released, err)
 	}
 }
@@ -108,7 +115,7 @@ func hostOn(t *testing.T, e *publishEnv, client *fake.Clientset, id, pv, node st
 	if !ok {
 		t.Fatalf("PV %s: node %s holds no claim", pv, node)
 	}
-	return e.cs.d.claimHost(id, node, c)
+	return e.fence.HostOf(id, node, c)
 }
 
 // HOLE (a fenced attachment is let in again before its fence completes;
@@ -130,7 +137,7 @@ func hostOn(t *testing.T, e *publishEnv, client *fake.Clientset, id, pv, node st
 //     CutOff closes, release on p1 (+record), Settle (fresh tombstone),
 //     ClearRetiring(p1). p2's fence has not run yet (queued, or its cut
 //     is failing on a slow RDS).
-//  3. The leader (b) runs ReconcileExports: RetireMarked finds nothing;
+//  3. The leader (b) runs its reconcile (Fence.Reconcile): RetireMarked finds nothing;
 //     the reconcile sees the index's merged claims {node-a} against a
 //     closed export and opens it to H(a).
 func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
@@ -139,12 +146,19 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 	hostA := hostOn(t, a, client, id, pvs[1], "node-a")
 	wantExport(t, a, id, true, hostA)
 
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
-	claims := a.cs.pub.Claims.(*informers.Claims)
-	released, _, err := claims.ReleaseIfStale(context.Background(), pvs[0], "node-a", fencing.DefaultConfig(), time.Now)
-	if err != nil || !released {
-		t.Fatalf("the fence of %s: released=%t, %v", pvs[0], released, err)
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
+	// The fence reaches one PV: its write to the other fails.
+	first := a.index.Volume(id).PVName
+	second := pvs[0]
+	if second == first {
+		second = pvs[1]
 	}
+	failAPIOnce(a.own, "patch", "persistentvolumes", second, apierrors.NewServiceUnavailable("injected"))
+	released, err := a.fenceNode(context.Background(), id, "node-a")
+	if err == nil || !released {
+		t.Fatalf("scripting: the fence should release node-a's claim on %s and fail on %s: released=%t, %v", first, second, released, err)
+	}
+	pvs = []string{first, second}
 	wantClosed(t, a, id)
 	// Since the fix the record stays while another PV claims the
 	// attachment.
@@ -161,7 +175,7 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 		return true
 	})
 
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
@@ -184,7 +198,7 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 // was cut for it): an unpublish that released the claim on the first PV
 // of the handle (record written there) and failed on the second (an API
 // error, or the replica died between the two PATCHes) leaves the record
-// to the leader. In ONE ReconcileExports the leader's RetireMarked treats
+// to the leader. In ONE reconcile the leader's RetireMarked treats
 // the attachment as gone on every PV (closes the export), removes the
 // record, and then the reconcile loop re-derives the export from the
 // merged claims, where the second PV still shows the attachment, and
@@ -197,12 +211,12 @@ func TestReviewRetiringFenceBetweenPVsReconcileReopens(t *testing.T) {
 //  2. node-a's VolumeAttachment is deleted; a's unpublish shuts H(a) out
 //     (export closed), releases p1 (+record), and its PATCH of p2 fails:
 //     the unpublish fails, to be retried by the attacher with backoff.
-//  3. The leader (b) runs ReconcileExports before the retry.
+//  3. The leader (b) runs its reconcile (Fence.Reconcile) before the retry.
 func TestReviewRetiringPartialUnpublishLeaderReopens(t *testing.T) {
 	a, b, client := newReviewReplicas(t, testNode("node-a"))
 	id, pvs := twoPVVolume(t, a, b, client, "pvc-2f000000-0000-4000-8000-0000000001a2")
 	hostA := hostOn(t, a, client, id, pvs[1], "node-a")
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 
 	failed := false
 	client.PrependReactor("patch", "persistentvolumes", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -224,7 +238,7 @@ func TestReviewRetiringPartialUnpublishLeaderReopens(t *testing.T) {
 	wantClosed(t, a, id)
 	waitFor(t, "the leader's index to list the record", func() bool { return len(b.index.Retiring()) == 1 })
 
-	if _, err := b.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
@@ -294,13 +308,13 @@ func TestReviewRetiringCorruptRecordBlocksDetachWithoutFencing(t *testing.T) {
 	if _, err := e.publish(id, nodeA, rwo); err != nil {
 		t.Fatal(err)
 	}
-	patch := []byte(`{"metadata":{"annotations":{"` + informers.RetiringAnnotation + `":"not json"}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + claims.RetiringAnnotation + `":"not json"}}}`)
 	if _, err := client.CoreV1().PersistentVolumes().Patch(context.Background(), id, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := e.unpublish(id, nodeA)
 	if err != nil {
-		t.Errorf("unpublish without storage fencing, with an unreadable %s annotation: %v (code %v)", informers.RetiringAnnotation, err, code(err))
+		t.Errorf("unpublish without storage fencing, with an unreadable %s annotation: %v (code %v)", claims.RetiringAnnotation, err, code(err))
 	}
 	if c := claimsOf(t, client, id); has(c, "node-a") {
 		t.Errorf("node-a's claim stays after its detach: %v", keys(c))
@@ -318,7 +332,7 @@ func TestReviewRetiringMarkedStopsOnLostLeadership(t *testing.T) {
 	if _, err := a.publish(id, nodeA, rwo); err != nil {
 		t.Fatal(err)
 	}
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	fenceWithFailedSettle(t, a, id, "node-a")
 	waitFor(t, "replica b's index to list the record", func() bool { return len(b.index.Retiring()) == 1 })
 	b.rds.mu.Lock()
@@ -326,7 +340,7 @@ func TestReviewRetiringMarkedStopsOnLostLeadership(t *testing.T) {
 	b.rds.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	left, err := b.cs.RetireMarked(ctx, nil)
+	left, err := b.fence.RetireMarked(ctx, nil)
 	if err == nil || left != 1 {
 		t.Errorf("RetireMarked with its leading context done: %d left, %v; want 1 left and an error", left, err)
 	}
@@ -405,17 +419,13 @@ func TestReviewRetiringLateUnpublishKeepsTheNewAttachment(t *testing.T) {
 //  2. a publishes to node-a: claims on p1 and p2, export open to H(a).
 //  3. node-a's VolumeAttachment is deleted; the unpublish is served by
 //     b: released on p1, export closed, answered OK.
-//  4. The leader (a) runs ReconcileExports.
+//  4. The leader (a) runs its reconcile (Fence.Reconcile).
 func TestReviewRetiringUnpublishOnLaggingIndexMissesASecondPV(t *testing.T) {
 	shared := newFakeAPI(testNode("node-a"))
 	rdsFake := newFakeRDS(1 << 40)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
-		claims.CutStorageOnFence(cs)
-		cfg.Reactor = nil
-	}
-	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), withoutNodeFencer)
 	lag := newLaggingClient(t, shared)
-	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), withoutNodeFencer)
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	const p1 = "pvc-2f000000-0000-4000-8000-0000000001a7"
 	id := a.newVolume(shared, p1, corev1.ReadWriteOnce, false)
@@ -445,7 +455,7 @@ func TestReviewRetiringUnpublishOnLaggingIndexMissesASecondPV(t *testing.T) {
 		}
 		return true
 	})
-	if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if d := a.disk(id); d.Exported && d.AllowHost == hostA {
@@ -558,9 +568,8 @@ func TestReviewRetiringSlowFenceCutsTheRecreatedNodesAttachment(t *testing.T) {
 		err      error
 	}
 	done := make(chan result, 1)
-	claims := a.cs.pub.Claims.(*informers.Claims)
 	go func() {
-		released, _, err := claims.ReleaseIfStale(ctx, id, "node-a", fencing.DefaultConfig(), time.Now)
+		released, err := a.fenceNode(ctx, id, "node-a")
 		done <- result{released, err}
 	}()
 	<-paused.entered
@@ -674,7 +683,7 @@ func TestReviewRetiringConcurrentReplacingPublishCutsTheAnsweredAttachment(t *te
 // HOLE (the one export mismatch that means a retired attachment was let
 // in again is fixed silently: not counted in
 // rds_csi_export_claim_mismatch_total, no event on the PV, nothing for
-// `kubectl rds check` or the alert rule): ReconcileExports runs
+// `kubectl rds check` or the alert rule): the reconcile runs
 // RetireMarked first, which closes an export a late open of a retired
 // attachment left open (no live claim calls for it) and removes the
 // record without calling report; the reconcile loop that follows finds
@@ -688,7 +697,7 @@ func TestReviewRetiringConcurrentReplacingPublishCutsTheAnsweredAttachment(t *te
 //     state T1), releases the claim (record written) and stops.
 //  3. An open of H(a) conditioned on T1, in flight since before the
 //     release, lands: the export is open to a retired attachment.
-//  4. The leader (b) runs ReconcileExports with a report.
+//  4. The leader (b) runs its reconcile (Fence.Reconcile) with a report.
 func TestReviewRetiringLateOpenFixedWithoutReport(t *testing.T) {
 	a, b, client := newReviewReplicas(t, testNode("node-a"))
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
@@ -710,8 +719,8 @@ func TestReviewRetiringLateOpenFixedWithoutReport(t *testing.T) {
 	}
 	waitFor(t, "the leader's index to list the record", func() bool { return len(b.index.Retiring()) == 1 })
 
-	var reported []Mismatch
-	if _, err := b.cs.ReconcileExports(context.Background(), func(m Mismatch) { reported = append(reported, m) }); err != nil {
+	var reported []storagefence.Mismatch
+	if _, err := b.fence.Reconcile(context.Background(), func(m storagefence.Mismatch) { reported = append(reported, m) }); err != nil {
 		t.Fatal(err)
 	}
 	wantClosed(t, b, id)

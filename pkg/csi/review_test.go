@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // newReviewReplicas: two fenced replicas on one API server and one RDS,
@@ -34,12 +34,13 @@ func newReviewReplicas(t *testing.T, nodes ...*corev1.Node) (*publishEnv, *publi
 	}
 	client := newFakeAPI(objs...)
 	shared := newFakeRDS(1 << 40)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
-		claims.CutStorageOnFence(cs)
-		cfg.Reactor = nil
+	// Each replica calls the API server through a client of its own, so
+	// that a test can hold or fail one replica's requests alone.
+	a := newPublishEnvWith(t, newLaggingClient(t, client).Clientset, shared, fencing.DefaultConfig(), allowHostOptions(), withoutNodeFencer)
+	b := newPublishEnvWith(t, newLaggingClient(t, client).Clientset, shared, fencing.DefaultConfig(), allowHostOptions(), withoutNodeFencer)
+	for _, e := range []*publishEnv{a, b} {
+		e.own, e.client = e.client, client
 	}
-	a := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions(), wire)
-	b := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions(), wire)
 	return a, b, client
 }
 
@@ -63,7 +64,7 @@ func TestReviewOrphanedClaimWhenPostCommitReadFails(t *testing.T) {
 	id := a.newVolume(client, "pvc-2e000000-0000-4000-8000-000000000004", corev1.ReadWriteOnce, false)
 	b.waitIndexed(id)
 	a.ensureVA(id, nodeA)
-	name := informers.VolumeAttachmentName(id, DefaultDriverName, "node-a")
+	name := claims.VolumeAttachmentName(id, DefaultDriverName, "node-a")
 	va, err := client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestReviewOrphanedClaimWhenPostCommitReadFails(t *testing.T) {
 	if c := claimsOf(t, client, id); len(c) != 0 {
 		t.Errorf("publish failed (%v) but left claims %v with no VolumeAttachment: orphaned", err, keys(c))
 		a.waitClaims(id, "node-a")
-		if _, err := a.cs.ReconcileExports(context.Background(), nil); err != nil {
+		if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
 		if d := a.disk(id); d.Exported {
@@ -120,7 +121,7 @@ func TestReviewPreUIDClaimRepublishGetsANewHostNQN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":"2026-11-01T00:00:00Z"}`}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":"2026-11-01T00:00:00Z"}`}
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestReviewLegacyClaimRepublishKeepsRecordedNQN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"uid-a","cap":"mount/SINGLE_NODE_WRITER","gen":1,"nqn":"` + nqnA + `"}}`}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"uid-a","cap":"mount/SINGLE_NODE_WRITER","gen":1,"nqn":"` + nqnA + `"}}`}
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // Issue 24: what one ControllerPublishVolume costs in round trips, counted
@@ -170,13 +170,9 @@ func TestPublishRequesterUIDFromALaggingIndex(t *testing.T) {
 	node.UID = "uid-1"
 	shared := newFakeAPI(node)
 	rdsFake := newFakeRDS(1 << 40)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, cfg *informers.Config) {
-		claims.CutStorageOnFence(cs)
-		cfg.Reactor = nil // no fence of the deleted incarnation's claim: the publish alone is under test
-	}
-	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	a := newPublishEnvWith(t, shared, rdsFake, fencing.DefaultConfig(), allowHostOptions(), withoutNodeFencer)
 	lag := newLaggingClient(t, shared)
-	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), wire)
+	b := newPublishEnvWith(t, lag.Clientset, rdsFake, fencing.DefaultConfig(), allowHostOptions(), withoutNodeFencer)
 	b.client = shared
 	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 	const pv = "pvc-24000000-0000-4000-8000-000000000002"
@@ -305,7 +301,7 @@ func TestPausedReplicaWritesNoClaim(t *testing.T) {
 			e.ensureVA(id, "node-a")
 			waitFor(t, "the index to show the VolumeAttachment", func() bool { return indexShowsAttachment(e, id, "node-a") })
 			lag.pause("volumeattachments")
-			name := informers.VolumeAttachmentName(id, DefaultDriverName, "node-a")
+			name := claims.VolumeAttachmentName(id, DefaultDriverName, "node-a")
 			if err := shared.StorageV1().VolumeAttachments().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -343,12 +339,7 @@ func newLaggingPublishEnv(t *testing.T, opts Options) (*publishEnv, *laggingClie
 	node.UID = types.UID("uid-node-a")
 	shared := newFakeAPI(node)
 	lag := newLaggingClient(t, shared)
-	wire := func(cs *ControllerServer, claims *informers.Claims, _ *fencing.Fencer, _ *informers.Config) {
-		if opts.AllowHostFencing() {
-			claims.CutStorageOnFence(cs)
-		}
-	}
-	e := newPublishEnvWith(t, lag.Clientset, nil, fencing.DefaultConfig(), opts, wire)
+	e := newPublishEnvWith(t, lag.Clientset, nil, fencing.DefaultConfig(), opts)
 	e.client = shared
 	waitFor(t, "the index to know node-a", func() bool { return e.index.Node("node-a").UID == "uid-node-a" })
 	return e, lag, shared

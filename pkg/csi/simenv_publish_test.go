@@ -10,8 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 // provisioningController plays external-provisioner's part for tests that
@@ -67,8 +69,9 @@ func (p *provisioningController) DeleteVolume(ctx context.Context, req *csi.Dele
 	return resp, err
 }
 
-// enablePublish gives cs the attachment index on a fake API holding the
-// named nodes, and returns the controller service to register.
+// enablePublish is cs with ControllerPublish/Unpublish served on the
+// attachment index of a fake API holding the named nodes: the controller
+// service to register.
 func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.ControllerServer {
 	client := newFakeAPI()
 	for _, n := range nodes {
@@ -77,12 +80,20 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 		}
 	}
 	index := informers.NewAttachmentIndex()
-	claims := informers.NewClaims(client, DefaultDriverName)
-	ctrl, err := informers.NewController(client, index, informers.Config{DriverName: DefaultDriverName, Policy: fencing.DefaultConfig()})
+	live := fencing.NewLiveness(fencing.LivenessConfig{Client: client})
+	opts := cs.d.opts
+	fence, err := storagefence.New(storagefence.Config{
+		StorageFencing: opts.AllowHostFencing(), ExportAuth: opts.ExportAuthOn(), AttachmentKey: opts.AttachmentKey,
+		RDS: cs.d.rds, Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: index, Nodes: live,
+		IsVolumeID: IsVolumeID, IsVolumeDisk: opts.IsVolumeDisk,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims.TimeWith(ctrl.Liveness())
+	ctrl, err := informers.NewController(client, index, informers.Config{DriverName: DefaultDriverName, Policy: fencing.DefaultConfig(), Liveness: live})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { ctrl.Run(ctx); close(done) }()
@@ -90,7 +101,9 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 	if !ctrl.WaitForSync(ctx) {
 		t.Fatal("informers never synced")
 	}
-	cs.ServePublish(&Publisher{Index: index, Claims: claims, Synced: ctrl.Synced, Policy: fencing.DefaultConfig()})
+	now := cs.now
+	cs = NewControllerServer(cs.d, &Publisher{Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: fencing.DefaultConfig()})
+	cs.now = now
 	return &provisioningController{ControllerServer: cs, t: t, client: client, index: index}
 }
 
@@ -109,7 +122,7 @@ func (p *provisioningController) ControllerPublishVolume(ctx context.Context, re
 // ControllerUnpublishVolume: the detach deletes the VolumeAttachment first.
 func (p *provisioningController) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if ident, err := ParseNodeID(req.GetNodeId()); err == nil && ident.Name != "" && isVolumeID(req.GetVolumeId()) {
-		name := informers.VolumeAttachmentName(req.GetVolumeId(), DefaultDriverName, ident.Name)
+		name := claims.VolumeAttachmentName(req.GetVolumeId(), DefaultDriverName, ident.Name)
 		if err := p.client.StorageV1().VolumeAttachments().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return nil, err
 		}

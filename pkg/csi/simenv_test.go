@@ -115,7 +115,7 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 		t.Fatal(err)
 	}
 	d := NewDriver(opts, client)
-	cs := NewControllerServer(d)
+	cs := NewControllerServer(d, nil)
 	if cfg.Now != nil {
 		cs.now = cfg.Now
 	}

@@ -13,9 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
 const (
@@ -39,15 +40,10 @@ func allowHostOptions() Options {
 // cmd/rds-csi-driver wires it: fences cut the host off the RDS first, and
 // with taint set, a NotReady fence taints the node out of service.
 func newFencedEnv(t *testing.T, client *fake.Clientset, policy fencing.Config, taint bool) *publishEnv {
-	return newPublishEnvWith(t, client, nil, policy, allowHostOptions(),
-		func(cs *ControllerServer, claims *informers.Claims, fencer *fencing.Fencer, cfg *informers.Config) {
-			claims.CutStorageOnFence(cs)
-			if taint {
-				tainter := informers.NewTainter(client, DefaultDriverName)
-				fencer.TaintAfterFence(tainter)
-				cfg.NodeRecovered = tainter.RemoveTaint
-			}
-		})
+	if taint {
+		return newPublishEnvWith(t, client, nil, policy, allowHostOptions(), withTaint)
+	}
+	return newPublishEnvWith(t, client, nil, policy, allowHostOptions())
 }
 
 func (e *publishEnv) disk(id string) rds.Disk {
@@ -72,7 +68,7 @@ func (e *publishEnv) hostOf(id, node string) string {
 	if !ok {
 		e.t.Fatalf("volume %s: node %s holds no claim", id, node)
 	}
-	return e.cs.d.claimHost(id, node, c)
+	return e.fence.HostOf(id, node, c)
 }
 
 // wantClosed: the export is closed (its host is a tombstone, whatever it is).
@@ -228,7 +224,7 @@ func TestStorageFencingFenceCutsOffBeforeReleasing(t *testing.T) {
 	e.waitClaims(id, "node-a")
 
 	cut := e.rds.holdNext("SwapExport")
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	<-cut.entered
 	if _, held := claimsOf(t, client, id)["node-a"]; !held {
 		t.Fatal("node-a's claim was released before its host was cut off the RDS")
@@ -254,7 +250,7 @@ func TestStorageFencingFailedCutKeepsTheClaim(t *testing.T) {
 	}
 	e.waitClaims(id, "node-a")
 	first := e.rds.holdNext("SwapExport")
-	taintNode(t, client, "node-a", informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, "node-a", fencing.OutOfServiceTaint, "nodeshutdown")
 	<-first.entered
 	// The first cut fails; the fence is retried, and at the retry's cut
 	// the claim must still be there.
@@ -356,7 +352,7 @@ func TestOutOfServiceTaintAfterNotReadyFence(t *testing.T) {
 			continue
 		}
 		waitFor(t, "node-a tainted out of service", func() bool { return nodeTaint(t, client, "node-a") != nil })
-		if tt := nodeTaint(t, client, "node-a"); tt.Value != informers.DriverOutOfServiceValue || tt.Effect != corev1.TaintEffectNoExecute {
+		if tt := nodeTaint(t, client, "node-a"); tt.Value != fencing.DriverOutOfServiceValue || tt.Effect != corev1.TaintEffectNoExecute {
 			t.Fatalf("taint %+v", tt)
 		}
 		setReady(t, client, "node-a", corev1.ConditionTrue, time.Now())
@@ -371,7 +367,7 @@ func nodeTaint(t *testing.T, client *fake.Clientset, node string) *corev1.Taint 
 		t.Fatal(err)
 	}
 	for _, tt := range n.Spec.Taints {
-		if tt.Key == informers.OutOfServiceTaint {
+		if tt.Key == fencing.OutOfServiceTaint {
 			return &tt
 		}
 	}
@@ -419,21 +415,21 @@ func TestReconcileClosesUnclaimedExports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":"2026-11-01T00:00:00Z"}`}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":"2026-11-01T00:00:00Z"}`}
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitClaims(used, "node-a")
-	var found []Mismatch
-	n, err := e.cs.ReconcileExports(context.Background(), func(m Mismatch) { found = append(found, m) })
+	var found []storagefence.Mismatch
+	n, err := e.fence.Reconcile(context.Background(), func(m storagefence.Mismatch) { found = append(found, m) })
 	if err != nil || n != 1 || len(found) != 1 || found[0].Volume != idle {
-		t.Fatalf("ReconcileExports = %d, %v, reported %+v; want 1 fixed: %s", n, err, found, idle)
+		t.Fatalf("Reconcile = %d, %v, reported %+v; want 1 fixed: %s", n, err, found, idle)
 	}
 	wantClosed(t, e, idle)
 	wantExport(t, e, used, true, "")
 	// Again: nothing left to fix.
-	if n, err := e.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
-		t.Fatalf("second ReconcileExports = %d, %v; want 0", n, err)
+	if n, err := e.fence.Reconcile(context.Background(), nil); err != nil || n != 0 {
+		t.Fatalf("second Reconcile = %d, %v; want 0", n, err)
 	}
 }
 
@@ -449,7 +445,7 @@ func TestStorageFencingLegacyHolderStaysOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","cap":"block/MULTI_NODE_MULTI_WRITER"}}`}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","cap":"block/MULTI_NODE_MULTI_WRITER"}}`}
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +479,7 @@ func TestFenceThatGivesUpReopensTheExportToTheHolder(t *testing.T) {
 	e.waitClaims(id, nodeA)
 
 	cut := e.rds.holdNext("SwapExport")
-	taintNode(t, client, nodeA, informers.OutOfServiceTaint, "nodeshutdown")
+	taintNode(t, client, nodeA, fencing.OutOfServiceTaint, "nodeshutdown")
 	<-cut.entered
 	untaintNode(t, client, nodeA)
 	waitFor(t, "the index to see node-a in service", func() bool { return !e.index.Node(nodeA).OutOfService })

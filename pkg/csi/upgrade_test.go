@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // An attachment made before per-attachment host NQNs (its claim records
@@ -35,7 +35,7 @@ func TestUpgradeAttachmentFromBeforePerAttachmentNQNs(t *testing.T) {
 	// The state the previous version left: claim with the node's NQN, the
 	// export open to it, the VolumeAttachment attached (its
 	// attachmentMetadata without hostNQN).
-	setOldClaim(t, client, id, informers.Claim{At: testClock, Capability: claimCapability(rwo), Gen: 3, HostNQN: nqnA})
+	setOldClaim(t, client, id, claims.Claim{At: testClock, Capability: claimCapability(rwo), Gen: 3, HostNQN: nqnA})
 	d := e.disk(id)
 	d.Exported, d.AllowHost = true, nqnA
 	e.rds.putDisk(d)
@@ -59,7 +59,7 @@ func TestUpgradeAttachmentFromBeforePerAttachmentNQNs(t *testing.T) {
 			t.Fatalf("the claim from before became nonce %q, host %q; want it kept on %s", c.Nonce, c.HostNQN, nqnA)
 		}
 	}
-	if n, err := e.cs.ReconcileExports(context.Background(), nil); err != nil || n != 0 {
+	if n, err := e.fence.Reconcile(context.Background(), nil); err != nil || n != 0 {
 		t.Fatalf("reconcile of an attachment from before = %d, %v; want nothing to fix", n, err)
 	}
 	wantExport(t, e, id, true, nqnA)
@@ -107,7 +107,7 @@ func TestUpgradeAttachmentFromBeforeStorageFencing(t *testing.T) {
 			e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
 			rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
 			id := e.newVolume(client, "pvc-21000000-0000-4000-8000-00000000000b", corev1.ReadWriteOnce, false)
-			setOldClaim(t, client, id, informers.Claim{At: testClock, Capability: claimCapability(rwo), Gen: 2})
+			setOldClaim(t, client, id, claims.Claim{At: testClock, Capability: claimCapability(rwo), Gen: 2})
 			e.ensureVA(id, nodeA)
 			e.waitClaims(id, "node-a")
 			resp, err := e.publish(id, tc.nodeID, rwo)
@@ -135,14 +135,14 @@ func TestUpgradeAttachmentFromBeforeStorageFencing(t *testing.T) {
 
 // setOldClaim writes node-a's claim c (with node-a's UID) on PV id as an
 // earlier release of the driver left it.
-func setOldClaim(t *testing.T, client *fake.Clientset, id string, c informers.Claim) {
+func setOldClaim(t *testing.T, client *fake.Clientset, id string, c claims.Claim) {
 	t.Helper()
 	node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.NodeUID = string(node.UID)
-	raw, err := json.Marshal(map[string]informers.Claim{"node-a": c})
+	raw, err := json.Marshal(map[string]claims.Claim{"node-a": c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func setOldClaim(t *testing.T, client *fake.Clientset, id string, c informers.Cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv.Annotations = map[string]string{informers.ClaimsAnnotation: string(raw)}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: string(raw)}
 	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

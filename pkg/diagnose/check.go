@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -80,20 +80,20 @@ func Check(c *Cluster) Report {
 		r.Checked.PVs++
 		handles[pv.Spec.CSI.VolumeHandle] = pv.Name
 		atts := c.attachments(pv.Name)
-		claims, err := claimsOf(pv, atts)
-		claimed[pv.Spec.CSI.VolumeHandle] = append(claimed[pv.Spec.CSI.VolumeHandle], claims...)
+		facts, err := claimsOf(pv, atts)
+		claimed[pv.Spec.CSI.VolumeHandle] = append(claimed[pv.Spec.CSI.VolumeHandle], facts...)
 		if err != nil {
 			unreadable[pv.Spec.CSI.VolumeHandle] = true
-			add(FindingClaimsUnreadable, "pv/"+pv.Name, unreadableNext(pv, informers.ClaimsAnnotation),
+			add(FindingClaimsUnreadable, "pv/"+pv.Name, unreadableNext(pv, claims.ClaimsAnnotation),
 				"%v: the driver cannot tell which nodes hold volume %s, skips the PV and refuses every publish and unpublish of it until the annotation is fixed; %s",
 				err, pv.Spec.CSI.VolumeHandle, attachedWhere(atts))
 		}
 		if err := unreadableRetiring(pv); err != nil {
-			add(FindingRetiringUnreadable, "pv/"+pv.Name, unreadableNext(pv, informers.RetiringAnnotation),
+			add(FindingRetiringUnreadable, "pv/"+pv.Name, unreadableNext(pv, claims.RetiringAnnotation),
 				"PV %s: %v: with storage fencing the driver refuses every publish and unpublish of volume %s until it is fixed, and cannot finish the export changes after the releases it recorded (the leader's reconcile still brings the export in line with the claims)",
 				pv.Name, err, pv.Spec.CSI.VolumeHandle)
 		}
-		for _, cl := range claims {
+		for _, cl := range facts {
 			if cl.Attachment == "" {
 				add(FindingClaimWithoutVA, "pv/"+pv.Name, "kubectl rds why pv "+pv.Name,
 					"%s claims PV %s (since %s) but has no VolumeAttachment for it", cl.Node, pv.Name, cl.At.UTC().Format("2006-01-02T15:04:05Z"))
@@ -101,11 +101,11 @@ func Check(c *Cluster) Report {
 		}
 		if singleNode(pv) {
 			var held []string
-			story := Story{Attachments: atts, Claims: claims}
+			story := Story{Attachments: atts, Claims: facts}
 			for _, n := range atts {
 				story.Nodes = append(story.Nodes, c.node(n.Node))
 			}
-			for _, cl := range claims {
+			for _, cl := range facts {
 				story.Nodes = append(story.Nodes, c.node(cl.Node))
 			}
 			for _, h := range story.holders() {
@@ -194,18 +194,18 @@ func Check(c *Cluster) Report {
 // one of the claiming nodes' attachments (VolumeAttachment
 // status.attachmentMetadata hostNQN) when one is recorded; an unclaimed
 // volume must be closed.
-func (c *Cluster) exportMismatch(d inventory.Disk, pv string, claims []ClaimFact) string {
+func (c *Cluster) exportMismatch(d inventory.Disk, pv string, facts []ClaimFact) string {
 	if d.Exported && d.AllowHost == "" {
 		return "" // not under storage fencing (or a claim from before it)
 	}
-	if len(claims) == 0 {
+	if len(facts) == 0 {
 		if d.Exported {
 			return fmt.Sprintf("no node claims it, but its export on the RDS is open to %s", d.AllowHost)
 		}
 		return ""
 	}
 	var nodes, recorded []string
-	for _, cl := range claims {
+	for _, cl := range facts {
 		nodes = append(nodes, cl.Node)
 		for i := range c.Attachments {
 			va := &c.Attachments[i]

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -94,7 +94,7 @@ func TestCheck(t *testing.T) {
 			name: "an unreadable claims annotation, its export open to a host",
 			world: func() *world {
 				w := held("True", time.Hour).snapshots()
-				w.c.PVs[0].Annotations[informers.ClaimsAnnotation] = "not json"
+				w.c.PVs[0].Annotations[claims.ClaimsAnnotation] = "not json"
 				w.c.Inventory.Disks[0].AllowHost = inventory.HostFingerprint(hostA1)
 				return w
 			}(),
@@ -110,7 +110,7 @@ func TestCheck(t *testing.T) {
 			name: "an unreadable record of released attachments",
 			world: func() *world {
 				w := held("True", time.Hour).snapshots()
-				w.c.PVs[0].Annotations[informers.RetiringAnnotation] = "[{"
+				w.c.PVs[0].Annotations[claims.RetiringAnnotation] = "[{"
 				return w
 			}(),
 			want: map[string]int{FindingRetiringUnreadable: 1}, message: "PV pv-1: unreadable annotation rds.csi.srvlab.io/retiring",

@@ -3,7 +3,7 @@ package diagnose
 import (
 	"time"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 )
 
 // Claim is one node's entry in the PV's claims annotation.
@@ -17,7 +17,7 @@ type Claim struct {
 // ({"at": "...", "uid": "..."}). Anything else is an error: an unreadable
 // claim is never read as no claim.
 func ParseClaims(raw string) (map[string]Claim, error) {
-	claims, err := informers.ParseClaims(raw)
+	claims, err := claims.ParseClaims(raw)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -161,7 +161,7 @@ func (c *Cluster) attachments(pvName string) []AttachmentFact {
 
 // claims of a PV, joined with its attachments.
 func claimsOf(pv *corev1.PersistentVolume, atts []AttachmentFact) ([]ClaimFact, error) {
-	m, err := ParseClaims(pv.Annotations[informers.ClaimsAnnotation])
+	m, err := ParseClaims(pv.Annotations[claims.ClaimsAnnotation])
 	if err != nil {
 		return nil, fmt.Errorf("PV %s: %w", pv.Name, err)
 	}

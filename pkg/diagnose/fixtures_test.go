@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -39,7 +39,7 @@ func (w *world) node(name, ready string, since time.Duration, taints ...string) 
 
 // volume adds PVC ns/<claim> bound to PV <pv> (handle = pv) with the claims
 // annotation as given (empty: none).
-func (w *world) volume(claim, pv, claims string, modes ...corev1.PersistentVolumeAccessMode) *world {
+func (w *world) volume(claim, pv, held string, modes ...corev1.PersistentVolumeAccessMode) *world {
 	if len(modes) == 0 {
 		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
@@ -47,8 +47,8 @@ func (w *world) volume(claim, pv, claims string, modes ...corev1.PersistentVolum
 		Spec: corev1.PersistentVolumeSpec{AccessModes: modes,
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: pv}},
 			ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: claim}}}
-	if claims != "" {
-		p.Annotations = map[string]string{informers.ClaimsAnnotation: claims}
+	if held != "" {
+		p.Annotations = map[string]string{claims.ClaimsAnnotation: held}
 	}
 	w.c.PVs = append(w.c.PVs, p)
 	pvc := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim},

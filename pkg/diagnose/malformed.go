@@ -3,9 +3,8 @@ package diagnose
 import (
 	"strings"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // malformedDoc is where the operator reads what to do about an annotation
@@ -44,6 +43,6 @@ func attachedWhere(atts []AttachmentFact) string {
 // unreadableRetiring is the error reading a PV's record of released
 // attachments, if any.
 func unreadableRetiring(pv *corev1.PersistentVolume) error {
-	_, err := informers.ParseRetiring(pv.Annotations[informers.RetiringAnnotation])
+	_, err := claims.ParseRetiring(pv.Annotations[claims.RetiringAnnotation])
 	return err
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 )
 
 // ErrRefused: releasing the claim could let two nodes write the volume.
@@ -42,13 +42,13 @@ func PlanRelease(c *Cluster, pvName, node string) (ReleasePlan, error) {
 		return ReleasePlan{}, fmt.Errorf("%w: PV %s is not a volume of %s", ErrRefused, pvName, c.DriverName)
 	}
 	atts := c.attachments(pvName)
-	claims, err := claimsOf(pv, atts)
+	facts, err := claimsOf(pv, atts)
 	if err != nil {
 		return ReleasePlan{}, fmt.Errorf("%w: %w; fix the annotation by hand as docs/attachments.md says", ErrRefused, err)
 	}
 	plan := ReleasePlan{PV: pvName, Node: node, ResourceVersion: pv.ResourceVersion}
 	found := false
-	for _, cl := range claims {
+	for _, cl := range facts {
 		if cl.Node == node {
 			plan.Claim, found = cl, true
 		} else {
@@ -83,7 +83,7 @@ func PlanRelease(c *Cluster, pvName, node string) (ReleasePlan, error) {
 		plan.NodeState = fmt.Sprintf("it has been NotReady (%s) since %s", n.Ready, n.ReadySince.UTC().Format("2006-01-02T15:04:05Z"))
 	}
 	var entries map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(pv.Annotations[informers.ClaimsAnnotation]), &entries); err != nil {
+	if err := json.Unmarshal([]byte(pv.Annotations[claims.ClaimsAnnotation]), &entries); err != nil {
 		return ReleasePlan{}, fmt.Errorf("PV %s: %w", pvName, err)
 	}
 	delete(entries, node) // the other entries keep their exact encoding
@@ -97,7 +97,7 @@ func PlanRelease(c *Cluster, pvName, node string) (ReleasePlan, error) {
 	}
 	plan.Patch, err = json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": pv.ResourceVersion,
-		"annotations":     map[string]any{informers.ClaimsAnnotation: value},
+		"annotations":     map[string]any{claims.ClaimsAnnotation: value},
 	}})
 	return plan, err
 }

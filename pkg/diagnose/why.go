@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
@@ -167,12 +167,12 @@ func (c *Cluster) judge(s *Story) {
 	}
 	s.Handle, s.AccessModes = pv.Spec.CSI.VolumeHandle, accessModes(pv)
 	s.Attachments = c.attachments(pv.Name)
-	claims, err := claimsOf(pv, s.Attachments)
+	facts, err := claimsOf(pv, s.Attachments)
 	names := map[string]bool{}
 	for _, a := range s.Attachments {
 		names[a.Node] = true
 	}
-	for _, cl := range claims {
+	for _, cl := range facts {
 		names[cl.Node] = true
 	}
 	if s.WantNode != "" {
@@ -181,10 +181,10 @@ func (c *Cluster) judge(s *Story) {
 	for _, n := range sortedKeys(names) {
 		s.Nodes = append(s.Nodes, c.node(n))
 	}
-	s.Claims = claims
+	s.Claims = facts
 	c.diskOf(s)
 	if err != nil {
-		v(VerdictClaimsUnreadable, unreadableNext(pv, informers.ClaimsAnnotation),
+		v(VerdictClaimsUnreadable, unreadableNext(pv, claims.ClaimsAnnotation),
 			"the claims annotation of PV %s cannot be read, and the driver refuses every publish and unpublish of it until it is fixed: %v", pv.Name, err)
 		return
 	}

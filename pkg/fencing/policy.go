@@ -70,7 +70,7 @@ type NodeState struct {
 	// kubelet's Lease) renewed, on its own clock (zero: no heartbeat
 	// known). Both are never earlier than the moment this controller's
 	// view of the API was last restored (a restart, a reconnect) or its
-	// mass-outage guard last let go (pkg/informers.Liveness). Only these
+	// mass-outage guard last let go (Liveness). Only these
 	// are timed.
 	NotReadySeen time.Time
 	RenewedSeen  time.Time

@@ -6,8 +6,6 @@ import (
 	"time"
 )
 
-var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-
 func healthy() NodeState { return NodeState{Exists: true, Ready: true} }
 
 type nodeMap map[string]NodeState

@@ -91,7 +91,7 @@ func (r *Reporter) nodeEvent(node, eventType, reason, format string, args ...any
 	r.events.Eventf(&corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node, UID: types.UID(node)}, eventType, reason, format, args...)
 }
 
-// GuardChanged reports the mass-outage guard (pkg/informers.Liveness)
+// GuardChanged reports the mass-outage guard (Liveness)
 // taking hold or letting go, with the suspect nodes (at most a few
 // named), suspect of total counted.
 func (r *Reporter) GuardChanged(holding bool, suspect, total int, nodes []string) {

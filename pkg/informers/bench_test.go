@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
@@ -36,7 +37,7 @@ func fillIndex(volumes, nodes int) *AttachmentIndex {
 			e.Handle = pvName
 			e.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 			e.ResourceVersion = "12345"
-			e.Claims = NewClaimSet(map[string]Claim{node: {At: t0}})
+			e.Claims = claims.NewSet(map[string]claims.Claim{node: {At: t0}})
 		})
 		x.setAttachment("va-"+pvName, pvName, Attachment{Node: node, VAName: "va-" + pvName, Attached: true, Since: t0})
 	}
@@ -121,7 +122,7 @@ func BenchmarkNodeDeletionToFence(b *testing.B) {
 	for v := 0; v < 1000; v++ {
 		p := pv(fmt.Sprintf("pv-%04d", v), fmt.Sprintf("vol-%04d", v), corev1.ReadWriteOnce, `{"victim":"2026-11-22T12:00:00Z"}`)
 		if v%10 != 0 {
-			p.Annotations[ClaimsAnnotation] = `{"other":"2026-11-22T12:00:00Z"}`
+			p.Annotations[claims.ClaimsAnnotation] = `{"other":"2026-11-22T12:00:00Z"}`
 		}
 		if _, err := client.CoreV1().PersistentVolumes().Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
@@ -183,11 +184,11 @@ func scaleObjects(n int) []k8sruntime.Object {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("pvc-%08x-5ca1-4e00-8000-%012x", i, i)
 		nodeName := fmt.Sprintf("scale-node-%04d", i%nodes)
-		claims := ""
+		held := ""
 		if i%4 == 0 {
-			claims = fmt.Sprintf(`{%q:"2026-11-22T12:00:00Z"}`, nodeName)
+			held = fmt.Sprintf(`{%q:"2026-11-22T12:00:00Z"}`, nodeName)
 		}
-		p := pv(name, name, corev1.ReadWriteOnce, claims)
+		p := pv(name, name, corev1.ReadWriteOnce, held)
 		p.ResourceVersion = fmt.Sprint(nodes + 2*i + 1)
 		p.CreationTimestamp = created
 		p.ManagedFields = managed
@@ -205,7 +206,7 @@ func scaleObjects(n int) []k8sruntime.Object {
 			block := corev1.PersistentVolumeBlock
 			p.Spec.VolumeMode = &block
 		}
-		a := va(VolumeAttachmentName(name, driver, nodeName), name, nodeName, true, t0)
+		a := va(claims.VolumeAttachmentName(name, driver, nodeName), name, nodeName, true, t0)
 		a.ResourceVersion = fmt.Sprint(nodes + 2*i + 2)
 		a.ManagedFields = managed
 		objs = append(objs, p, a)

@@ -24,13 +24,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
-
-// OutOfServiceTaint is the taint an operator puts on a node that is down
-// for good (non-graceful node shutdown).
-const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
 // kind of object behind a queue key.
 type kind int
@@ -107,19 +104,11 @@ type Config struct {
 	// OrphanedClaims, when set, is told the number of claims orphaned past
 	// the threshold whenever it may have changed.
 	OrphanedClaims func(n int)
-	// NodePluginLeaseNamespace, when set (and heartbeats are timed),
-	// holds the node plugins' Leases (pkg/nodelease): a node's second
-	// heartbeat, watched beside the kubelets'.
-	NodePluginLeaseNamespace string
-	// GuardShare is the mass-outage guard's share (Liveness; 0: the
-	// default).
-	GuardShare float64
-	// GuardChanged, when set, is told every change of the mass-outage
-	// guard; NodeFlapped every node that turned unhealthy again within
-	// the recovery period. Both are called with the Liveness locked: they
-	// must not call it.
-	GuardChanged func(GuardEvent)
-	NodeFlapped  func(node string)
+	// Liveness times the nodes' health on this controller's clock and is
+	// fed the heartbeat Leases the controller watches (its plugin Lease
+	// namespace, when set, is watched too). Nil: one of its own, of Policy
+	// and Clock, with no live reads (tests of the index).
+	Liveness *fencing.Liveness
 	// Malformed, when set, collects the objects the index skips as
 	// unreadable (reported once per resourceVersion, never retried).
 	Malformed *MalformedSet
@@ -148,7 +137,7 @@ type Controller struct {
 	synced    []cache.InformerSynced
 	informers []cache.SharedIndexInformer
 	streams   *StreamHealth
-	live      *Liveness
+	live      *fencing.Liveness
 	clock     clock.WithTicker
 	// reacted: the stale state each node was last reported in. Only the
 	// worker touches it.
@@ -160,6 +149,8 @@ type Controller struct {
 	overdue     map[string]fencing.Migration
 	orphanSince map[string]time.Time
 	orphanPast  map[string]bool
+	// pluginLeases is the node plugins' Lease watch (nil: none).
+	pluginLeases cache.ResourceEventHandlerRegistration
 	// indexed is set (and indexedCh closed) when the initial list is in
 	// the index.
 	indexed   atomic.Bool
@@ -179,11 +170,9 @@ func newController(index *AttachmentIndex, cfg Config) *Controller {
 			&workqueue.TypedBucketRateLimiter[key]{Limiter: rate.NewLimiter(rate.Limit(100), 1000)},
 		)
 	}
-	live := NewLiveness(cfg.Clock, cfg.Policy, cfg.GuardShare)
-	live.OnGuard(cfg.GuardChanged)
-	live.OnFlap(cfg.NodeFlapped)
-	if cfg.Policy.HeartbeatThreshold > 0 && cfg.NodePluginLeaseNamespace != "" {
-		live.ReadPluginLeases(cfg.NodePluginLeaseNamespace)
+	live := cfg.Liveness
+	if live == nil {
+		live = fencing.NewLiveness(fencing.LivenessConfig{Clock: cfg.Clock, Policy: cfg.Policy})
 	}
 	index.setLiveness(live)
 	return &Controller{
@@ -241,8 +230,8 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 		if err := c.watchLeases(client, newInformer); err != nil {
 			return nil, err
 		}
-		if cfg.NodePluginLeaseNamespace != "" {
-			if err := c.watchPluginLeases(client, cfg.NodePluginLeaseNamespace, newInformer); err != nil {
+		if ns := c.live.PluginLeaseNamespace(); ns != "" {
+			if err := c.watchPluginLeases(client, ns, newInformer); err != nil {
 				return nil, err
 			}
 		}
@@ -288,7 +277,7 @@ func NewController(client kubernetes.Interface, index *AttachmentIndex, cfg Conf
 // clock. The cache keeps each Lease's name, resourceVersion and
 // duration only.
 func (c *Controller) watchLeases(client kubernetes.Interface, newInformer func(string, runtime.Object, cache.ListerWatcher) cache.SharedIndexInformer) error {
-	leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
+	leases := client.CoordinationV1().Leases(fencing.NodeLeaseNamespace)
 	inf := newInformer("leases", &coordinationv1.Lease{}, c.streams.listWatch("leases", client,
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return leases.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return leases.Watch(ctx, o) }))
@@ -313,15 +302,14 @@ func (c *Controller) watchPluginLeases(client kubernetes.Interface, namespace st
 			return leases.Watch(ctx, o)
 		}))
 	reg, err := c.handleLeases(inf)
-	if err == nil {
-		// Until they are listed, a node with no plugin Lease known may
-		// have one: the fence's live read fails closed (confirmLive).
-		c.live.pluginLeasesListed(reg.HasSynced)
-	}
+	// Until they are listed, a node with no plugin Lease known may have
+	// one: the fence's live read fails closed. Run tells the Liveness
+	// once they are.
+	c.pluginLeases = reg
 	return err
 }
 
-// handleLeases feeds a Lease informer's changes to the Liveness.
+// handleLeases feeds a Lease informer's changes to the fencing.Liveness.
 func (c *Controller) handleLeases(inf cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.leaseSeen(obj) },
@@ -341,15 +329,15 @@ func (c *Controller) handleLeases(inf cache.SharedIndexInformer) (cache.Resource
 
 // heartbeatOf is the node and the heartbeat a Lease record stands for
 // (ok false: neither a kubelet's nor a node plugin's).
-func heartbeatOf(l *leaseRecord) (node string, sig signal, ok bool) {
-	if l.namespace == NodeLeaseNamespace {
-		return l.name, kubeletLease, true
+func heartbeatOf(l *leaseRecord) (node string, sig fencing.Signal, ok bool) {
+	if l.namespace == fencing.NodeLeaseNamespace {
+		return l.name, fencing.KubeletLease, true
 	}
 	if !l.nodePlugin {
 		return "", 0, false
 	}
 	node, ok = nodelease.NodeOf(l.name)
-	return node, pluginLease, ok
+	return node, fencing.PluginLease, ok
 }
 
 // leaseSeen records a heartbeat Lease as seen; a renewal brings the node
@@ -360,15 +348,15 @@ func (c *Controller) leaseSeen(obj any) {
 		return
 	}
 	node, sig, ok := heartbeatOf(l)
-	if ok && c.live.observe(sig, node, l.resourceVersion, l.duration) {
-		c.queue.AddAfter(key{kind: kindNode, name: node}, c.live.thresholdOf(sig, node)+time.Millisecond)
+	if ok && c.live.Observe(sig, node, l.resourceVersion, l.duration) {
+		c.queue.AddAfter(key{kind: kindNode, name: node}, c.live.ThresholdOf(sig, node)+time.Millisecond)
 	}
 }
 
 // leaseGone forgets a deleted heartbeat Lease.
 func (c *Controller) leaseGone(l *leaseRecord) {
 	if node, sig, ok := heartbeatOf(l); ok {
-		c.live.forget(sig, node)
+		c.live.Forget(sig, node)
 	}
 }
 
@@ -383,6 +371,15 @@ func (c *Controller) Run(ctx context.Context) {
 	for _, inf := range c.informers {
 		wg.Add(1)
 		go func() { defer wg.Done(); inf.Run(ctx.Done()) }()
+	}
+	if c.pluginLeases != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cache.WaitForCacheSync(ctx.Done(), c.pluginLeases.HasSynced) {
+				c.live.PluginLeasesListed()
+			}
+		}()
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
@@ -601,8 +598,8 @@ func (c *Controller) syncPV(name string) error {
 		c.recheck(name, handle)
 		return nil
 	}
-	claims, err := ParseClaims(pv.claims)
-	retiring, retiringErr := ParseRetiring(pv.retiring)
+	held, err := claims.ParseClaims(pv.claims)
+	retiring, retiringErr := claims.ParseRetiring(pv.retiring)
 	// Skipped and reported once per resourceVersion, never retried: the
 	// same version parses the same way, and a fixed one comes back here.
 	c.malformedPV(name, pv, err, retiringErr)
@@ -623,7 +620,7 @@ func (c *Controller) syncPV(name string) error {
 		v.Block = pv.block
 		v.ClaimRef = pv.claimRef
 		v.ResourceVersion = pv.resourceVersion
-		v.Claims = NewClaimSet(claims)
+		v.Claims = claims.NewSet(held)
 		v.Retiring = retiring
 		v.created = pv.created
 		v.bound = pv.bound
@@ -659,11 +656,11 @@ func (c *Controller) syncNode(name string) error {
 		return err
 	case node == nil:
 		c.index.deleteNode(name)
-		c.live.observeNode(name, cur)
+		c.live.ObserveNode(name, cur)
 	default:
 		cur = node.state
 		c.index.setNode(name, cur)
-		c.live.observeNode(name, cur)
+		c.live.ObserveNode(name, cur)
 		if cur.Ready && node.driverTaint {
 			// The driver's taint is lifted once the node has stayed
 			// healthy for the recovery period (hysteresis: a flapping
@@ -721,8 +718,8 @@ func (c *Controller) wakeAtThreshold(name string, cur NodeState, now time.Time) 
 
 // Liveness is the controller's view of its nodes' health, timed on its
 // own clock; live reads that back a fence are timed by it too
-// (Claims.TimeWith).
-func (c *Controller) Liveness() *Liveness { return c.live }
+// (fencing.Liveness.LiveNode).
+func (c *Controller) Liveness() *fencing.Liveness { return c.live }
 
 // syncFence tells the Reactor about the volumes a stale node holds. The
 // node is looked up in the index again: if it recovered meanwhile, nothing
@@ -866,23 +863,4 @@ func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
 		c.cfg.OrphanedClaims(len(c.orphanPast))
 	}
 	return errors.Join(errs...)
-}
-
-// nodeState extracts what the policy needs from a Node.
-func nodeState(n *corev1.Node) NodeState {
-	s := NodeState{Exists: true, UID: string(n.UID)}
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			s.Ready = cond.Status == corev1.ConditionTrue
-			if !s.Ready {
-				s.NotReadySince = cond.LastTransitionTime.Time
-			}
-		}
-	}
-	for _, t := range n.Spec.Taints {
-		if t.Key == OutOfServiceTaint {
-			s.OutOfService = true
-		}
-	}
-	return s
 }

@@ -12,6 +12,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/srvlab/rds-csi/pkg/nodelease"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +30,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
@@ -33,7 +38,7 @@ const driver = "rds.csi.srvlab.io"
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-func pv(name, handle string, mode corev1.PersistentVolumeAccessMode, claims string) *corev1.PersistentVolume {
+func pv(name, handle string, mode corev1.PersistentVolumeAccessMode, held string) *corev1.PersistentVolume {
 	p := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", Annotations: map[string]string{"other": "x"}},
 		Spec: corev1.PersistentVolumeSpec{
@@ -42,8 +47,8 @@ func pv(name, handle string, mode corev1.PersistentVolumeAccessMode, claims stri
 			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "claim-" + name},
 		},
 	}
-	if claims != "" {
-		p.Annotations[ClaimsAnnotation] = claims
+	if held != "" {
+		p.Annotations[claims.ClaimsAnnotation] = held
 	}
 	return p
 }
@@ -110,8 +115,16 @@ func newHarness(t *testing.T, policy fencing.Config) *harness {
 }
 
 func newHarnessWith(t *testing.T, cfg Config) *harness {
+	return newHarnessLive(t, cfg, fencing.LivenessConfig{})
+}
+
+// newHarnessLive is newHarnessWith whose controller times node health with
+// a Liveness of lc, on the harness's clock and cfg's policy.
+func newHarnessLive(t *testing.T, cfg Config, lc fencing.LivenessConfig) *harness {
 	h := &harness{t: t, index: NewAttachmentIndex(), react: &recorder{}, clock: clocktesting.NewFakeClock(t0.Add(time.Hour))}
 	cfg.DriverName, cfg.Reactor, cfg.Clock = driver, h.react, h.clock
+	lc.Clock, lc.Policy = h.clock, cfg.Policy
+	cfg.Liveness = fencing.NewLiveness(lc)
 	h.c, h.feed = NewFedController(h.index, cfg)
 	return h
 }
@@ -251,12 +264,12 @@ func TestNodeFailureReactions(t *testing.T) {
 	}
 
 	// Out-of-service taint: reported at once, with the node's volumes.
-	h.put(node("node-a", false, t0, corev1.Taint{Key: OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}))
+	h.put(node("node-a", false, t0, corev1.Taint{Key: fencing.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}))
 	if len(h.react.stale) != 1 || h.react.stale[0].Reason != fencing.FenceOutOfService || len(h.react.stale[0].Volumes) != 1 || h.react.stale[0].Volumes[0].Handle != "vol-1" {
 		t.Fatalf("out-of-service reaction: %+v", h.react.stale)
 	}
 	// The same state again is not a new failure.
-	h.put(node("node-a", false, t0, corev1.Taint{Key: OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}))
+	h.put(node("node-a", false, t0, corev1.Taint{Key: fencing.OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}))
 	if len(h.react.stale) != 1 {
 		t.Fatalf("repeated reaction: %d", len(h.react.stale))
 	}
@@ -294,7 +307,7 @@ func TestNodeFailureReactions(t *testing.T) {
 // idempotent, and what repeats is stored once.
 func TestRecordsKeepWhatTheSyncsRead(t *testing.T) {
 	m := newRecordMaker(driver)
-	n := node("n", false, t0, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue})
+	n := node("n", false, t0, corev1.Taint{Key: fencing.OutOfServiceTaint, Value: fencing.DriverOutOfServiceValue})
 	n.UID = "u-n"
 	rec, _ := m.record(n)
 	nr := rec.(*nodeRecord)
@@ -302,14 +315,14 @@ func TestRecordsKeepWhatTheSyncsRead(t *testing.T) {
 		t.Errorf("node record %+v; want state %+v and the driver's taint", nr, want)
 	}
 	p := pv("p", "h", corev1.ReadWriteOnce, `{"a":"2026-11-22T12:00:00Z"}`)
-	p.Annotations[RetiringAnnotation] = "[]"
+	p.Annotations[claims.RetiringAnnotation] = "[]"
 	p.Status.Phase = corev1.VolumeBound
 	p.CreationTimestamp = metav1.NewTime(t0)
 	block := corev1.PersistentVolumeBlock
 	p.Spec.VolumeMode = &block
 	rec, _ = m.record(p)
 	pr := rec.(*pvRecord)
-	if pr.foreign || pr.handle != "h" || pr.claims != p.Annotations[ClaimsAnnotation] || pr.retiring != "[]" || !pr.block || !pr.bound ||
+	if pr.foreign || pr.handle != "h" || pr.claims != p.Annotations[claims.ClaimsAnnotation] || pr.retiring != "[]" || !pr.block || !pr.bound ||
 		!pr.created.Equal(t0) || pr.resourceVersion != "1" || *pr.claimRef != *p.Spec.ClaimRef || len(pr.accessModes) != 1 {
 		t.Errorf("PV record %+v", pr)
 	}
@@ -330,7 +343,7 @@ func TestRecordsKeepWhatTheSyncsRead(t *testing.T) {
 		t.Error("an access-mode list is stored once per PV, not once")
 	}
 	// What the informers and their stores key records by.
-	for _, obj := range []any{nr, pr, a, &leaseRecord{name: "l", namespace: NodeLeaseNamespace}} {
+	for _, obj := range []any{nr, pr, a, &leaseRecord{name: "l", namespace: fencing.NodeLeaseNamespace}} {
 		want, err := cache.MetaNamespaceKeyFunc(obj)
 		if err != nil || want == "" {
 			t.Fatalf("no key for %T: %v", obj, err)
@@ -533,7 +546,7 @@ func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
 	rwx := pv("pv-rwx", "vol-rwx", corev1.ReadWriteMany, `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"u-a","cap":"block/MULTI_NODE_MULTI_WRITER","gen":3,"n":"nonce"}}`)
 	rwx.Spec.VolumeMode, rwx.Status.Phase = &block, corev1.VolumeBound
 	rwx.Spec.AccessModes = append(rwx.Spec.AccessModes, corev1.ReadOnlyMany)
-	rwx.Annotations[RetiringAnnotation] = `[{"node":"node-b","n":"old","at":"2026-11-22T11:00:00Z"}]`
+	rwx.Annotations[claims.RetiringAnnotation] = `[{"node":"node-b","n":"old","at":"2026-11-22T11:00:00Z"}]`
 	rwo := pv("pv-rwo", "vol-rwo", corev1.ReadWriteOncePod, "")
 	rwo.Spec.VolumeMode, rwo.Status.Phase, rwo.ResourceVersion = &fs, corev1.VolumeReleased, "7"
 	unbound := pv("pv-unbound", "vol-unbound", corev1.ReadWriteOnce, "")
@@ -554,8 +567,8 @@ func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
 
 	nodes := []*corev1.Node{
 		node("node-a", true, t0),
-		node("node-b", false, t0.Add(-time.Hour), corev1.Taint{Key: OutOfServiceTaint, Value: "other", Effect: corev1.TaintEffectNoExecute}),
-		node("node-c", true, t0, corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}),
+		node("node-b", false, t0.Add(-time.Hour), corev1.Taint{Key: fencing.OutOfServiceTaint, Value: "other", Effect: corev1.TaintEffectNoExecute}),
+		node("node-c", true, t0, corev1.Taint{Key: fencing.OutOfServiceTaint, Value: fencing.DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}),
 	}
 	nodes[0].UID, nodes[1].UID = "u-a", "u-b"
 
@@ -578,11 +591,11 @@ func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
 			}
 			continue
 		}
-		wantClaims, _ := ParseClaims(p.Annotations[ClaimsAnnotation])
+		wantClaims, _ := claims.ParseClaims(p.Annotations[claims.ClaimsAnnotation])
 		if len(wantClaims) == 0 {
 			wantClaims = nil // the index holds "{}" as no claims
 		}
-		wantRetiring, _ := ParseRetiring(p.Annotations[RetiringAnnotation])
+		wantRetiring, _ := claims.ParseRetiring(p.Annotations[claims.RetiringAnnotation])
 		if v == nil || v.PVName != p.Name || v.Handle != p.Spec.CSI.VolumeHandle || v.ResourceVersion != p.ResourceVersion || !reflect.DeepEqual(v.AccessModes, p.Spec.AccessModes) ||
 			v.Block != (p.Spec.VolumeMode != nil && *p.Spec.VolumeMode == block) || !reflect.DeepEqual(v.Claims.Map(), wantClaims) ||
 			!reflect.DeepEqual(v.Retiring, wantRetiring) || !reflect.DeepEqual(v.ClaimRef, p.Spec.ClaimRef) ||
@@ -616,9 +629,9 @@ func TestIndexFromRecordsMatchesTheObjects(t *testing.T) {
 		}
 	}
 	for _, n := range nodes {
-		if got := h.index.Node(n.Name); got.Exists != true || got.UID != string(n.UID) || got.Ready != nodeState(n).Ready ||
-			!got.NotReadySince.Equal(nodeState(n).NotReadySince) || got.OutOfService != nodeState(n).OutOfService {
-			t.Errorf("%s: index says %+v, the Node %+v", n.Name, got, nodeState(n))
+		if got := h.index.Node(n.Name); got.Exists != true || got.UID != string(n.UID) || got.Ready != fencing.NodeStateOf(n).Ready ||
+			!got.NotReadySince.Equal(fencing.NodeStateOf(n).NotReadySince) || got.OutOfService != fencing.NodeStateOf(n).OutOfService {
+			t.Errorf("%s: index says %+v, the Node %+v", n.Name, got, fencing.NodeStateOf(n))
 		}
 	}
 	// The driver's own out-of-service taint (what lifts it) goes through
@@ -881,3 +894,40 @@ func TestTwoAttachmentsOnOneNodeKeepTheSurvivor(t *testing.T) {
 		}
 	})
 }
+
+// lease is node's kubelet Lease at resourceVersion rv.
+func lease(node, rv string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: fencing.NodeLeaseNamespace, ResourceVersion: rv}}
+}
+
+// leaseFor is a node's kubelet Lease stating its duration (the kubelet's
+// nodeLeaseDurationSeconds; it renews every quarter of it).
+func leaseFor(node, rv string, duration time.Duration) *coordinationv1.Lease {
+	l := lease(node, rv)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
+	return l
+}
+
+// pluginNamespace holds the node plugins' Leases in these tests.
+const pluginNamespace = "rds-csi"
+
+// pluginLeaseOf is node's plugin Lease as pkg/nodelease writes it.
+func pluginLeaseOf(node, rv string, duration time.Duration) *coordinationv1.Lease {
+	name, err := nodelease.Name(node)
+	if err != nil {
+		panic(err)
+	}
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pluginNamespace, ResourceVersion: rv,
+			Labels: map[string]string{nodelease.Label: nodelease.LabelValue}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To(int32(duration / time.Second))},
+	}
+}
+
+// claimOn is node's claim in cs, or none.
+func claimOn(cs claims.Set, node string) claims.Claim {
+	c, _ := cs.Get(node)
+	return c
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }

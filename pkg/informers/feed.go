@@ -36,7 +36,7 @@ func NewFedController(index *AttachmentIndex, cfg Config) (*Controller, *Feed) {
 	c.vas, c.pvs, c.nodes = f.vas, f.pvs, f.nodes
 	c.indexed.Store(true)
 	close(c.indexedCh)
-	c.live.pluginLeasesListed(func() bool { return true })
+	c.live.PluginLeasesListed()
 	return c, f
 }
 

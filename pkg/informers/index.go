@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
@@ -23,19 +24,6 @@ type Attachment struct {
 	DetachingSince time.Time
 }
 
-// PVRef names one PersistentVolume of a volume handle and the
-// resourceVersion the index read it at.
-type PVRef struct {
-	Name            string
-	ResourceVersion string
-	// Claims are this PV's own claims at ResourceVersion (shared with
-	// the entry, never modified): a commit writes each PV its own claims
-	// plus the change, never a claim that only another PV still shows.
-	Claims ClaimSet
-	// Retiring is this PV's RetiringAnnotation at ResourceVersion.
-	Retiring []Retiring
-}
-
 // Volume is the index entry of a volume handle. A handle usually has one
 // PersistentVolume; a Retained volume whose PV was re-created under a new
 // name has two for a while, and the entry then merges them: the claims of
@@ -43,23 +31,23 @@ type PVRef struct {
 // all, and the PV data of the primary one. Values handed out by the index
 // are never modified afterwards.
 type Volume struct {
-	PVName      string  // the primary PV: bound to a claim, else the newest
-	PVs         []PVRef // every PV of the handle, by name
-	Handle      string  // spec.csi.volumeHandle; empty until the PV is seen
+	PVName      string         // the primary PV: bound to a claim, else the newest
+	PVs         []claims.PVRef // every PV of the handle, by name
+	Handle      string         // spec.csi.volumeHandle; empty until the PV is seen
 	AccessModes []corev1.PersistentVolumeAccessMode
 	ClaimRef    *corev1.ObjectReference // the bound PVC, for events
 	// ResourceVersion of the primary PV.
 	ResourceVersion string
-	Claims          ClaimSet
+	Claims          claims.Set
 	// Attachments: one per VolumeAttachment, ordered by node and name
 	// (AttachmentOn picks a node's).
 	// A slice, not a map: a volume has one or two, and a Go map of one
 	// entry costs several hundred bytes.
 	Attachments []Attachment
 	// Retiring: released attachments whose export change after the
-	// release is not known to be made (RetiringAnnotation), of every PV;
-	// PVRef.Retiring has them by PV.
-	Retiring []Retiring
+	// release is not known to be made (claims.RetiringAnnotation), of every PV;
+	// claims.PVRef.Retiring has them by PV.
+	Retiring []claims.Retiring
 
 	// Of one PV's entry only.
 	created time.Time
@@ -219,7 +207,7 @@ type AttachmentIndex struct {
 	nodes    map[string]NodeState
 	// live, when set, times the nodes' health on this controller's clock
 	// (Node returns its view).
-	live *Liveness
+	live *fencing.Liveness
 	// changed is closed (and replaced) on every change of a volume entry,
 	// so a reader can wait for the index to catch up with the API.
 	changed chan struct{}
@@ -263,18 +251,18 @@ func (x *AttachmentIndex) volumeLocked(handle string) *Volume {
 // attachments of a deleted one).
 func merge(handle string, entries []*Volume) *Volume {
 	m := &Volume{Handle: handle}
-	claims := map[string]Claim{}
+	held := map[string]claims.Claim{}
 	var primary *Volume
 	for _, e := range entries {
 		if e.ResourceVersion != "" {
-			m.PVs = append(m.PVs, PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion, Claims: e.Claims, Retiring: e.Retiring})
+			m.PVs = append(m.PVs, claims.PVRef{Name: e.PVName, ResourceVersion: e.ResourceVersion, Claims: e.Claims, Retiring: e.Retiring})
 			m.Retiring = append(m.Retiring, e.Retiring...)
 			if primary == nil || better(e, primary) {
 				primary = e
 			}
 		}
 		for n, c := range e.Claims.All() {
-			if prev, ok := claims[n]; ok {
+			if prev, ok := held[n]; ok {
 				// The same claim mirrored, or a claim one PV has not been
 				// given yet: keep the latest write and the earliest start.
 				if prev.Gen > c.Gen {
@@ -284,7 +272,7 @@ func merge(handle string, entries []*Volume) *Volume {
 					c.At = prev.At
 				}
 			}
-			claims[n] = c
+			held[n] = c
 		}
 		for _, a := range e.Attachments {
 			m.Attachments = withAttachment(m.Attachments, a)
@@ -294,7 +282,7 @@ func merge(handle string, entries []*Volume) *Volume {
 		m.PVName, m.ResourceVersion = primary.PVName, primary.ResourceVersion
 		m.AccessModes, m.Block, m.ClaimRef = primary.AccessModes, primary.Block, primary.ClaimRef
 	}
-	m.Claims = NewClaimSet(claims)
+	m.Claims = claims.NewSet(held)
 	return m
 }
 
@@ -345,7 +333,7 @@ func (x *AttachmentIndex) volumeByPV(name string) *Volume {
 	return x.volumeLocked(e.Handle)
 }
 
-// Node returns a node's state, timed by the controller's Liveness; a
+// Node returns a node's state, timed by the controller's fencing.Liveness; a
 // node the index has not seen does not exist.
 func (x *AttachmentIndex) Node(name string) NodeState {
 	x.mu.RLock()
@@ -355,7 +343,7 @@ func (x *AttachmentIndex) Node(name string) NodeState {
 }
 
 // setLiveness makes Node timed by l.
-func (x *AttachmentIndex) setLiveness(l *Liveness) {
+func (x *AttachmentIndex) setLiveness(l *fencing.Liveness) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.live = l
@@ -425,9 +413,6 @@ func (x *AttachmentIndex) Stats() Stats {
 	return Stats{Volumes: len(x.byHandle), Attachments: len(x.vaToPV), Nodes: len(x.nodes)}
 }
 
-// The mutators below are called by the controller's worker only. Each
-// replaces an entry with a modified copy, so readers never see a change.
-
 func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -436,7 +421,7 @@ func (x *AttachmentIndex) setPV(pvName string, update func(v *Volume)) {
 	update(v)
 	v.PVs = nil
 	if v.ResourceVersion != "" {
-		v.PVs = []PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion, Claims: v.Claims, Retiring: v.Retiring}}
+		v.PVs = []claims.PVRef{{Name: pvName, ResourceVersion: v.ResourceVersion, Claims: v.Claims, Retiring: v.Retiring}}
 	}
 	if old != nil && old.Handle != v.Handle {
 		x.unlinkHandle(old.Handle, pvName)

@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"context"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,21 +14,46 @@ import (
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
-// leaderHarness is a harness whose Reactor is the driver's Fencer, acting
-// only while leader is set, and reporting through events.
+// leaderHarness is a harness whose Reactor reports (an event each) only
+// while leader is set and answers fencing.ErrNotLeader otherwise, as the
+// driver's node fencer does (pkg/storagefence).
 type leaderHarness struct {
 	*harness
 	leader atomic.Bool
 	events *record.FakeRecorder
 }
 
+// leaderReactor is the Reactor contract of a replica that reports only
+// while it leads.
+type leaderReactor struct {
+	leader   *atomic.Bool
+	reporter *fencing.Reporter
+}
+
+func (r leaderReactor) NodeStale(context.Context, fencing.StaleHolder) error { return nil }
+
+func (r leaderReactor) MigrationTimedOut(_ context.Context, v fencing.VolumeRef, m fencing.Migration) error {
+	if !r.leader.Load() {
+		return fencing.ErrNotLeader
+	}
+	r.reporter.MigrationTimedOut(v, m)
+	return nil
+}
+
+func (r leaderReactor) OrphanedClaim(_ context.Context, v fencing.VolumeRef, node string, age time.Duration) error {
+	if !r.leader.Load() {
+		return fencing.ErrNotLeader
+	}
+	r.reporter.OrphanedClaim(v, node, age)
+	return nil
+}
+
 func newLeaderHarness(t *testing.T, cfg Config) *leaderHarness {
 	h := &leaderHarness{events: record.NewFakeRecorder(100)}
-	reporter := fencing.NewReporter(h.events, nil)
 	h.harness = &harness{t: t, index: NewAttachmentIndex(), react: &recorder{}}
 	h.harness.clock = clocktesting.NewFakeClock(t0.Add(time.Hour))
 	cfg.DriverName, cfg.Clock = driver, h.harness.clock
-	cfg.Reactor = fencing.NewFencer(nil, reporter, h.leader.Load, cfg.Policy, h.harness.clock.Now)
+	cfg.Reactor = leaderReactor{leader: &h.leader, reporter: fencing.NewReporter(h.events, nil)}
 	h.c, h.feed = NewFedController(h.index, cfg)
 	return h
 }

@@ -1,29 +1,23 @@
 package informers
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"k8s.io/klog/v2"
 )
-
-// ErrUnreadable: an annotation of the driver's cannot be parsed. Parsing
-// the same object again gives the same error, so it is not retried: the
-// object is skipped, counted and reported until a new version of it is
-// readable (MalformedSet). Never read as "nothing recorded".
-var ErrUnreadable = errors.New("unreadable annotation")
 
 // Kinds and reasons of malformed objects (the labels of
 // rds_csi_malformed_objects).
 const (
 	MalformedKindPV = "PersistentVolume"
-	// MalformedClaims: ClaimsAnnotation cannot be read. The PV is not
+	// MalformedClaims: claims.ClaimsAnnotation cannot be read. The PV is not
 	// (re)indexed: the index keeps its last readable claims, or does not
 	// know the PV at all, and every publish of its volume is refused.
 	MalformedClaims = "unreadable-claims"
-	// MalformedRetiring: RetiringAnnotation cannot be read. The PV is
+	// MalformedRetiring: claims.RetiringAnnotation cannot be read. The PV is
 	// indexed without it; with storage fencing its volume's publishes and
 	// releases are refused, since they would write over the record.
 	MalformedRetiring = "unreadable-retiring"
@@ -185,7 +179,7 @@ func (c *Controller) malformedPV(name string, pv *pvRecord, claimsErr, retiringE
 	for _, p := range []struct {
 		reason, annotation string
 		err                error
-	}{{MalformedClaims, ClaimsAnnotation, claimsErr}, {MalformedRetiring, RetiringAnnotation, retiringErr}} {
+	}{{MalformedClaims, claims.ClaimsAnnotation, claimsErr}, {MalformedRetiring, claims.RetiringAnnotation, retiringErr}} {
 		if p.err == nil || pv == nil {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
@@ -52,7 +53,7 @@ func TestMalformedPVSkippedOncePerVersion(t *testing.T) {
 		t.Errorf("counted %d PVs with unreadable claims, want 1", got)
 	}
 	ms := set.ForHandle("vol-1")
-	if len(ms) != 1 || ms[0].Name != "pv-1" || ms[0].Reason != MalformedClaims || ms[0].Annotation != ClaimsAnnotation || ms[0].ResourceVersion != "2" {
+	if len(ms) != 1 || ms[0].Name != "pv-1" || ms[0].Reason != MalformedClaims || ms[0].Annotation != claims.ClaimsAnnotation || ms[0].ResourceVersion != "2" {
 		t.Fatalf("problems of vol-1: %+v", ms)
 	}
 	if len(seen) != 1 {
@@ -67,7 +68,7 @@ func TestMalformedPVSkippedOncePerVersion(t *testing.T) {
 	// Another broken version: reported again.
 	worse := bad.DeepCopy()
 	worse.ResourceVersion = "3"
-	worse.Annotations[RetiringAnnotation] = "[not json"
+	worse.Annotations[claims.RetiringAnnotation] = "[not json"
 	h.put(worse)
 	if len(seen) != 3 || len(set.List()) != 2 {
 		t.Errorf("version 3 (claims and retiring record unreadable): reported %+v, listed %+v", seen, set.List())
@@ -114,7 +115,7 @@ func TestUnreadableRetiringIndexed(t *testing.T) {
 	set := NewMalformedSet(nil)
 	h := newHarnessWith(t, Config{Policy: fencing.DefaultConfig(), Malformed: set})
 	p := pv("pv-1", "vol-1", corev1.ReadWriteOnce, `{"node-a":"2026-11-22T12:00:00Z"}`)
-	p.Annotations[RetiringAnnotation] = "not json"
+	p.Annotations[claims.RetiringAnnotation] = "not json"
 	h.put(p)
 	if v := h.index.Volume("vol-1"); v.Claims.Len() != 1 {
 		t.Fatalf("claims not indexed: %+v", v)
@@ -125,10 +126,10 @@ func TestUnreadableRetiringIndexed(t *testing.T) {
 }
 
 func TestParseErrorsAreUnreadable(t *testing.T) {
-	if _, err := ParseClaims("{"); !errors.Is(err, ErrUnreadable) {
+	if _, err := claims.ParseClaims("{"); !errors.Is(err, claims.ErrUnreadable) {
 		t.Errorf("ParseClaims: %v", err)
 	}
-	if _, err := ParseRetiring("{"); !errors.Is(err, ErrUnreadable) {
+	if _, err := claims.ParseRetiring("{"); !errors.Is(err, claims.ErrUnreadable) {
 		t.Errorf("ParseRetiring: %v", err)
 	}
 }

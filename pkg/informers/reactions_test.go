@@ -9,14 +9,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
@@ -174,57 +173,6 @@ func TestDisconnectedWatchFailsReadiness(t *testing.T) {
 	waitUntil(t, "readiness to recover when the watch reopens", func() bool { return c.WatchesHealthy(30*time.Second) == nil })
 }
 
-// TestFencerConfirmsWithALiveRead (issue 10, case 7 and case 2): the
-// Fencer releases a claim only when a live read of the node, made after
-// the PV was read, shows the claimed incarnation stale. A node that
-// recovered (taint removed) keeps its claim; an earlier incarnation's claim
-// of a re-created node is released.
-func TestFencerConfirmsWithALiveRead(t *testing.T) {
-	tainted := func(n *corev1.Node) *corev1.Node {
-		n.Spec.Taints = []corev1.Taint{{Key: OutOfServiceTaint, Effect: corev1.TaintEffectNoExecute}}
-		return n
-	}
-	withUID := func(n *corev1.Node, uid string) *corev1.Node { n.UID = types.UID(uid); return n }
-	for _, tc := range []struct {
-		name     string
-		node     runtime.Object // the node as the API server has it; nil: deleted
-		claim    string
-		released bool
-		reason   fencing.FenceReason
-	}{
-		{"node healthy again", withUID(node("node-a", true, t0), "uid-1"), `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, false, ""},
-		{"node still out of service", tainted(withUID(node("node-a", false, t0), "uid-1")), `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, true, fencing.FenceOutOfService},
-		{"node deleted", nil, `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, true, fencing.FenceNodeDeleted},
-		{"node re-created", withUID(node("node-a", true, t0), "uid-2"), `{"node-a":{"at":"2026-11-22T12:00:00Z","uid":"uid-1"}}`, true, fencing.FenceNodeRecreated},
-		{"claim without UID on a live node", withUID(node("node-a", true, t0), "uid-2"), `{"node-a":"2026-11-22T12:00:00Z"}`, false, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			objs := []runtime.Object{pv("pv-1", "vol-1", corev1.ReadWriteOnce, tc.claim)}
-			if tc.node != nil {
-				objs = append(objs, tc.node)
-			}
-			client := fake.NewClientset(objs...)
-			claims := NewClaims(client, driver)
-			// The index said stale (out of service); the API server decides.
-			fencer := fencing.NewFencer(claims, nil, nil, fencing.DefaultConfig(), nil)
-			vol := fencing.VolumeRef{PV: "pv-1", Handle: "vol-1"}
-			if err := fencer.NodeStale(context.Background(), fencing.StaleHolder{Node: "node-a", Reason: fencing.FenceOutOfService, Volumes: []fencing.VolumeRef{vol}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, kept := apiClaims(t, client, "pv-1")["node-a"]; kept == tc.released {
-				t.Fatalf("claim kept %t, want released %t", kept, tc.released)
-			}
-			// The reason is the live one, not the index's: the same release
-			// on a fresh copy of the API.
-			again := NewClaims(fake.NewClientset(objs...), driver)
-			released, reason, err := again.ReleaseIfStale(context.Background(), "pv-1", "node-a", fencing.DefaultConfig(), time.Now)
-			if err != nil || released != tc.released || reason != tc.reason {
-				t.Fatalf("ReleaseIfStale = %t, %q, %v; want %t, %q", released, reason, err, tc.released, tc.reason)
-			}
-		})
-	}
-}
-
 // TestRecreatedNodeTriggersFence: a Node that comes back under its name
 // with another UID (its deletion missed by the watch) queues a fence
 // reaction for the claims of the incarnation that is gone.
@@ -269,31 +217,31 @@ func TestParseClaims(t *testing.T) {
 	at := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		raw  string
-		want map[string]Claim
+		want map[string]claims.Claim
 		bad  bool
 	}{
 		{raw: ``, want: nil},
-		{raw: `{"a":"2026-11-23T08:00:00Z"}`, want: map[string]Claim{"a": {At: at}}},
+		{raw: `{"a":"2026-11-23T08:00:00Z"}`, want: map[string]claims.Claim{"a": {At: at}}},
 		{raw: `{"a":{"at":"2026-11-23T08:00:00Z","uid":"u","cap":"block/MULTI_NODE_MULTI_WRITER","ro":true,"gen":3}}`,
-			want: map[string]Claim{"a": {At: at, NodeUID: "u", Capability: "block/MULTI_NODE_MULTI_WRITER", ReadOnly: true, Gen: 3}}},
+			want: map[string]claims.Claim{"a": {At: at, NodeUID: "u", Capability: "block/MULTI_NODE_MULTI_WRITER", ReadOnly: true, Gen: 3}}},
 		{raw: `{"a":{"uid":"u"}}`, bad: true},
 		{raw: `{"a":42}`, bad: true},
 		{raw: `{not json`, bad: true},
 	} {
-		got, err := ParseClaims(tc.raw)
+		got, err := claims.ParseClaims(tc.raw)
 		if tc.bad {
 			if err == nil {
-				t.Errorf("ParseClaims(%s) accepted: %+v", tc.raw, got)
+				t.Errorf("claims.ParseClaims(%s) accepted: %+v", tc.raw, got)
 			}
 			continue
 		}
 		if err != nil || len(got) != len(tc.want) {
-			t.Errorf("ParseClaims(%s) = %+v, %v", tc.raw, got, err)
+			t.Errorf("claims.ParseClaims(%s) = %+v, %v", tc.raw, got, err)
 			continue
 		}
 		for n, c := range tc.want {
 			if g := got[n]; !g.At.Equal(c.At) || g.NodeUID != c.NodeUID || g.Capability != c.Capability || g.ReadOnly != c.ReadOnly || g.Gen != c.Gen {
-				t.Errorf("ParseClaims(%s)[%s] = %+v, want %+v", tc.raw, n, g, c)
+				t.Errorf("claims.ParseClaims(%s)[%s] = %+v, want %+v", tc.raw, n, g, c)
 			}
 		}
 	}

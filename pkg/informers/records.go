@@ -11,6 +11,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/srvlab/rds-csi/pkg/claims"
+	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
@@ -50,8 +52,8 @@ type pvRecord struct {
 	objectName
 	resourceVersion string
 	handle          string
-	// claims and retiring are the raw ClaimsAnnotation and
-	// RetiringAnnotation: decoding them is syncPV's decision.
+	// claims and retiring are the raw claims.ClaimsAnnotation and
+	// claims.RetiringAnnotation: decoding them is syncPV's decision.
 	claims, retiring string
 	accessModes      []corev1.PersistentVolumeAccessMode // interned, shared
 	claimRef         *corev1.ObjectReference             // kind, namespace, name, UID
@@ -69,7 +71,7 @@ type nodeRecord struct {
 }
 
 // leaseRecord is a heartbeat Lease, a kubelet's or a node plugin's: that
-// it changed, and its duration (the writer's cadence), are what Liveness
+// it changed, and its duration (the writer's cadence), are what fencing.Liveness
 // reads.
 type leaseRecord struct {
 	name, namespace, resourceVersion string
@@ -166,7 +168,7 @@ func (m *recordMaker) record(obj any) (any, error) {
 		if r.handle == r.name {
 			r.handle = r.name // one copy of the string (the usual case)
 		}
-		r.claims, r.retiring = o.Annotations[ClaimsAnnotation], o.Annotations[RetiringAnnotation]
+		r.claims, r.retiring = o.Annotations[claims.ClaimsAnnotation], o.Annotations[claims.RetiringAnnotation]
 		r.accessModes = m.accessModes(o.Spec.AccessModes)
 		r.block = o.Spec.VolumeMode != nil && *o.Spec.VolumeMode == corev1.PersistentVolumeBlock
 		if ref := o.Spec.ClaimRef; ref != nil {
@@ -180,13 +182,13 @@ func (m *recordMaker) record(obj any) (any, error) {
 		r.created = o.CreationTimestamp.Time
 		return r, nil
 	case *corev1.Node:
-		return &nodeRecord{objectName: objectName{name: o.Name}, state: nodeState(o), driverTaint: hasDriverTaint(o)}, nil
+		return &nodeRecord{objectName: objectName{name: o.Name}, state: fencing.NodeStateOf(o), driverTaint: fencing.HasDriverTaint(o)}, nil
 	case *coordinationv1.Lease:
 		ns := o.Namespace
-		if ns == NodeLeaseNamespace {
-			ns = NodeLeaseNamespace // one copy
+		if ns == fencing.NodeLeaseNamespace {
+			ns = fencing.NodeLeaseNamespace // one copy
 		}
-		return &leaseRecord{name: o.Name, namespace: ns, resourceVersion: o.ResourceVersion, duration: leaseDuration(o),
+		return &leaseRecord{name: o.Name, namespace: ns, resourceVersion: o.ResourceVersion, duration: fencing.LeaseDuration(o),
 			nodePlugin: o.Labels[nodelease.Label] == nodelease.LabelValue}, nil
 	}
 	return obj, nil

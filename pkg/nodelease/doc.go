@@ -1,7 +1,7 @@
 // Package nodelease is the node plugin's own heartbeat: a Lease per node,
 // renewed by the node plugin like the kubelet renews its own in
 // kube-node-lease, that the controller reads as a second sign of life
-// (pkg/informers.Liveness). A node whose kubelet is away for longer than
+// (pkg/fencing.Liveness). A node whose kubelet is away for longer than
 // its heartbeat threshold (a restart, an upgrade, a crash loop) while the
 // node runs on is then not fenced: its node plugin still renews.
 //

@@ -124,7 +124,7 @@ func TestReview22HiddenHostEmptyCompareConfirmsWrongly(t *testing.T) {
 // size and refuses; ListVolumes reports the wrong capacity). Broken one
 // digit earlier (`size=10 737 41` / `8 240`) the size is malformed and
 // the own disk drops out of ListDisks altogether (ListVolumes,
-// ListSnapshots and ReconcileExports do not see it). A reading that
+// ListSnapshots and the export reconcile do not see it). A reading that
 // cannot tell must skip the entry, never accept half of it.
 // Severity: wrong size / missing path of own disk (no data loss: the
 // skipped fragment still holds the path for mayUseFile).

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
+	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // totalSteps: the scenario's eleven steps and "stop everything".
@@ -183,7 +183,7 @@ func (d *demo) scenario() {
 		pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		d.fatalIf(err)
 		d.detail("publish_context %v", va.Status.AttachmentMetadata)
-		d.detail("PV annotation %s=%s (the decision, committed by conditional update)", informers.ClaimsAnnotation, pv.Annotations[informers.ClaimsAnnotation])
+		d.detail("PV annotation %s=%s (the decision, committed by conditional update)", claims.ClaimsAnnotation, pv.Annotations[claims.ClaimsAnnotation])
 		dk, _ := sim.Disk(pvName)
 		d.detail("the RDS export now allows node-a's host only: nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName)
 		d.fatalIf(writeAt(dk.BackingFile, 1<<20, marker))
@@ -308,7 +308,7 @@ func (d *demo) scenario() {
 			dk, _ := sim.Disk(pvName)
 			return !dk.NVMeTCPExport || dk.AllowHostName != hostB, fmt.Sprintf("nvme-tcp-export=%t allow-host=%s", dk.NVMeTCPExport, dk.AllowHostName), nil
 		})
-		d.waitFor(e, waitShort, "node-b tainted out of service by the driver", framework.NodeTaint(c, "node-b", corev1.TaintNodeOutOfService, informers.DriverOutOfServiceValue, true))
+		d.waitFor(e, waitShort, "node-b tainted out of service by the driver", framework.NodeTaint(c, "node-b", corev1.TaintNodeOutOfService, fencing.DriverOutOfServiceValue, true))
 		d.waitFor(e, waitLong, "volume attached to node-a", framework.VolumeAttached(c, pvName, "node-a", nil))
 		attachedAt := time.Now()
 		dk, _ := sim.Disk(pvName)

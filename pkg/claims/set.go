@@ -1,4 +1,4 @@
-package informers
+package claims
 
 import (
 	"iter"
@@ -8,17 +8,17 @@ import (
 	"unique"
 )
 
-// ClaimSet is a volume's claims by node as the index holds them: a slice
+// Set is a volume's claims by node as the index holds them: a slice
 // sorted by node rather than a map, because a volume has one or two
 // claims and a Go map of one entry costs about 1.3 KB. The strings that
 // repeat across volumes (node name, node UID, capability, host NQN) are
 // interned. The slice is behind a pointer so that a volume without claims
 // (most of them) pays one word for it in its entry and in its PVRef. A
-// ClaimSet is never modified once built; the zero value is empty. The
+// Set is never modified once built; the zero value is empty. The
 // annotation and the API writes keep map[string]Claim (Map).
-type ClaimSet struct{ p *[]heldClaim }
+type Set struct{ p *[]heldClaim }
 
-// heldClaim is one node's Claim in a ClaimSet.
+// heldClaim is one node's Claim in a Set.
 type heldClaim struct {
 	node, nodeUID, capability, hostNQN unique.Handle[string]
 	at                                 time.Time
@@ -28,10 +28,10 @@ type heldClaim struct {
 	readOnly, auth                     bool
 }
 
-// NewClaimSet holds the claims of m (nil or empty: none).
-func NewClaimSet(m map[string]Claim) ClaimSet {
+// NewSet holds the claims of m (nil or empty: none).
+func NewSet(m map[string]Claim) Set {
 	if len(m) == 0 {
-		return ClaimSet{}
+		return Set{}
 	}
 	s := make([]heldClaim, 0, len(m))
 	for node, c := range m {
@@ -49,11 +49,11 @@ func NewClaimSet(m map[string]Claim) ClaimSet {
 		})
 	}
 	slices.SortFunc(s, func(a, b heldClaim) int { return strings.Compare(a.node.Value(), b.node.Value()) })
-	return ClaimSet{p: &s}
+	return Set{p: &s}
 }
 
 // held is the set's slice (nil when empty).
-func (s ClaimSet) held() []heldClaim {
+func (s Set) held() []heldClaim {
 	if s.p == nil {
 		return nil
 	}
@@ -75,10 +75,10 @@ func (h heldClaim) claim() Claim {
 }
 
 // Len is the number of claims.
-func (s ClaimSet) Len() int { return len(s.held()) }
+func (s Set) Len() int { return len(s.held()) }
 
 // Get returns node's claim, if there is one.
-func (s ClaimSet) Get(node string) (Claim, bool) {
+func (s Set) Get(node string) (Claim, bool) {
 	held := s.held()
 	i, ok := slices.BinarySearchFunc(held, node, func(h heldClaim, node string) int { return strings.Compare(h.node.Value(), node) })
 	if !ok {
@@ -88,13 +88,13 @@ func (s ClaimSet) Get(node string) (Claim, bool) {
 }
 
 // Has reports whether node has a claim.
-func (s ClaimSet) Has(node string) bool {
+func (s Set) Has(node string) bool {
 	_, ok := s.Get(node)
 	return ok
 }
 
 // All yields every node and its claim, ordered by node.
-func (s ClaimSet) All() iter.Seq2[string, Claim] {
+func (s Set) All() iter.Seq2[string, Claim] {
 	return func(yield func(string, Claim) bool) {
 		for _, h := range s.held() {
 			if !yield(h.node.Value(), h.claim()) {
@@ -106,7 +106,7 @@ func (s ClaimSet) All() iter.Seq2[string, Claim] {
 
 // Map returns the claims as a new map (nil when there are none), the form
 // the annotation and the claim writes use.
-func (s ClaimSet) Map() map[string]Claim {
+func (s Set) Map() map[string]Claim {
 	if s.Len() == 0 {
 		return nil
 	}

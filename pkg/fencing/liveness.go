@@ -1,10 +1,11 @@
-package informers
+package fencing
 
 import (
 	"context"
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
@@ -48,8 +48,8 @@ func HeartbeatFloor(leaseDuration time.Duration) time.Duration {
 	return 2 * (leaseDuration / 4)
 }
 
-// leaseDuration is a Lease's spec.leaseDurationSeconds (0: none stated).
-func leaseDuration(l *coordinationv1.Lease) time.Duration {
+// LeaseDuration is a Lease's spec.leaseDurationSeconds (0: none stated).
+func LeaseDuration(l *coordinationv1.Lease) time.Duration {
 	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
 		return 0
 	}
@@ -106,9 +106,10 @@ const guardEventNodes = 20
 // deleted, re-created or out-of-service nodes do not depend on timing and
 // are never held.
 type Liveness struct {
-	clock clock.PassiveClock
-	cfg   fencing.Config
-	share float64
+	clock  clock.PassiveClock
+	cfg    Config
+	share  float64
+	client kubernetes.Interface
 	// onGuard, when set, is told every change of the guard; onFlap every
 	// flap (a node that went unhealthy again within the recovery period
 	// after it was seen healthy).
@@ -118,7 +119,7 @@ type Liveness struct {
 
 	mu    sync.Mutex
 	nodes map[string]*nodeSeen
-	// lastRenewal: when any Lease of each signal was last seen renewed.
+	// lastRenewal: when any Lease of each Signal was last seen renewed.
 	lastRenewal [signals]time.Time
 	restored    time.Time
 	released    time.Time
@@ -128,28 +129,50 @@ type Liveness struct {
 	evaluated time.Time
 	dirty     bool
 	// leasesFor counts the nodes by the Lease duration last seen, per
-	// signal (the longest one paces the silence rule of observe).
+	// Signal (the longest one paces the silence rule of observe).
 	leasesFor [signals]map[time.Duration]int
 	// pluginNamespace holds the node plugins' Leases ("": none are
-	// read); pluginListed reports whether their watch has listed them
-	// (nil: not yet).
+	// read); pluginListed: their watch has listed them.
 	pluginNamespace string
-	pluginListed    func() bool
+	pluginListed    atomic.Bool
 }
 
-// signal is one of a node's heartbeats.
-type signal int
+// LivenessConfig is what a Liveness is built with.
+type LivenessConfig struct {
+	// Clock times everything (nil: the real clock).
+	Clock clock.PassiveClock
+	// Policy holds the thresholds.
+	Policy Config
+	// GuardShare is the mass-outage guard's share (0: DefaultGuardShare).
+	GuardShare float64
+	// Client makes the live reads that back a fence (LiveNode): the Node
+	// and its heartbeat Leases. Nil: no live reads (a unit test of the
+	// timing alone).
+	Client kubernetes.Interface
+	// PluginLeaseNamespace, when set (and heartbeats are timed), holds
+	// the node plugins' Leases (pkg/nodelease): a second heartbeat.
+	PluginLeaseNamespace string
+	// OnGuard, when set, is told every change of the mass-outage guard;
+	// OnFlap every node that turned unhealthy again within the recovery
+	// period. Both are called with the Liveness locked: they must not
+	// call it.
+	OnGuard func(GuardEvent)
+	OnFlap  func(node string)
+}
+
+// Signal is one of a node's heartbeats.
+type Signal int
 
 const (
-	// kubeletLease: the kubelet's Lease in kube-node-lease.
-	kubeletLease signal = iota
-	// pluginLease: the node plugin's Lease (pkg/nodelease).
-	pluginLease
+	// KubeletLease: the kubelet's Lease in kube-node-lease.
+	KubeletLease Signal = iota
+	// PluginLease: the node plugin's Lease (pkg/nodelease).
+	PluginLease
 	signals
 )
 
-func (s signal) String() string {
-	if s == pluginLease {
+func (s Signal) String() string {
+	if s == PluginLease {
 		return "node plugin"
 	}
 	return "kubelet"
@@ -205,37 +228,36 @@ const flapWindows = 3
 // node's health changed (an O(nodes) pass).
 const guardEvaluatePeriod = time.Second
 
-// NewLiveness returns a tracker timing cfg's thresholds on c. share is
-// the guard's share (0: DefaultGuardShare). Its view counts as restored
-// now.
-func NewLiveness(c clock.PassiveClock, cfg fencing.Config, share float64) *Liveness {
+// NewLiveness returns a tracker timing cfg's thresholds on its clock. Its
+// view counts as restored now.
+func NewLiveness(cfg LivenessConfig) *Liveness {
+	c := cfg.Clock
 	if c == nil {
 		c = clock.RealClock{}
 	}
+	share := cfg.GuardShare
 	if share <= 0 {
 		share = DefaultGuardShare
 	}
-	l := &Liveness{clock: c, cfg: cfg, share: share, nodes: map[string]*nodeSeen{}, restored: c.Now(),
-		logger: klog.Background().WithName("liveness")}
+	l := &Liveness{clock: c, cfg: cfg.Policy, share: share, client: cfg.Client, nodes: map[string]*nodeSeen{}, restored: c.Now(),
+		onGuard: cfg.OnGuard, onFlap: cfg.OnFlap, logger: klog.Background().WithName("liveness")}
+	if cfg.Policy.HeartbeatThreshold > 0 {
+		l.pluginNamespace = cfg.PluginLeaseNamespace
+	}
 	for i := range l.leasesFor {
 		l.leasesFor[i] = map[time.Duration]int{}
 	}
 	return l
 }
 
-// ReadPluginLeases makes the node plugins' Leases in namespace a second
-// heartbeat (the live reads that back a fence read them there).
-func (l *Liveness) ReadPluginLeases(namespace string) { l.pluginNamespace = namespace }
+// PluginLeaseNamespace is where the node plugins' Leases are read as a
+// second heartbeat ("": they are not).
+func (l *Liveness) PluginLeaseNamespace() string { return l.pluginNamespace }
 
-// pluginLeasesListed sets what reports whether the node plugins' Leases
-// have been listed: until then, a node with none known may have one.
-func (l *Liveness) pluginLeasesListed(f func() bool) { l.pluginListed = f }
-
-// OnGuard sets the callback told about every change of the guard.
-func (l *Liveness) OnGuard(f func(GuardEvent)) { l.onGuard = f }
-
-// OnFlap sets the callback told about every flap.
-func (l *Liveness) OnFlap(f func(node string)) { l.onFlap = f }
+// PluginLeasesListed records that the watch of the node plugins' Leases
+// has listed them: from now on a node with none known has none. Until
+// then a live read that fails for one fails closed.
+func (l *Liveness) PluginLeasesListed() { l.pluginListed.Store(true) }
 
 // Restored records that this controller's view of the API was restored
 // (a watch reconnected after a gap): nothing before now is timed.
@@ -255,8 +277,8 @@ func (l *Liveness) entry(name string) *nodeSeen {
 	return e
 }
 
-// observeNode records a node's state as the API shows it.
-func (l *Liveness) observeNode(name string, s NodeState) {
+// ObserveNode records a node's state as the API shows it.
+func (l *Liveness) ObserveNode(name string, s NodeState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
@@ -340,17 +362,17 @@ func (l *Liveness) heartbeatThreshold(e *nodeSeen) time.Duration {
 	if b := l.heard(e, l.floor()); b != nil {
 		return l.beatThreshold(b)
 	}
-	return l.beatThreshold(&e.beats[kubeletLease])
+	return l.beatThreshold(&e.beats[KubeletLease])
 }
 
 // HeartbeatThreshold is node name's heartbeat threshold: the configured
 // one, raised to what its kubelet's cadence allows (0: not timed).
 func (l *Liveness) HeartbeatThreshold(name string) time.Duration {
-	return l.thresholdOf(kubeletLease, name)
+	return l.ThresholdOf(KubeletLease, name)
 }
 
-// thresholdOf is the threshold of node name's heartbeat sig.
-func (l *Liveness) thresholdOf(sig signal, name string) time.Duration {
+// ThresholdOf is the threshold of node name's heartbeat sig.
+func (l *Liveness) ThresholdOf(sig Signal, name string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
@@ -361,7 +383,7 @@ func (l *Liveness) thresholdOf(sig signal, name string) time.Duration {
 
 // countLease moves b's count in leasesFor[sig] to the Lease duration d
 // (known: b has a Lease then); l.mu held.
-func (l *Liveness) countLease(sig signal, b *beat, d time.Duration, known bool) {
+func (l *Liveness) countLease(sig Signal, b *beat, d time.Duration, known bool) {
 	counts := l.leasesFor[sig]
 	if b.rv != "" {
 		if counts[b.leaseFor]--; counts[b.leaseFor] <= 0 {
@@ -381,8 +403,8 @@ func (l *Liveness) countLease(sig signal, b *beat, d time.Duration, known bool) 
 // with one node left renewing every renewal would count as a gap, its
 // dead neighbour timed from it and never fenced.)
 //
-// Each signal is its own watch stream: silence is counted per signal.
-func (l *Liveness) silence(sig signal) time.Duration {
+// Each Signal is its own watch stream: silence is counted per Signal.
+func (l *Liveness) silence(sig Signal) time.Duration {
 	longest := l.cfg.HeartbeatThresholdOf(NodeState{})
 	for d := range l.leasesFor[sig] {
 		longest = max(longest, l.cfg.HeartbeatThresholdOf(NodeState{HeartbeatFloor: HeartbeatFloor(d)}))
@@ -394,11 +416,11 @@ func (l *Liveness) silence(sig signal) time.Duration {
 // stating a duration of leaseFor (0: none): a new version is a renewal
 // seen now. Reports whether it was one.
 func (l *Liveness) observeLease(name, rv string, leaseFor time.Duration) bool {
-	return l.observe(kubeletLease, name, rv, leaseFor)
+	return l.Observe(KubeletLease, name, rv, leaseFor)
 }
 
-func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) bool {
-	if sig == pluginLease {
+func (l *Liveness) Observe(sig Signal, name, rv string, leaseFor time.Duration) bool {
+	if sig == PluginLease {
 		// No node plugin states more; a Lease that does (edited by hand,
 		// another writer's) must not hold a dead node's fence off for
 		// half of whatever it says.
@@ -460,9 +482,9 @@ func (l *Liveness) observe(sig signal, name, rv string, leaseFor time.Duration) 
 
 // forgetLease: the node's kubelet Lease is gone; that heartbeat is not
 // known.
-func (l *Liveness) forgetLease(name string) { l.forget(kubeletLease, name) }
+func (l *Liveness) forgetLease(name string) { l.Forget(KubeletLease, name) }
 
-func (l *Liveness) forget(sig signal, name string) {
+func (l *Liveness) Forget(sig Signal, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
@@ -482,7 +504,7 @@ func (l *Liveness) LeaseVersion(name string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.nodes[name]; e != nil {
-		return e.beats[kubeletLease].rv
+		return e.beats[KubeletLease].rv
 	}
 	return ""
 }
@@ -533,10 +555,10 @@ func (l *Liveness) notReadyFrom(e *nodeSeen, f time.Time) time.Time {
 // --not-ready-threshold) would otherwise have its live node fenced
 // between two renewals.
 func (l *Liveness) pluginHolds(e *nodeSeen) time.Time {
-	if e == nil || e.beats[pluginLease].renewed.IsZero() {
+	if e == nil || e.beats[PluginLease].renewed.IsZero() {
 		return time.Time{}
 	}
-	p := &e.beats[pluginLease]
+	p := &e.beats[PluginLease]
 	return p.renewed.Add(max(0, l.beatThreshold(p)-l.cfg.NotReadyThreshold))
 }
 
@@ -553,7 +575,7 @@ func (l *Liveness) pluginHolds(e *nodeSeen) time.Time {
 func (l *Liveness) suspect(e *nodeSeen, now time.Time) bool {
 	f := l.floor()
 	if e.known && !e.ready {
-		p := &e.beats[pluginLease]
+		p := &e.beats[PluginLease]
 		if l.cfg.HeartbeatThreshold <= 0 || p.renewed.IsZero() || now.Sub(later(p.renewed, f)) > l.beatThreshold(p)/10*suspectShare {
 			return true
 		}
@@ -645,7 +667,7 @@ func (l *Liveness) Holding() bool {
 	return l.holding
 }
 
-// Decorate sets s's NotReadySeen and RenewedSeen (fencing.NodeState) from
+// Decorate sets s's NotReadySeen and RenewedSeen (NodeState) from
 // what this controller has seen of node name. s is the node as read from
 // the API (a cache or a live read): a node this controller has not seen
 // not Ready (or not as this incarnation) starts being timed now.
@@ -693,6 +715,20 @@ func (l *Liveness) timedLapse(s NodeState) bool {
 	return l.HeartbeatLost(s) || (l.cfg.NotReadyThreshold > 0 && !s.Ready && !s.NotReadySeen.IsZero() && now.Sub(s.NotReadySeen) > l.cfg.NotReadyThreshold)
 }
 
+// LiveNode reads node name from the API server (not a cache) and times
+// it (confirmLive); a node that does not exist is NodeState{}. This is
+// the read every fence of a node's claim stands on.
+func (l *Liveness) LiveNode(ctx context.Context, name string) (NodeState, error) {
+	n, err := l.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return NodeState{}, nil
+	}
+	if err != nil {
+		return NodeState{}, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return l.confirmLive(ctx, l.client, name, NodeStateOf(n))
+}
+
 // confirmLive times s, a live read of node name, and when it looks lost
 // to a timed rule (its heartbeat, NotReady), confirms that with live
 // reads of its Leases, the kubelet's and the node plugin's: a renewal this
@@ -704,25 +740,25 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		return timed, nil
 	}
 	reads := []struct {
-		sig       signal
+		sig       Signal
 		namespace string
 		name      string
-	}{{kubeletLease, NodeLeaseNamespace, name}}
+	}{{KubeletLease, NodeLeaseNamespace, name}}
 	if l.pluginNamespace != "" {
 		if lease, err := nodelease.Name(name); err == nil {
 			reads = append(reads, struct {
-				sig       signal
+				sig       Signal
 				namespace string
 				name      string
-			}{pluginLease, l.pluginNamespace, lease})
+			}{PluginLease, l.pluginNamespace, lease})
 		}
 	}
 	for _, r := range reads {
 		lease, err := client.CoordinationV1().Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			l.forget(r.sig, name)
-		case err != nil && r.sig == pluginLease && !l.knows(pluginLease, name) && l.listedPlugins():
+			l.Forget(r.sig, name)
+		case err != nil && r.sig == PluginLease && !l.knows(PluginLease, name) && l.listedPlugins():
 			// A node without a known plugin Lease is decided on its
 			// kubelet's alone: a plugin Lease that cannot be read (no
 			// access to the namespace, an API error) must not stop every
@@ -733,7 +769,7 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 		case err != nil:
 			return NodeState{}, fmt.Errorf("reading node %s's %s heartbeat Lease %s/%s: %w", name, r.sig, r.namespace, r.name, err)
 		default:
-			l.observe(r.sig, name, lease.ResourceVersion, leaseDuration(lease))
+			l.Observe(r.sig, name, lease.ResourceVersion, LeaseDuration(lease))
 		}
 	}
 	return l.Decorate(name, s), nil
@@ -742,11 +778,11 @@ func (l *Liveness) confirmLive(ctx context.Context, client kubernetes.Interface,
 // listedPlugins: the node plugins' Leases have been listed, so a node
 // with none known has none (or a new one, not yet seen).
 func (l *Liveness) listedPlugins() bool {
-	return l.pluginListed != nil && l.pluginListed()
+	return l.pluginListed.Load()
 }
 
 // knows: a Lease of node name's heartbeat sig has been seen.
-func (l *Liveness) knows(sig signal, name string) bool {
+func (l *Liveness) knows(sig Signal, name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.nodes[name]

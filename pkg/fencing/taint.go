@@ -1,4 +1,4 @@
-package informers
+package fencing
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/srvlab/rds-csi/pkg/fencing"
+	"github.com/srvlab/rds-csi/pkg/claims"
 )
 
 // DriverOutOfServiceValue is the value of the out-of-service taint the
@@ -28,21 +28,19 @@ type Tainter struct {
 	live   *Liveness
 }
 
-// TimeWith makes the Tainter judge a node by the controller's view of its
-// heartbeat (Liveness): a node whose kubelet stopped renewing its Lease is
-// tainted although its Ready condition (kube-controller-manager's, which
-// lags by its grace period) still says True.
-func (t *Tainter) TimeWith(l *Liveness) { t.live = l }
-
-// NewTainter returns a Tainter for the CSI driver named driver.
-func NewTainter(client kubernetes.Interface, driver string) *Tainter {
-	return &Tainter{client: client, driver: driver}
+// NewTainter returns a Tainter for the CSI driver named driver, judging
+// nodes by the controller's view of their heartbeats (live): a node whose
+// kubelet stopped renewing its Lease is tainted although its Ready
+// condition (kube-controller-manager's, which lags by its grace period)
+// still says True.
+func NewTainter(client kubernetes.Interface, driver string, live *Liveness) *Tainter {
+	return &Tainter{client: client, driver: driver, live: live}
 }
 
 // TaintOutOfService taints node out of service, unless it has attachments
 // of another driver (their storage is not known to be cut off: declaring
 // the node down would let them be written from two nodes) or it is Ready
-// again; those are fencing.ErrNotTainted.
+// again; those are ErrNotTainted.
 func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
 	vas, err := t.client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -50,16 +48,16 @@ func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
 	}
 	for _, va := range vas.Items {
 		if va.Spec.NodeName == node && va.Spec.Attacher != t.driver {
-			return fmt.Errorf("%w: node %s also has volumes of %s (VolumeAttachment %s), which rds-csi cannot cut off", fencing.ErrNotTainted, node, va.Spec.Attacher, va.Name)
+			return fmt.Errorf("%w: node %s also has volumes of %s (VolumeAttachment %s), which rds-csi cannot cut off", ErrNotTainted, node, va.Spec.Attacher, va.Name)
 		}
 	}
 	return t.updateNode(ctx, node, func(n *corev1.Node) (bool, error) {
-		s, err := t.live.confirmLive(ctx, t.client, node, nodeState(n))
+		s, err := t.live.confirmLive(ctx, t.client, node, NodeStateOf(n))
 		if err != nil {
 			return false, err
 		}
 		if s.Ready && !t.live.HeartbeatLost(s) {
-			return false, fmt.Errorf("%w: node %s is Ready again", fencing.ErrNotTainted, node)
+			return false, fmt.Errorf("%w: node %s is Ready again", ErrNotTainted, node)
 		}
 		for _, taint := range n.Spec.Taints {
 			if taint.Key == OutOfServiceTaint {
@@ -80,8 +78,8 @@ func (t *Tainter) TaintOutOfService(ctx context.Context, node string) error {
 // kube-controller-manager's grace period.
 func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
 	return t.updateNode(ctx, node, func(n *corev1.Node) (bool, error) {
-		s := nodeState(n)
-		if !s.Ready || !hasDriverTaint(n) {
+		s := NodeStateOf(n)
+		if !s.Ready || !HasDriverTaint(n) {
 			return false, nil
 		}
 		if t.live != nil {
@@ -107,7 +105,7 @@ func (t *Tainter) RemoveTaint(ctx context.Context, node string) error {
 // updateNode reads node live and writes it back when change says so,
 // again on a conflict; a node that is gone needs nothing.
 func (t *Tainter) updateNode(ctx context.Context, node string, change func(*corev1.Node) (bool, error)) error {
-	return retryConflicts(ctx, func() error {
+	return claims.RetryConflicts(ctx, func() error {
 		n, err := t.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -121,13 +119,4 @@ func (t *Tainter) updateNode(ctx context.Context, node string, change func(*core
 		_, err = t.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
-}
-
-func hasDriverTaint(n *corev1.Node) bool {
-	for _, taint := range n.Spec.Taints {
-		if taint.Key == OutOfServiceTaint && taint.Value == DriverOutOfServiceValue {
-			return true
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package informers
+package fencing
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
@@ -23,9 +22,9 @@ func TestOrphanedPluginLeasesDoNotHoldTheGuard(t *testing.T) {
 	clock, cfg, l, up, renew := threeNodes()
 	// Leftovers of deleted nodes: one seen deleted while this controller
 	// ran, two only listed at its start.
-	l.observeNode("x", up)
+	l.ObserveNode("x", up)
 	l.observePluginLease("x", "p1", 40*time.Second)
-	l.observeNode("x", NodeState{})
+	l.ObserveNode("x", NodeState{})
 	l.observePluginLease("x", "p1", 40*time.Second) // a relist
 	l.observePluginLease("y", "p2", 40*time.Second)
 	l.observePluginLease("z", "p3", 40*time.Second)
@@ -36,8 +35,8 @@ func TestOrphanedPluginLeasesDoNotHoldTheGuard(t *testing.T) {
 		if i%2 == 0 {
 			renew("b", "c")
 		}
-		if reason, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
-			if reason != fencing.FenceHeartbeatLost {
+		if reason, stale := Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+			if reason != FenceHeartbeatLost {
 				t.Fatalf("a stale for %s; want HeartbeatLost", reason)
 			}
 			fenced = clock.Now().Sub(t0)
@@ -66,7 +65,7 @@ func TestPluginLeaseDurationIsBounded(t *testing.T) {
 	for i := 1; i <= 60 && fenced == 0; i++ { // 10 minutes
 		clock.Step(10 * time.Second)
 		renew("b", "c")
-		if _, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+		if _, stale := Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
 			fenced = clock.Now().Sub(t0)
 		}
 	}
@@ -90,28 +89,28 @@ func TestNotReadyWaitsForThePluginsOwnThreshold(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		heartbeat, notReady time.Duration
-		pluginLease         time.Duration
+		PluginLease         time.Duration
 	}{
 		{"2m plugin Lease, default thresholds", 20 * time.Second, 20 * time.Second, 2 * time.Minute},
 		{"default plugin Lease, fast thresholds", 6 * time.Second, 8 * time.Second, 40 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clocktesting.NewFakeClock(t0)
-			cfg := fencing.Config{HeartbeatThreshold: tc.heartbeat, NotReadyThreshold: tc.notReady}
-			l := NewLiveness(clock, cfg, DefaultGuardShare)
-			l.ReadPluginLeases(pluginNamespace)
+			cfg := Config{HeartbeatThreshold: tc.heartbeat, NotReadyThreshold: tc.notReady}
+			l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
+			l.pluginNamespace = pluginNamespace // as LivenessConfig.PluginLeaseNamespace sets it
 			up := NodeState{Exists: true, UID: "u", Ready: true}
 			down := NodeState{Exists: true, UID: "u"}
 			renew := leaseRenewer(l, 40*time.Second)
 			for _, n := range []string{"a", "b", "c"} {
-				l.observeNode(n, up)
+				l.ObserveNode(n, up)
 			}
 			renew("a", "b", "c")
-			interval := tc.pluginLease / 4
+			interval := tc.PluginLease / 4
 			rv := 0
 			plugin := func() {
 				rv++
-				l.observePluginLease("a", fmt.Sprint(rv), tc.pluginLease)
+				l.observePluginLease("a", fmt.Sprint(rv), tc.PluginLease)
 			}
 			plugin()
 			// a's kubelet is gone from here; NotReady after 40 s; its
@@ -123,20 +122,20 @@ func TestNotReadyWaitsForThePluginsOwnThreshold(t *testing.T) {
 					renew("b", "c")
 				}
 				if ms == 40_000 {
-					l.observeNode("a", down)
+					l.ObserveNode("a", down)
 				}
 				if ms <= 300_000 && ms%int(interval/time.Millisecond) == 0 {
 					plugin()
 					lastPlugin = clock.Now()
 				}
-				reason, stale := fencing.Stale(l.Decorate("a", down), clock.Now(), cfg)
+				reason, stale := Stale(l.Decorate("a", down), clock.Now(), cfg)
 				if !stale {
 					continue
 				}
 				if ms <= 300_000 {
 					t.Fatalf("a stale (%s) %s after its kubelet stopped, its plugin renewing every %s", reason, clock.Now().Sub(t0), interval)
 				}
-				pluginThreshold := max(tc.heartbeat, HeartbeatFloor(tc.pluginLease))
+				pluginThreshold := max(tc.heartbeat, HeartbeatFloor(tc.PluginLease))
 				if d := clock.Now().Sub(lastPlugin); d > pluginThreshold+100*time.Millisecond {
 					t.Fatalf("a fenced %s after its plugin's last renewal; want at its plugin Lease's threshold, %s", d, pluginThreshold)
 				}
@@ -150,14 +149,14 @@ func TestNotReadyWaitsForThePluginsOwnThreshold(t *testing.T) {
 // threeNodes: a Liveness (heartbeat threshold 20 s, guard at its default
 // share, plugin Leases read) that has seen nodes a, b and c up, and what
 // renews their kubelets' Leases of 40 s.
-func threeNodes() (*clocktesting.FakeClock, fencing.Config, *Liveness, NodeState, func(nodes ...string)) {
+func threeNodes() (*clocktesting.FakeClock, Config, *Liveness, NodeState, func(nodes ...string)) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
-	l.ReadPluginLeases(pluginNamespace)
+	cfg := Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
+	l.pluginNamespace = pluginNamespace // as LivenessConfig.PluginLeaseNamespace sets it
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	for _, n := range []string{"a", "b", "c"} {
-		l.observeNode(n, up)
+		l.ObserveNode(n, up)
 	}
 	return clock, cfg, l, up, leaseRenewer(l, 40*time.Second)
 }

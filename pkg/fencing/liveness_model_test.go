@@ -1,4 +1,4 @@
-package informers
+package fencing
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 )
 
@@ -63,14 +62,14 @@ func TestHeartbeatModel(t *testing.T) {
 			}
 			return max(threshold, d/2)
 		}
-		cfg := fencing.Config{HeartbeatThreshold: threshold}
-		l := NewLiveness(clock, cfg, DefaultGuardShare)
+		cfg := Config{HeartbeatThreshold: threshold}
+		l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
 		if plugins {
-			l.ReadPluginLeases(pluginNamespace)
+			l.pluginNamespace = pluginNamespace // as LivenessConfig.PluginLeaseNamespace sets it
 		}
 		nodes := []string{"n0", "n1", "n2", "n3", "n4"}
 		var objs []runtime.Object
-		renewedAt := map[signal]map[string]time.Time{kubeletLease: {}, pluginLease: {}}
+		renewedAt := map[Signal]map[string]time.Time{KubeletLease: {}, PluginLease: {}}
 		for _, n := range nodes {
 			objs = append(objs, node(n, true, t0))
 		}
@@ -97,15 +96,15 @@ func TestHeartbeatModel(t *testing.T) {
 		client.PrependReactor("create", "leases", stamp)
 		client.PrependReactor("update", "leases", stamp)
 		type event struct {
-			sig      signal
+			sig      Signal
 			node, rv string
 			leaseFor time.Duration
 		}
 		var pending []event
-		renewLease := func(sig signal, n string) {
+		renewLease := func(sig Signal, n string) {
 			ctx := context.Background()
 			leases, name := client.CoordinationV1().Leases(NodeLeaseNamespace), n
-			if sig == pluginLease {
+			if sig == PluginLease {
 				leases, name = client.CoordinationV1().Leases(pluginNamespace), nodelease.Prefix+n
 			}
 			cur, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -132,18 +131,17 @@ func TestHeartbeatModel(t *testing.T) {
 		restarting := map[string]bool{}
 		renew := func(n string) {
 			if !restarting[n] {
-				renewLease(kubeletLease, n)
+				renewLease(KubeletLease, n)
 			}
 			if plugins {
-				renewLease(pluginLease, n)
+				renewLease(PluginLease, n)
 			}
 		}
 		for _, n := range nodes {
-			l.observeNode(n, NodeState{Exists: true, UID: n, Ready: true})
+			l.ObserveNode(n, NodeState{Exists: true, UID: n, Ready: true})
 			renew(n)
 		}
-		c := NewClaims(client, driver)
-		c.TimeWith(l)
+		l.client = client
 		dead := map[string]bool{}
 		next := map[string]time.Time{} // a kubelet's next renewal, at its cadence
 		fences, checks := 0, 0
@@ -176,7 +174,7 @@ func TestHeartbeatModel(t *testing.T) {
 				k := 1 + rng.Intn(len(pending))
 				rng.Shuffle(k, func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
 				for _, ev := range pending[:k] {
-					l.observe(ev.sig, ev.node, ev.rv, ev.leaseFor)
+					l.Observe(ev.sig, ev.node, ev.rv, ev.leaseFor)
 				}
 				pending = pending[k:]
 			case r < 78:
@@ -211,11 +209,11 @@ func TestHeartbeatModel(t *testing.T) {
 				}
 			default:
 				n := nodes[rng.Intn(len(nodes))]
-				if _, stale := fencing.Stale(l.Decorate(n, NodeState{Exists: true, UID: n, Ready: true}), clock.Now(), cfg); !stale {
+				if _, stale := Stale(l.Decorate(n, NodeState{Exists: true, UID: n, Ready: true}), clock.Now(), cfg); !stale {
 					continue
 				}
 				checks++
-				s, err := c.LiveNode(context.Background(), n)
+				s, err := l.LiveNode(context.Background(), n)
 				if err != nil {
 					var status apierrors.APIStatus
 					if !errors.As(err, &status) {
@@ -223,14 +221,14 @@ func TestHeartbeatModel(t *testing.T) {
 					}
 					continue // unconfirmed: no fence
 				}
-				reason, stale := fencing.Stale(s, clock.Now(), cfg)
+				reason, stale := Stale(s, clock.Now(), cfg)
 				if !stale {
 					continue
 				}
 				fences++
-				for _, sig := range []signal{kubeletLease, pluginLease} {
+				for _, sig := range []Signal{KubeletLease, PluginLease} {
 					at, ok := renewedAt[sig][n]
-					if reason == fencing.FenceHeartbeatLost && ok && clock.Now().Sub(at) <= own(n) {
+					if reason == FenceHeartbeatLost && ok && clock.Now().Sub(at) <= own(n) {
 						t.Fatalf("seed %d step %d: node %s fenced (%s) although the API shows its %s Lease renewed %s ago (its threshold %s, Lease %s)",
 							seed, step, n, reason, sig, clock.Now().Sub(at), own(n), leaseFor[n])
 					}

@@ -1,4 +1,4 @@
-package informers
+package fencing
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/srvlab/rds-csi/pkg/fencing"
 )
 
 // A --heartbeat-threshold long enough to mean "practically never"
@@ -23,16 +21,16 @@ import (
 // fenced: a dead node's volume never moved.
 func TestHugeHeartbeatThresholdDoesNotHoldTheGuard(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 500000 * time.Hour, NotReadyThreshold: 20 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	cfg := Config{HeartbeatThreshold: 500000 * time.Hour, NotReadyThreshold: 20 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	renew := leaseRenewer(l, 40*time.Second)
 	for _, n := range []string{"a", "b", "c"} {
-		l.observeNode(n, up)
+		l.ObserveNode(n, up)
 	}
 	renew("a", "b", "c")
 	down := NodeState{Exists: true, UID: "u"}
-	l.observeNode("a", down)
+	l.ObserveNode("a", down)
 	for i := 0; i < 3; i++ {
 		clock.Step(7 * time.Second)
 		renew("b", "c")
@@ -40,7 +38,7 @@ func TestHugeHeartbeatThresholdDoesNotHoldTheGuard(t *testing.T) {
 	if l.Holding() {
 		t.Fatal("guard holding with one node of three NotReady and every heartbeat fresh")
 	}
-	if reason, stale := fencing.Stale(l.Decorate("a", down), clock.Now(), cfg); !stale || reason != fencing.FenceNotReady {
+	if reason, stale := Stale(l.Decorate("a", down), clock.Now(), cfg); !stale || reason != FenceNotReady {
 		t.Fatalf("node a NotReady for 21 s (threshold 20 s): Stale %q %t; want NotReady", reason, stale)
 	}
 }
@@ -58,8 +56,8 @@ func TestHugeHeartbeatThresholdDoesNotHoldTheGuard(t *testing.T) {
 func TestPartitionOfMixedCadencesFencesNobody(t *testing.T) {
 	partition := t0
 	clock := clocktesting.NewFakeClock(partition.Add(-10 * time.Second))
-	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	cfg := Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	// How long before the partition each node last renewed, and its
 	// Lease's duration.
@@ -83,11 +81,11 @@ func TestPartitionOfMixedCadencesFencesNobody(t *testing.T) {
 	slices.SortFunc(renewals, func(a, b renewal) int { return a.at.Compare(b.at) })
 	// The controller's start, ten seconds before: every Lease listed.
 	for n := range fast {
-		l.observeNode(n, up)
+		l.ObserveNode(n, up)
 		l.observeLease(n, "0", 10*time.Second)
 	}
 	for n := range slow {
-		l.observeNode(n, up)
+		l.ObserveNode(n, up)
 		l.observeLease(n, "0", 40*time.Second)
 	}
 	for i, r := range renewals {
@@ -99,7 +97,7 @@ func TestPartitionOfMixedCadencesFencesNobody(t *testing.T) {
 	for clock.Now().Before(partition.Add(60 * time.Second)) {
 		clock.Step(100 * time.Millisecond)
 		for _, n := range []string{"f1", "f2", "s1", "s2", "s3", "s4", "s5", "s6"} {
-			if reason, stale := fencing.Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
+			if reason, stale := Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
 				t.Fatalf("%s after the partition: %s stale (%s), guard holding %t; the partition cut every node off at once", clock.Now().Sub(partition), n, reason, l.Holding())
 			}
 		}
@@ -116,8 +114,8 @@ func TestPartitionOfMixedCadencesFencesNobody(t *testing.T) {
 // too few to look like a partition).
 func TestDeadFastNodeAmongSlowOnesIsFenced(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	cfg := Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	nodes := []string{"f1", "f2", "s1", "s2", "s3", "s4", "s5", "s6"}
 	leaseOf := func(n string) time.Duration {
@@ -127,7 +125,7 @@ func TestDeadFastNodeAmongSlowOnesIsFenced(t *testing.T) {
 		return 40 * time.Second
 	}
 	for _, n := range nodes {
-		l.observeNode(n, up)
+		l.ObserveNode(n, up)
 		l.observeLease(n, "0", leaseOf(n))
 	}
 	// Renewals every 100 ms step: fast ones every 2.5 s, the slow ones
@@ -148,14 +146,14 @@ func TestDeadFastNodeAmongSlowOnesIsFenced(t *testing.T) {
 				}
 			}
 		}
-		if reason, stale := fencing.Stale(l.Decorate("f1", up), clock.Now(), cfg); stale {
-			if reason != fencing.FenceHeartbeatLost || clock.Now().Before(died) {
+		if reason, stale := Stale(l.Decorate("f1", up), clock.Now(), cfg); stale {
+			if reason != FenceHeartbeatLost || clock.Now().Before(died) {
 				t.Fatalf("f1 stale (%s) at %s, before it died", reason, clock.Now().Sub(t0))
 			}
 			fenced = clock.Now()
 		}
 		for _, n := range nodes[1:] {
-			if _, stale := fencing.Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
+			if _, stale := Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
 				t.Fatalf("%s, renewing at its cadence, stale at %s", n, clock.Now().Sub(t0))
 			}
 		}
@@ -174,11 +172,11 @@ func TestDeadFastNodeAmongSlowOnesIsFenced(t *testing.T) {
 // the recovery period (6 s) after.
 func TestRecoveryCountsFromTheReturnAcrossARestoredView(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
-	l := NewLiveness(clock, cfg, 1)
+	cfg := Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: 1})
 	up := NodeState{Exists: true, UID: "u", Ready: true}
-	l.observeNode("n", up)
-	l.observeNode("m", up)
+	l.ObserveNode("n", up)
+	l.ObserveNode("m", up)
 	renew := leaseRenewer(l, 10*time.Second)
 	renew("n", "m")
 	for i := 0; i < 4; i++ { // n's kubelet stalls for 10 s; m renews
@@ -205,16 +203,16 @@ func TestRecoveryCountsFromTheReturnAcrossARestoredView(t *testing.T) {
 // against 6 s from the write and fenced before its next renewal.
 func TestShorterLeaseDurationNeedsARenewalAtIt(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
-	l := NewLiveness(clock, cfg, 1)
+	cfg := Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: 1})
 	up := NodeState{Exists: true, UID: "u", Ready: true}
-	l.observeNode("n", up)
+	l.ObserveNode("n", up)
 	l.observeLease("n", "1", 40*time.Second)
 	clock.Step(3 * time.Second)
 	l.observeLease("n", "2", 10*time.Second) // not the kubelet's cadence
 	for i := 0; i < 74; i++ {                // up to its next renewal, 10.4 s after the last
 		clock.Step(100 * time.Millisecond)
-		if reason, stale := fencing.Stale(l.Decorate("n", up), clock.Now(), cfg); stale {
+		if reason, stale := Stale(l.Decorate("n", up), clock.Now(), cfg); stale {
 			t.Fatalf("%s after its last renewal at the 10 s cadence: stale (%s)", clock.Now().Sub(t0), reason)
 		}
 	}
@@ -229,7 +227,7 @@ func TestShorterLeaseDurationNeedsARenewalAtIt(t *testing.T) {
 		t.Fatalf("threshold %s after two renewals at 10 s; want 6s", got)
 	}
 	clock.Step(6*time.Second + time.Millisecond)
-	if reason, stale := fencing.Stale(l.Decorate("n", up), clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+	if reason, stale := Stale(l.Decorate("n", up), clock.Now(), cfg); !stale || reason != FenceHeartbeatLost {
 		t.Fatalf("6 s after its last renewal at 2.5 s: Stale %q %t; want HeartbeatLost", reason, stale)
 	}
 }
@@ -244,18 +242,18 @@ func TestShorterLeaseDurationNeedsARenewalAtIt(t *testing.T) {
 // fresh node out of service.
 func TestRecreatedNodeIsTimedFromItsRegistration(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 20 * time.Second}
-	l := NewLiveness(clock, cfg, 1)
-	l.observeNode("n", NodeState{Exists: true, UID: "u1", Ready: true})
+	cfg := Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: 1})
+	l.ObserveNode("n", NodeState{Exists: true, UID: "u1", Ready: true})
 	l.observeLease("n", "1", 40*time.Second)
 	clock.Step(time.Minute) // the old incarnation died a minute ago
 	fresh := NodeState{Exists: true, UID: "u2"}
-	l.observeNode("n", fresh)
-	if reason, stale := fencing.Stale(l.Decorate("n", fresh), clock.Now(), cfg); stale {
+	l.ObserveNode("n", fresh)
+	if reason, stale := Stale(l.Decorate("n", fresh), clock.Now(), cfg); stale {
 		t.Fatalf("the new incarnation stale (%s) the moment it registered", reason)
 	}
 	clock.Step(20*time.Second + time.Millisecond)
-	if reason, stale := fencing.Stale(l.Decorate("n", fresh), clock.Now(), cfg); !stale || reason != fencing.FenceHeartbeatLost {
+	if reason, stale := Stale(l.Decorate("n", fresh), clock.Now(), cfg); !stale || reason != FenceHeartbeatLost {
 		t.Fatalf("the new incarnation, no renewal 20 s after it registered: Stale %q %t; want HeartbeatLost", reason, stale)
 	}
 }
@@ -269,19 +267,18 @@ func TestRecreatedNodeIsTimedFromItsRegistration(t *testing.T) {
 // node whose heartbeat was lost.
 func TestRemoveTaintRechecksTheHeartbeat(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
-	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 1)
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: Config{HeartbeatThreshold: 20 * time.Second}, GuardShare: 1})
 	taint := corev1.Taint{Key: OutOfServiceTaint, Value: DriverOutOfServiceValue, Effect: corev1.TaintEffectNoExecute}
 	client := fake.NewClientset(node("node-a", true, t0, taint), lease("node-a", "7"))
-	l.observeNode("node-a", nodeState(node("node-a", true, t0)))
+	l.ObserveNode("node-a", NodeStateOf(node("node-a", true, t0)))
 	l.observeLease("node-a", "7", 0)
 	clock.Step(25 * time.Second) // recovered at 20 s, lost again past 20 s
-	tt := NewTainter(client, driver)
-	tt.TimeWith(l)
+	tt := NewTainter(client, driver, l)
 	if err := tt.RemoveTaint(context.Background(), "node-a"); err != nil {
 		t.Fatal(err)
 	}
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
-	if err != nil || !hasDriverTaint(n) {
+	if err != nil || !HasDriverTaint(n) {
 		t.Fatalf("the driver's taint lifted from a node whose heartbeat is lost (taints %v, %v)", n.Spec.Taints, err)
 	}
 	// Its kubelet renews (the live Lease read shows it), and stays
@@ -297,7 +294,7 @@ func TestRemoveTaintRechecksTheHeartbeat(t *testing.T) {
 	if err := tt.RemoveTaint(context.Background(), "node-a"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err = client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{}); err != nil || hasDriverTaint(n) {
+	if n, err = client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{}); err != nil || HasDriverTaint(n) {
 		t.Fatalf("the driver's taint kept on a node recovered for the recovery period (taints %v, %v)", n.Spec.Taints, err)
 	}
 }
@@ -313,11 +310,11 @@ func TestRemoveTaintRechecksTheHeartbeat(t *testing.T) {
 // nobody is fenced.
 func TestKubeletRestartOnAFastNodeFencesNobody(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	cfg := fencing.Config{HeartbeatThreshold: 6 * time.Second}
-	l := NewLiveness(clock, cfg, DefaultGuardShare)
+	cfg := Config{HeartbeatThreshold: 6 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	for _, n := range []string{"a", "b", "c"} {
-		l.observeNode(n, up)
+		l.ObserveNode(n, up)
 	}
 	rv := 0
 	for i := 0; i < 12; i++ { // every 2.5 s for 30 s; a's kubelet restarts for 8 s from 20 s
@@ -335,7 +332,7 @@ func TestKubeletRestartOnAFastNodeFencesNobody(t *testing.T) {
 			}
 			l.observeLease(n, fmt.Sprint(rv), d)
 		}
-		if reason, stale := fencing.Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+		if reason, stale := Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
 			t.Fatalf("a stale (%s) at %s while its kubelet restarted and its node plugin renewed", reason, clock.Now().Sub(t0))
 		}
 	}
@@ -347,13 +344,13 @@ func TestKubeletRestartOnAFastNodeFencesNobody(t *testing.T) {
 // flap.
 func TestReturnFromAnOutageIsNoFlap(t *testing.T) {
 	clock := clocktesting.NewFakeClock(t0)
-	l := NewLiveness(clock, fencing.Config{HeartbeatThreshold: 20 * time.Second}, 1)
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: Config{HeartbeatThreshold: 20 * time.Second}, GuardShare: 1})
 	var flaps []string
-	l.OnFlap(func(n string) { flaps = append(flaps, n) })
+	l.onFlap = (func(n string) { flaps = append(flaps, n) })
 	up := NodeState{Exists: true, UID: "u", Ready: true}
 	renew := leaseRenewer(l, 40*time.Second)
-	l.observeNode("n", up)
-	l.observeNode("m", up)
+	l.ObserveNode("n", up)
+	l.ObserveNode("m", up)
 	renew("n", "m")
 	clock.Step(30 * time.Second) // the API server is down
 	renew("n", "m")

@@ -1,20 +1,14 @@
-package informers
+package claims
 
 import (
-	"context"
 	"reflect"
 	"slices"
 	"testing"
-	"time"
 	"unsafe"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // claimOn is node's claim in cs, or none.
-func claimOn(cs ClaimSet, node string) Claim {
+func claimOn(cs Set, node string) Claim {
 	c, _ := cs.Get(node)
 	return c
 }
@@ -35,7 +29,7 @@ func TestClaimSetHoldsWhatTheAnnotationSays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs := NewClaimSet(m)
+		cs := NewSet(m)
 		if cs.Len() != len(m) {
 			t.Errorf("%s: Len = %d, want %d", raw, cs.Len(), len(m))
 		}
@@ -77,13 +71,13 @@ func TestClaimSetInternsWhatRepeats(t *testing.T) {
 	raw := func(nonce string) string {
 		return `{"node-a":{"at":"2026-11-23T08:00:00Z","uid":"u-a","cap":"mount/SINGLE_NODE_WRITER","nqn":"nqn.a","n":"` + nonce + `"}}`
 	}
-	var sets []ClaimSet
+	var sets []Set
 	for _, n := range []string{"nonce-1", "nonce-2"} {
 		m, err := ParseClaims(raw(n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		sets = append(sets, NewClaimSet(m))
+		sets = append(sets, NewSet(m))
 	}
 	var nodes [2]string
 	var claims [2]Claim
@@ -105,53 +99,6 @@ func TestClaimSetInternsWhatRepeats(t *testing.T) {
 	}
 	if claims[0].Nonce == claims[1].Nonce {
 		t.Errorf("nonces %q and %q: the claims are mixed up", claims[0].Nonce, claims[1].Nonce)
-	}
-}
-
-// TestCommitWritesAPVOnlyItsOwnClaimsBesideADeletedPV: Commit takes the
-// volume's claims for a single PV whose own set is empty (ClaimSet has no
-// nil map to tell "none read" from "none there"). That is only safe while
-// an index-built entry with one PV never shows claims that PV does not
-// have: here the handle's entry merges a live PV without claims (no
-// annotation, or "{}") with the VolumeAttachment of a deleted PV that had
-// node-a's claim; the commit must not bring node-a's claim back onto the
-// live PV.
-func TestCommitWritesAPVOnlyItsOwnClaimsBesideADeletedPV(t *testing.T) {
-	for _, own := range []string{"", `{}`} {
-		x := NewAttachmentIndex()
-		x.setPV("pv-0", func(v *Volume) {
-			v.Handle, v.ResourceVersion = "vol-1", "5"
-			v.Claims = NewClaimSet(map[string]Claim{"node-a": {At: t0, NodeUID: "u-a", Nonce: "n-a"}})
-		})
-		x.setAttachment("va-0", "pv-0", Attachment{Node: "node-a", VAName: "va-0", Attached: true, Since: t0})
-		x.deletePV("pv-0")
-		m, err := ParseClaims(own)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p1 := pv("pv-1", "vol-1", corev1.ReadWriteOnce, own)
-		x.setPV("pv-1", func(v *Volume) {
-			v.Handle, v.ResourceVersion, v.Claims = "vol-1", p1.ResourceVersion, NewClaimSet(m)
-		})
-		v := x.Volume("vol-1")
-		if len(v.PVs) != 1 || v.PVs[0].Name != "pv-1" || len(v.Attachments) != 1 {
-			t.Fatalf("%q: scripting: the entry should merge pv-1 with the deleted pv-0's attachment: %+v", own, v)
-		}
-		client := fake.NewClientset(p1)
-		if err := NewClaims(client, driver).Commit(context.Background(), v, "node-b", Claim{At: t0.Add(time.Second), NodeUID: "u-b"}, nil); err != nil {
-			t.Fatalf("%q: %v", own, err)
-		}
-		got, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		claims, err := DecodeClaims(got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(claims) != 1 || !has(claims, "node-b") {
-			t.Errorf("annotation %q: Commit wrote %v to pv-1, want node-b's claim only (node-a's was on the deleted PV)", own, claims)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package informers
+package claims
 
 import (
 	"context"
@@ -34,9 +34,9 @@ func TestReleaseDoesNotSwallowATimedOutRead(t *testing.T) {
 			client.PrependReactor("get", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, tc.err
 			})
-			released, _, err := NewClaims(client, driver).ReleaseUnpublished(context.Background(), "pv-1", "vol-1", "node-a", nil)
+			released, _, err := NewStore(client, driver, false).ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
 			if released || !errors.Is(err, tc.err) {
-				t.Fatalf("ReleaseUnpublished = %t, %v; want the read's error %v", released, err, tc.err)
+				t.Fatalf("ReleaseIf = %t, %v; want the read's error %v", released, err, tc.err)
 			}
 		})
 	}
@@ -59,27 +59,14 @@ func TestReleaseRetriesConflicts(t *testing.T) {
 				left--
 				return true, nil, apierrors.NewConflict(corev1.Resource("persistentvolumes"), "pv-1", errors.New("changed"))
 			})
-			released, _, err := NewClaims(client, driver).ReleaseUnpublished(context.Background(), "pv-1", "vol-1", "node-a", nil)
+			released, _, err := NewStore(client, driver, false).ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
 			if released != tc.wantReleased || (err == nil) != tc.wantReleased {
-				t.Fatalf("after %d conflicts: ReleaseUnpublished = %t, %v", tc.conflicts, released, err)
+				t.Fatalf("after %d conflicts: ReleaseIf = %t, %v", tc.conflicts, released, err)
 			}
 			if _, kept := apiClaims(t, client, "pv-1")["node-a"]; kept == tc.wantReleased {
 				t.Errorf("claim kept %t after %d conflicts", kept, tc.conflicts)
 			}
 		})
-	}
-}
-
-// The Tainter's node updates go through the same retry.
-func TestTaintDoesNotSwallowATimedOutRead(t *testing.T) {
-	client := fake.NewClientset(node("node-a", false, t0))
-	client.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, fmt.Errorf("injected: %w", context.DeadlineExceeded)
-	})
-	tt := NewTainter(client, driver)
-	err := tt.updateNode(context.Background(), "node-a", func(*corev1.Node) (bool, error) { return true, nil })
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("updateNode = %v, want the read's deadline error", err)
 	}
 }
 

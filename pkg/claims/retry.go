@@ -1,4 +1,4 @@
-package informers
+package claims
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// conflictAttempts bounds retryConflicts: as client-go's retry.DefaultRetry.
+// conflictAttempts bounds RetryConflicts: as client-go's retry.DefaultRetry.
 const conflictAttempts = 5
 
-// retryConflicts runs fn again while it fails with a Conflict (a
+// RetryConflicts runs fn again while it fails with a Conflict (a
 // resourceVersion-preconditioned write that lost a race: fn re-reads and
 // decides again), at most conflictAttempts times, and returns fn's last
 // error as it is. It replaces client-go's retry.RetryOnConflict, which
@@ -21,7 +21,7 @@ const conflictAttempts = 5
 // done, and ControllerUnpublishVolume answered OK with the claim left on the
 // PV. Whether a claim is released must not depend on that detail of the
 // library version.
-func retryConflicts(ctx context.Context, fn func() error) error {
+func RetryConflicts(ctx context.Context, fn func() error) error {
 	b := retry.DefaultRetry
 	b.Steps = conflictAttempts
 	for {
