@@ -5,8 +5,21 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 CACHE := .cache
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
+# The version every binary, the image tag and the chart carry, from
+# hack/version.sh (the file VERSION and git; docs/release.md), once per make.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell hack/version.sh)
+endif
+ifeq ($(VERSION),)
+$(error hack/version.sh printed no version)
+endif
+export VERSION
+# The build flags of every binary the repository ships: no build paths
+# (-trimpath), nothing of the checkout's git state but the version
+# (-buildvcs=false: a source archive and a clone of one commit build the
+# same bytes). The e2e test TestReleaseArtifacts holds the release to it.
+GOBUILDFLAGS := -trimpath -buildvcs=false
+LDFLAGS := -X github.com/srvlab/rds-csi/pkg/version.Version=$(VERSION)
 # Inputs per fuzz target: a count, not a time, so a slow machine runs the
 # same work and the fuzz runner's deadline race (golang/go#75804) cannot hit.
 FUZZCOUNT ?= 20000
@@ -17,7 +30,7 @@ PKGS := ./...
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	$(GO) build $(GOBUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # Every test the repo has: unit and integration tests with the race detector
 # (the RDS simulator over real SSH, loop devices where root; the documented
@@ -104,22 +117,33 @@ e2e-nvme: deps
 # The driver's container image without a container engine
 # (hack/build-image.sh): the static driver and the Debian bookworm packages
 # of the node tools it runs, unpacked with dpkg-deb (downloads cached in
-# .cache/image), written as one OCI archive that docker load, ctr images
-# import and kind load image-archive accept. IMAGE is the reference
-# manifests/ and the chart deploy; image-test checks that, then runs the
-# driver and each node tool in the unpacked root filesystem (chroot, root
-# only). ~25 s warm; cold, the CGO_ENABLED=0 build of the driver adds ~3.5
-# min and the packages (~26 MB) a few seconds (README).
-IMAGE ?= ghcr.io/srvlab/rds-csi-driver:v0.1.0
+# .cache/image), written as one OCI archive per architecture that docker
+# load, ctr images import and kind load image-archive accept: amd64 in
+# IMAGE_ARCHIVE, arm64 (Debian's arm64 packages unpacked, the driver
+# cross-compiled; no emulator) in IMAGE_ARCHIVE_ARM64. IMAGE is tagged with
+# VERSION; manifests/ and the chart deploy the release's tag (VERSION's
+# file). image-test checks both archives: the amd64 one runs the driver
+# (its --version is the tag) and each node tool in the unpacked root
+# filesystem (chroot, root only); in the arm64 one every executable is an
+# arm64 ELF whose interpreter and libraries are there. ~25 s warm per
+# architecture; cold, each CGO_ENABLED=0 build of the driver adds ~3.5 min
+# and the packages (~26 MB) a few seconds (README).
+IMAGE_REPO ?= ghcr.io/srvlab/rds-csi-driver
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
 IMAGE_ARCHIVE ?= bin/rds-csi-driver-image.tar
-.PHONY: image image-test chart chart-test packaging
+IMAGE_ARCHIVE_ARM64 ?= bin/rds-csi-driver-image-arm64.tar
+.PHONY: image image-arm64 image-test chart chart-test packaging
 image:
-	IMAGE='$(IMAGE)' VERSION='$(VERSION)' ./hack/build-image.sh '$(IMAGE_ARCHIVE)'
+	IMAGE='$(IMAGE)' ARCH=amd64 ./hack/build-image.sh '$(IMAGE_ARCHIVE)'
+
+image-arm64:
+	IMAGE='$(IMAGE)' ARCH=arm64 ./hack/build-image.sh '$(IMAGE_ARCHIVE_ARM64)'
 
 image-test:
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "image-test: skipped (needs root: apt's cache, owners, chroot)"; else \
-	  $(MAKE) --no-print-directory image && cd hack/tools && \
-	  RDS_CSI_IMAGE_ARCHIVE='$(abspath $(IMAGE_ARCHIVE))' $(GO) test -count=1 -v -run '^(TestImage|TestWrite)' ./image/; fi
+	  $(MAKE) --no-print-directory image image-arm64 && cd hack/tools && \
+	  RDS_CSI_IMAGE_ARCHIVE='$(abspath $(IMAGE_ARCHIVE))' RDS_CSI_IMAGE_ARCHIVE_ARM64='$(abspath $(IMAGE_ARCHIVE_ARM64))' \
+	  $(GO) test -count=1 -v -run '^(TestImage|TestWrite)' ./image/; fi
 
 # The Helm chart (charts/rds-csi) rendered by the Helm SDK in hack/tools, a
 # module of its own so that Helm stays out of the driver's go.mod; `chart`
