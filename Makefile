@@ -36,8 +36,12 @@ build:
 # (the RDS simulator over real SSH, loop devices where root; the documented
 # commands, ./docs), csi-sanity
 # against the shipped binaries, then each fuzz target briefly, then the e2e
-# suite on a real control plane, then the NVMe/TCP tier in a VM.
-test: lint unit packaging sanity-loop model fuzz e2e e2e-nvme
+# suite on a real control plane (the release and upgrade tests among it),
+# then the NVMe/TCP tier in a VM. test-host is all of it but the VM tier:
+# what the pull request workflow runs on every runner (docs/release.md).
+test: test-host e2e-nvme
+test-host: lint unit packaging sanity-loop model fuzz e2e
+.PHONY: test-host
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -157,10 +161,21 @@ chart-test:
 
 packaging: chart-test image-test
 
-lint:
+lint: lint-workflows
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+# The GitHub workflows (.github/workflows), which cannot run here, linted
+# by actionlint (pinned in hack/release-tools, built once into
+# .cache/bin; shellcheck checks their scripts where it is installed).
+.PHONY: lint-workflows
+lint-workflows:
+	@set -e; v=$$(cd hack/release-tools && $(GO) list -m -f '{{.Version}}' github.com/rhysd/actionlint); \
+	  bin='$(abspath $(CACHE))'/bin/actionlint-$$v; \
+	  if [ ! -x "$$bin" ]; then mkdir -p "$$(dirname "$$bin")"; \
+	    (cd hack/release-tools && $(GO) build -o "$$bin.tmp.$$$$" github.com/rhysd/actionlint/cmd/actionlint) && mv "$$bin.tmp.$$$$" "$$bin"; fi; \
+	  "$$bin" -no-color .github/workflows/*.yml && echo "actionlint $$v: .github/workflows clean"
 
 # Go benchmarks, then the controller's start-up at scale (bench-scale); the
 # numbers in docs/BENCHMARKS.md come from this target.
@@ -206,5 +221,16 @@ demo:
 demo-rds: build
 	./hack/demo-rds.sh
 
+# A release into DIST (hack/release.sh, docs/release.md): from a clean
+# tree, as root (the images), the image archives (amd64, arm64), the
+# chart package, kubectl-rds for linux and darwin on amd64 and arm64 with
+# the krew manifest of their sums, an SBOM of each binary and image,
+# the release notes from CHANGELOG.md and SHA256SUMS. The e2e test
+# TestReleaseArtifacts makes one and checks every file.
+DIST ?= dist
+.PHONY: release
+release:
+	IMAGE_REPO='$(IMAGE_REPO)' ./hack/release.sh '$(DIST)'
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
