@@ -198,8 +198,9 @@ func Krew(template []byte, v, downloadBase string, sums map[string]string) ([]by
 // VERSION) when v is the release itself, else (a build between releases)
 // the "## [Unreleased]" section, headed with v. The section's text is
 // kept as written; link reference lines ("[x]: url") at the end of the
-// file are dropped. A release without its section is an error: a release
-// says what changed.
+// file are dropped. A release without its section, or with an empty one,
+// is an error: a release says what changed. An empty Unreleased section
+// gives notes that say so.
 func Notes(changelog []byte, v, release string) ([]byte, error) {
 	if err := CheckVersion(v); err != nil {
 		return nil, err
@@ -243,7 +244,11 @@ func Notes(changelog []byte, v, release string) ([]byte, error) {
 	}
 	notes := bytes.TrimRight(out.Bytes(), "\n")
 	if bytes.Count(notes, []byte("\n")) < 2 {
-		return nil, fmt.Errorf("CHANGELOG.md's section %q is empty", want)
+		if v == release {
+			return nil, fmt.Errorf("CHANGELOG.md's section %q is empty: a release says what changed", want)
+		}
+		// A build between releases before anyone wrote down a change.
+		notes = append(notes, []byte("\n\nCHANGELOG.md records no change since "+release+" yet.")...)
 	}
 	return append(notes, '\n'), nil
 }

@@ -160,6 +160,15 @@ func TestNotesAreTheReleasesSection(t *testing.T) {
 	if _, err := Notes([]byte(changelog), "v0.3.0", "v0.3.0"); err == nil {
 		t.Error("a release without its section got notes")
 	}
+	empty := strings.Replace(changelog, "### Fixed\n- a thing after the release\n", "", 1)
+	got, err = Notes([]byte(empty), "v0.2.0-1-gabcdef0", "v0.2.0")
+	if err != nil || !strings.Contains(string(got), "records no change since v0.2.0") {
+		t.Errorf("notes of a build after a release with nothing unreleased: %q, %v", got, err)
+	}
+	emptyRelease := strings.Replace(changelog, "### Added\n- versions\n\n### Upgrading\n- from v0.1.0: nothing to do\n", "", 1)
+	if _, err := Notes([]byte(emptyRelease), "v0.2.0", "v0.2.0"); err == nil {
+		t.Error("a release with an empty section got notes")
+	}
 	// The repository's own CHANGELOG.md has the section of its VERSION.
 	root := repoRoot(t)
 	cl, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
