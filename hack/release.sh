@@ -13,7 +13,8 @@
 #
 # Environment: VERSION (default hack/version.sh), IMAGE_REPO (default
 # ghcr.io/srvlab/rds-csi-driver), RELEASE_ALLOW_DIRTY=1 (release a tree
-# with changes: the version then ends in -dirty), RDS_CSI_CACHE (the cache
+# with changes or untracked files; changed tracked files end the version
+# in -dirty), RDS_CSI_CACHE (the cache
 # directory, default .cache: syft is built into its bin/). Needs root, as
 # make image does.
 set -euo pipefail
@@ -63,7 +64,7 @@ DIST=${1:-dist}
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [[ -z ${RELEASE_ALLOW_DIRTY:-} ]]; then
   # A changed or new file would be in the release and in no commit.
   changes=$(git status --porcelain --untracked-files=normal)
-  [[ -z $changes ]] || die "the tree is not clean (commit, stash or remove; RELEASE_ALLOW_DIRTY=1 releases it as $VERSION):
+  [[ -z $changes ]] || die "the tree is not clean (commit, stash or remove; RELEASE_ALLOW_DIRTY=1 releases it anyway, as $VERSION):
 $changes"
 fi
 case $VERSION in
