@@ -152,12 +152,13 @@ image-test:
 # The Helm chart (charts/rds-csi) rendered by the Helm SDK in hack/tools, a
 # module of its own so that Helm stays out of the driver's go.mod; `chart`
 # prints the default render, chart-test checks it equals manifests/ object
-# for object (and the values against their kustomize equivalents).
+# for object (and the values against their kustomize equivalents), and
+# the release's chart package, krew manifest and notes (hack/tools/release).
 chart:
 	@cd hack/tools && $(GO) run ./cmd/render helm '$(CURDIR)/charts/rds-csi'
 
 chart-test:
-	cd hack/tools && $(GO) vet ./... && $(GO) test -count=1 ./render/
+	cd hack/tools && $(GO) vet ./... && $(GO) test -count=1 ./render/ ./release/
 
 packaging: chart-test image-test
 
