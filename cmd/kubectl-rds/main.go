@@ -32,6 +32,7 @@ import (
 
 	"github.com/srvlab/rds-csi/pkg/diagnose"
 	"github.com/srvlab/rds-csi/pkg/inventory"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 const usage = `kubectl rds: the rds-csi driver's volumes in one command each
@@ -42,6 +43,7 @@ usage:
   kubectl rds why pv NAME
   kubectl rds check                               cluster-wide audit; exit status 1 when something is wrong
   kubectl rds release PV --node NODE [--yes]      drop NODE's stuck claim on PV (refused while NODE is Ready or attached)
+  kubectl rds version                             this plugin's version (also --version)
 
 flags (every command):
   --kubeconfig FILE, --context NAME    as for kubectl
@@ -136,6 +138,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	klog.SetOutput(stderr) // client-go's warnings, not mixed into -o json
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(stdout, version.Version)
 		return exitOK
 	}
 	fs := flag.NewFlagSet("kubectl rds", flag.ContinueOnError)

@@ -34,6 +34,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rdshealth"
 	"github.com/srvlab/rds-csi/pkg/storagefence"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 // controllerOptions are the controller process's settings beyond the CSI
@@ -241,7 +242,7 @@ func (o *controllerOptions) restConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.UserAgent = "rds-csi-controller/" + csi.Version
+	cfg.UserAgent = "rds-csi-controller/" + version.Version
 	// Protobuf for the built-in types the controller reads and writes;
 	// JSON stays acceptable in answers (a patch's body keeps its own
 	// type whatever this says).

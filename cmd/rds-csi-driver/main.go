@@ -33,6 +33,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/storagefence"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 func main() {
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	copts.storageFencingDefaults(opts, fs)
 	if *showVersion {
-		fmt.Fprintln(stdout, csi.Version)
+		fmt.Fprintln(stdout, version.Version)
 		return 0
 	}
 	fail := func(format string, a ...any) int {
@@ -229,7 +230,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer func() { stopHTTP(); waitHTTP() }()
 	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), node)
 	logger := klog.FromContext(ctx)
-	logger.Info("serving", "version", csi.Version, "driver", opts.DriverName, "mode", opts.Mode,
+	logger.Info("serving", "version", version.Version, "driver", opts.DriverName, "mode", opts.Mode,
 		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID)
 	started = true
 	if err := csi.Serve(ctx, srv, lis, opts.ShutdownGrace); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/nodelease"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 // nodeLeaseOptions: the node plugin's own heartbeat (pkg/nodelease), a
@@ -102,7 +103,7 @@ func (o *nodeLeaseOptions) renewer(kubeconfig, node string) (*nodelease.Renewer,
 	if ns == "" {
 		return nil, errors.New("--node-lease outside a pod needs --node-lease-namespace (in a pod it is the pod's namespace)")
 	}
-	cfg.UserAgent = "rds-csi-node/" + csi.Version
+	cfg.UserAgent = "rds-csi-node/" + version.Version
 	cfg.QPS, cfg.Burst = 5, 10
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

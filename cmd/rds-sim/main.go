@@ -42,6 +42,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 type options struct {
@@ -199,8 +200,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlagValue{klogFlags.Lookup("v")}, "v", "log verbosity (2 logs every command)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.Version)
+		return nil
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())

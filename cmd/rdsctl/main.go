@@ -23,6 +23,7 @@ import (
 
 	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 func main() {
@@ -52,6 +53,7 @@ type usageError struct{ error }
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
 const usage = `usage: rdsctl [flags] COMMAND [ARGS] [flags]
+       rdsctl --version
 
 commands:
   probe                         /system resource print
@@ -99,6 +101,10 @@ var argCounts = map[string][2]int{
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, version.Version)
+		return nil
+	}
 	fs := flag.NewFlagSet("rdsctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (

@@ -112,6 +112,7 @@ type DockerManifest struct {
 type Options struct {
 	RootFS     string            // directory whose contents become the image's /
 	Ref        string            // registry/repository:tag
+	Arch       string            // GOARCH of the root filesystem: amd64 (default) or arm64
 	Entrypoint []string          // e.g. ["/rds-csi-driver"]
 	Labels     map[string]string // image labels (org.opencontainers.image.*)
 	Created    time.Time         // every timestamp in the archive
@@ -125,6 +126,14 @@ func Write(out io.Writer, o Options) error {
 		return err
 	}
 	created := o.Created.UTC()
+	arch := o.Arch
+	switch arch {
+	case "":
+		arch = "amd64"
+	case "amd64", "arm64":
+	default:
+		return fmt.Errorf("architecture %q: amd64 or arm64", arch)
+	}
 	var layer bytes.Buffer
 	diffID, err := writeLayer(&layer, o.RootFS, created)
 	if err != nil {
@@ -133,7 +142,7 @@ func Write(out io.Writer, o Options) error {
 	layerDesc := describe(MediaTypeLayerGz, layer.Bytes())
 	cfg := Config{
 		Created:      created.Format(time.RFC3339),
-		Architecture: "amd64",
+		Architecture: arch,
 		OS:           "linux",
 		Config: RunConfig{
 			Entrypoint: o.Entrypoint,
@@ -154,7 +163,7 @@ func Write(out io.Writer, o Options) error {
 		return err
 	}
 	manDesc := describe(MediaTypeManifest, manJSON)
-	manDesc.Platform = &Platform{Architecture: "amd64", OS: "linux"}
+	manDesc.Platform = &Platform{Architecture: arch, OS: "linux"}
 	manDesc.Annotations = map[string]string{AnnotationContainerdName: o.Ref, AnnotationRefName: tag}
 	idxJSON, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{manDesc}})
 	if err != nil {

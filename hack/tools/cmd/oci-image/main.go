@@ -2,7 +2,7 @@
 // archive that docker load, ctr images import and kind load image-archive
 // accept (package image). hack/build-image.sh runs it:
 //
-//	oci-image --rootfs DIR --ref REGISTRY/REPO:TAG --out FILE [--created UNIX] [--label K=V]...
+//	oci-image --rootfs DIR --ref REGISTRY/REPO:TAG --out FILE [--arch amd64|arm64] [--created UNIX] [--label K=V]...
 package main
 
 import (
@@ -43,6 +43,7 @@ func run(args []string) error {
 	entry := fs.String("entrypoint", "/rds-csi-driver", "the image's entrypoint")
 	fs.StringVar(&o.RootFS, "rootfs", "", "the root filesystem directory")
 	fs.StringVar(&o.Ref, "ref", "", "the image reference, registry/repository:tag")
+	fs.StringVar(&o.Arch, "arch", "amd64", "the root filesystem's architecture: amd64 or arm64")
 	fs.StringVar(&o.Comment, "comment", "", "what the layer holds (history comment)")
 	fs.Var(labels(o.Labels), "label", "an image label, key=value (repeatable)")
 	if err := fs.Parse(args); err != nil {
