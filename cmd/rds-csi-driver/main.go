@@ -330,6 +330,14 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 			add("--storage-fencing=allow-host needs --publish: with allow-host a volume's export is opened only by ControllerPublish, to the host of the attachment that holds it, so without publish no volume would ever be opened to anyone (use --storage-fencing=off without attach)")
 		}
 	}
+	if opts.Mode != csi.ModeController {
+		switch {
+		case nopts.StateDir != "" && !filepath.IsAbs(nopts.StateDir):
+			add("--node-state-dir %q must be an absolute path: the node's records of its mounts must stay where the next start of the node plugin finds them", nopts.StateDir)
+		case nopts.stateDir(opts.Endpoint) == "":
+			add("--node-state-dir is required with a tcp:// --endpoint (with a unix:// one it defaults to %s beside the socket)", defaultStateDirName)
+		}
+	}
 	if network, address, err := csi.ParseEndpoint(opts.Endpoint); err == nil && network == "tcp" {
 		if err := validateListenAddress(address); err != nil {
 			add("--endpoint %s: %v", opts.Endpoint, err)

@@ -86,6 +86,7 @@ value to set instead. */ -}}
   "v" (printf $value "node.logLevel")
   "node-id" (printf $fixed "the name of the pod's Node")
   "node-nvme-dir" "must stay /etc/nvme, where the chart mounts the host's NVMe identity"
+  "node-state-dir" "must stay beside the socket, in the host's kubelet plugin directory of the driver that the chart mounts (records kept anywhere else are lost with the pod)"
   "node-connector" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP"
   "node-loop-data-dir" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP") $common -}}
 {{- $known := dict -}}
