@@ -100,6 +100,11 @@ func (o *connectorOptions) validate(mode string) error {
 		if o.NVMeDir != defaultNVMeDir {
 			return errors.New("invalid configuration: --node-nvme-dir is for --node-connector=tcp; the loop connector presents no host NQN")
 		}
+		// Every volume's file is resolved in it, and a relative file
+		// would make every NodeStage fail.
+		if !filepath.IsAbs(o.LoopDataDir) {
+			return fmt.Errorf("invalid configuration: --node-loop-data-dir %q must be an absolute path (the RDS simulator's --data-dir, e.g. \"$PWD/%s\")", o.LoopDataDir, filepath.Clean(o.LoopDataDir))
+		}
 		if fi, err := os.Stat(o.LoopDataDir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("invalid configuration: --node-loop-data-dir %s is not a directory (start the RDS simulator with --data-dir first)", o.LoopDataDir)
 		}

@@ -153,48 +153,95 @@ func (o *controllerOptions) storageFencingDefaults(d csi.Options, fs *flag.FlagS
 
 func (o *controllerOptions) validate() error {
 	var problems []string
-	if o.LeaderElection && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
-		problems = append(problems, fmt.Sprintf("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	if o.LeaderElection {
+		o.validateLeaderElection(add)
 	}
 	if ct := o.contentType(); ct != contentTypeProtobuf && ct != contentTypeJSON {
-		problems = append(problems, fmt.Sprintf("--kube-api-content-type=%q is neither %s nor %s", o.KubeAPIContentType, contentTypeProtobuf, contentTypeJSON))
+		add("--kube-api-content-type=%q is neither %s nor %s", o.KubeAPIContentType, contentTypeProtobuf, contentTypeJSON)
 	}
-	if o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 || o.OrphanedClaimThreshold < 0 {
-		problems = append(problems, "--not-ready-threshold and --orphaned-claim-threshold must not be negative, --migration-timeout must be positive")
+	// Each duration has the floor its meaning needs: below it the flag
+	// is taken and quietly does something else than what it says.
+	switch {
+	case o.NotReadyThreshold < 0:
+		add("--not-ready-threshold must not be negative (have %s; 0: never)", o.NotReadyThreshold)
+	case o.NotReadyThreshold > 0 && o.NotReadyThreshold < minNotReadyThreshold:
+		add("--not-ready-threshold=%s is shorter than %s: a node NotReady for less is a status flapping (a kubelet restart posts NotReady, then Ready), not a node gone (0: never)", o.NotReadyThreshold, minNotReadyThreshold)
+	}
+	switch {
+	case o.OrphanedClaimThreshold < 0:
+		add("--orphaned-claim-threshold must not be negative (have %s; 0: never)", o.OrphanedClaimThreshold)
+	case o.OrphanedClaimThreshold > 0 && o.OrphanedClaimThreshold < minOrphanedClaimThreshold:
+		add("--orphaned-claim-threshold=%s is shorter than %s: a claim is briefly without its VolumeAttachment while the index catches up with a detach, which is no orphan (0: never)", o.OrphanedClaimThreshold, minOrphanedClaimThreshold)
+	}
+	if o.MigrationTimeout < minMigrationTimeout {
+		add("--migration-timeout=%s is shorter than %s: a live migration copies a VM's memory, and the holders' times have one-second resolution", o.MigrationTimeout, minMigrationTimeout)
 	}
 	if o.ExportReconcilePeriod < time.Second {
-		problems = append(problems, fmt.Sprintf("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod))
+		add("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod)
 	}
 	if o.RDSCommandTimeout < minRDSCommandTimeout || o.RDSCommandTimeout > maxRDSCommandTimeout {
-		problems = append(problems, fmt.Sprintf("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout))
+		add("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout)
 	}
 	if err := rdshealth.ValidateInterval(o.RDSHealthInterval); err != nil {
-		problems = append(problems, err.Error())
+		add("%v", err)
 	}
-	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
-		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
+	if o.WatchStallThreshold < minWatchStallThreshold {
+		add("--watch-disconnect-threshold=%s is shorter than %s: a watch the API server ends (every few minutes) takes about a second to reconnect, and readiness would drop each time", o.WatchStallThreshold, minWatchStallThreshold)
+	}
+	if o.ReactionTimeout < minReactionTimeout {
+		add("--fence-call-timeout=%s is shorter than %s: an API call does not answer sooner, so every fence would time out", o.ReactionTimeout, minReactionTimeout)
 	}
 	if o.OutOfServiceTaint && (!o.storageFencing || (o.NotReadyThreshold <= 0 && o.HeartbeatThreshold <= 0)) {
-		problems = append(problems, "--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold or --heartbeat-threshold: without storage fencing a NotReady node may still be writing")
+		add("--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold or --heartbeat-threshold: without storage fencing a NotReady node may still be writing")
 	}
 	switch {
 	case o.HeartbeatThreshold < 0:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold must not be negative (have %s)", o.HeartbeatThreshold))
+		add("--heartbeat-threshold must not be negative (have %s)", o.HeartbeatThreshold)
 	case o.HeartbeatThreshold > 0 && !o.storageFencing:
-		problems = append(problems, "--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
+		add("--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
 	case o.HeartbeatThreshold > maxFenceThreshold || o.NotReadyThreshold > maxFenceThreshold:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold and --not-ready-threshold must be at most %s (have %s, %s): a longer wait is no fence at all (0 turns it off)", maxFenceThreshold, o.HeartbeatThreshold, o.NotReadyThreshold))
+		add("--heartbeat-threshold and --not-ready-threshold must be at most %s (have %s, %s): a longer wait is no fence at all (0 turns it off)", maxFenceThreshold, o.HeartbeatThreshold, o.NotReadyThreshold)
 	case o.HeartbeatThreshold > 0 && o.HeartbeatThreshold < minHeartbeatThreshold:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold=%s is shorter than %s: that needs kubelets renewing their Leases more often than every %s (nodeLeaseDurationSeconds below %ds), a heartbeat write load no cluster should carry for it (docs/attachments.md)", o.HeartbeatThreshold, minHeartbeatThreshold, minHeartbeatThreshold/2, int(2*minHeartbeatThreshold/time.Second)))
+		add("--heartbeat-threshold=%s is shorter than %s: that needs kubelets renewing their Leases more often than every %s (nodeLeaseDurationSeconds below %ds), a heartbeat write load no cluster should carry for it (docs/attachments.md)", o.HeartbeatThreshold, minHeartbeatThreshold, minHeartbeatThreshold/2, int(2*minHeartbeatThreshold/time.Second))
 	}
-	if o.FenceGuardShare < 0 || o.FenceGuardShare > 1 || (o.guardShareSet && o.FenceGuardShare == 0) {
-		problems = append(problems, fmt.Sprintf("--fence-guard-share must be in (0, 1] (have %g)", o.FenceGuardShare))
+	// NaN compares false with everything: written as "inside", not as
+	// "not outside", so that it is refused with the rest.
+	if !(o.FenceGuardShare > 0 && o.FenceGuardShare <= 1) && (o.guardShareSet || o.FenceGuardShare != 0) {
+		add("--fence-guard-share must be a number in (0, 1] (have %g)", o.FenceGuardShare)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
+
+// validateLeaderElection checks the election's timings as client-go's
+// elector needs them, which otherwise refuses them only once running (the
+// replica then never leads, and says so in its log only): the Lease states
+// its duration in whole seconds, and renewals are retried with a jitter.
+func (o *controllerOptions) validateLeaderElection(add func(string, ...any)) {
+	switch {
+	case o.RetryPeriod < minLeaderElectionRetry:
+		add("--leader-election-retry-period=%s is shorter than %s: each retry reads or writes the Lease on the API server, which records its times to the second", o.RetryPeriod, minLeaderElectionRetry)
+	case o.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.RetryPeriod)):
+		add("leader election needs --leader-election-renew-deadline above %g times --leader-election-retry-period (have %s, %s): renewals are retried with that jitter, and client-go's elector refuses less once running", leaderelection.JitterFactor, o.RenewDeadline, o.RetryPeriod)
+	case o.LeaseDuration <= o.RenewDeadline:
+		add("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	case o.LeaseDuration%time.Second != 0:
+		add("--leader-election-lease-duration=%s must be whole seconds: the Lease states it in seconds, and the other replicas would read %s", o.LeaseDuration, o.LeaseDuration.Truncate(time.Second))
+	}
+}
+
+// Floors of the controller's durations (validate says why each).
+const (
+	minNotReadyThreshold      = 5 * time.Second
+	minOrphanedClaimThreshold = time.Minute
+	minMigrationTimeout       = 10 * time.Second
+	minWatchStallThreshold    = 5 * time.Second
+	minReactionTimeout        = time.Second
+	minLeaderElectionRetry    = time.Second
+)
 
 // The encodings --kube-api-content-type accepts.
 const (

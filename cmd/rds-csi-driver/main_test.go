@@ -179,7 +179,7 @@ func TestServeNodeMode(t *testing.T) {
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"--mode=node", "--endpoint=" + endpoint, "--node-id=worker-1", "--rds-name=rds1",
-			"--max-volumes-per-node=20", "--rds-key-file=" + dir + "/absent", "--node-nvme-dir=" + dir}, &stdout, &stderr)
+			"--max-volumes-per-node=20", "--node-nvme-dir=" + dir}, &stdout, &stderr)
 	}()
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

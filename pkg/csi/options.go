@@ -187,6 +187,11 @@ func (o *Options) Validate() error {
 		if err := rds.ValidatePoolName(o.RDSPool); err != nil {
 			add("--rds-pool: %v", err)
 		}
+		if o.RDSLoginOptions != "" {
+			if err := rds.ValidateLoginOptions(o.RDSLoginOptions); err != nil {
+				add("--rds-login-options: %v", err)
+			}
+		}
 		if err := rds.ValidateFilePath(o.VolumePath); err != nil {
 			add("--rds-volume-path: %v", err)
 		} else if len(o.VolumePath) > maxVolumePathLength {
