@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -94,6 +95,60 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.valueBreak, "value-break", string(rdssim.ValueBreakWidth), "where print output breaks a value longer than the rest of its line: width (at the terminal width) or hyphen (before a '-' short of it, as RDS hardware was seen to break a file-path); RouterOS' rule is not known")
 	fs.StringVar(&o.legend, "legend", string(rdssim.LegendUsed), "which flags the Flags legend of a /disk listing names, a column each: used (only those its entries carry, as in an RDS2216 capture) or all (every flag the simulator sets); RouterOS' rule is not known")
 	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
+}
+
+// Bounds of --terminal-width and --latency.
+const (
+	// minTerminalWidth: narrower, a property and its value no longer fit
+	// beside the indent of a print detail line; no terminal is that
+	// narrow.
+	minTerminalWidth = 40
+	// maxLatency: a longer delay outlasts every client's command timeout,
+	// so no command would ever be answered (a hang fault does that).
+	maxLatency = time.Hour
+)
+
+// maxSocketPath is the longest path a unix socket binds at: sun_path less
+// its terminating NUL.
+var maxSocketPath = len(syscall.RawSockaddrUnix{}.Path) - 1
+
+// validate checks the flags before anything is read, written or
+// listened on, each error naming its flag.
+func (o *options) validate(given map[string]bool) error {
+	switch {
+	case o.dataDir == "":
+		return errors.New("--data-dir is required")
+	case o.authorizedKeys == "":
+		return errors.New("--authorized-keys is required")
+	case o.terminalWidth != -1 && o.terminalWidth < minTerminalWidth:
+		return fmt.Errorf("--terminal-width %d: want -1 (no wrapping) or at least %d columns (default %d, as RDS hardware over SSH)", o.terminalWidth, minTerminalWidth, rdssim.DefaultTerminalWidth)
+	case o.latency < 0 || o.latency > maxLatency:
+		return fmt.Errorf("--latency %s: want 0 to %s (a delay added before every command)", o.latency, maxLatency)
+	case len(o.faultControl) > maxSocketPath:
+		return fmt.Errorf("--fault-control %s: the path is %d bytes, too long for a unix socket: at most %d bytes", o.faultControl, len(o.faultControl), maxSocketPath)
+	}
+	_, port, err := net.SplitHostPort(o.listen)
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
+			err = fmt.Errorf("port %d is outside 0-65535", n)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--listen %q: want host:port (port 0: any free one), e.g. 127.0.0.1:2222: %v", o.listen, err)
+	}
+	if net.ParseIP(o.nvmetAddress) == nil {
+		return fmt.Errorf("--nvmet-address %q: want an IP address (the NVMe/TCP port's traddr)", o.nvmetAddress)
+	}
+	// Flags that only mean something with nvmet exporting.
+	if o.nvmeExport == "none" {
+		for _, f := range []string{"nvmet-root", "nvmet-address"} {
+			if given[f] {
+				return fmt.Errorf("--%s needs --nvme-export=nvmet or auto: with none nothing is exported over NVMe/TCP", f)
+			}
+		}
+	}
+	return nil
 }
 
 // faultControlUsage documents --fault-control's requests (the protocol of
@@ -205,11 +260,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.dataDir == "" {
-		return errors.New("--data-dir is required")
-	}
-	if o.authorizedKeys == "" {
-		return errors.New("--authorized-keys is required")
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := o.validate(given); err != nil {
+		return err
 	}
 	poolSize, err := rdssim.ParseSize(o.poolSize)
 	if err != nil || poolSize <= 0 {
