@@ -205,7 +205,8 @@ func TestRdsctlRanges(t *testing.T) {
 	flags, _, _ := simWithKey(t)
 	for _, tc := range []struct{ flag, says string }{
 		{"-port=0", "-port"}, {"-port=70000", "-port"}, {"-nvme-port=0", "-nvme-port"}, {"-nvme-port=65536", "-nvme-port"},
-		{"-timeout=0", "-timeout"}, {"-timeout=-1s", "-timeout"},
+		{"-timeout=0", "-timeout"}, {"-timeout=-1s", "-timeout"}, {"-timeout=1ms", "-timeout must be at least 1s"},
+		{"-login-options=c+t", "-login-options: invalid argument"},
 		{"-pool=a b", "-pool"}, {"-base-path=relative", "-base-path"}, {"-nqn-prefix=mikrotik:", "-nqn-prefix"},
 	} {
 		code, _, errOut := rdsctlProcess(t, append(append([]string{}, flags...), tc.flag, "probe")...)
@@ -374,7 +375,7 @@ func TestRdsctlNegativeSize(t *testing.T) {
 	base := closedRDS(t)
 	base = base[:len(base)-2] // its own -timeout
 	code := cli(append(base, "-timeout", "-1s", "probe"), &stdout, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), "-timeout must be positive") {
+	if code != 2 || !strings.Contains(stderr.String(), "-timeout must be at least 1s") {
 		t.Errorf("-timeout -1s: exit %d, stderr %q: want the timeout refused as a value of -timeout", code, stderr.String())
 	}
 }
@@ -535,6 +536,29 @@ func TestFlagsACommandDoesNotUse(t *testing.T) {
 		if code != 2 || strings.Contains(out, "> ") || !strings.Contains(errOut, args[1]) {
 			t.Errorf("rdsctl %q: exit %d, stdout %.200q, stderr %.200q; want a usage error (exit 2) naming the flag, nothing sent", args, code, out, errOut)
 		}
+	}
+}
+
+// A flag that means something only with another, or with one form of its
+// command, is refused without it rather than ignored: -nvme-address
+// without -data ran the whole self-test as if it were not given, and
+// -keep-connections does nothing to an export that is closed.
+func TestFlagsThatNeedAnotherRefused(t *testing.T) {
+	flags, _, srv := simWithKey(t)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"selftest", "-nvme-address", "127.0.0.1"}, "-nvme-address needs -data"},
+		{[]string{"export", "pvc-1", "off", "-keep-connections"}, "-keep-connections is a flag of export on, not export off"},
+	} {
+		code, out, errOut := rdsctlProcess(t, append(append([]string{"-show-commands"}, flags...), tc.args...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, tc.says) {
+			t.Errorf("rdsctl %q: exit %d, stdout %.200q, stderr %.200q; want a usage error (exit 2) saying %q, nothing sent", tc.args, code, out, errOut, tc.says)
+		}
+	}
+	if n := srv.Stats().Accepted; n != 0 {
+		t.Errorf("the refused commands connected %d times to the RDS", n)
 	}
 }
 
