@@ -212,6 +212,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	out := stdout
+	if cmd == "selftest" {
+		// The transcript and the report: a reader gone (a closed pipe)
+		// stops the checks, and the cleanup runs (selftestWithSignals).
+		out = watchOutput(stdout)
+	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
 			fmt.Fprintf(out, "  > %s\n", r.Command)
