@@ -281,8 +281,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		case !errors.Is(err, rds.ErrNotFound):
 			return err
 		}
+		// The file path is the slot's own (named as the driver names a
+		// volume's), so a file there that no disk uses is debris of an
+		// earlier attempt whose clean-up failed: the client removes it
+		// and adds again, as for the driver's CreateVolume.
 		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: a.slot, FilePath: file(a.slot), Size: a.size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: *closed}})
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: *closed}, OwnsFilePath: true})
 		if err != nil {
 			return err
 		}
