@@ -55,12 +55,12 @@ const (
 const defaultNVMeDir = "/etc/nvme"
 
 func (o *connectorOptions) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node service connects volumes: tcp (NVMe/TCP, the only choice for real clusters) or loop (labs and demos: a loop device over the RDS simulator's backing file on this machine; needs --node-loop-data-dir)")
-	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir on this machine")
-	fs.DurationVar(&o.CtrlLoss, "nvme-ctrl-loss-timeout", nvme.DefaultCtrlLossTimeout, "with --node-connector=tcp: how long the kernel keeps reconnecting a volume's lost NVMe/TCP connection (ctrl_loss_tmo) before it gives up and the device goes; it must outlast an RDS reboot, which docs/node.md assumes takes 1-3 min ("+minCtrlLoss.String()+" to "+maxCtrlLoss.String()+", rounded up to whole seconds)")
-	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", nvme.DefaultFastIOFailTimeout, "with --node-connector=tcp: fail I/O this long after a volume's connection is lost instead of holding it until the reconnect (fast_io_fail_tmo): an attachment cut off by storage fencing then gets I/O errors rather than writes hung until --nvme-ctrl-loss-timeout, at the cost of failing I/O in any RDS outage longer than this, such as a reboot (0: off, I/O waits up to --nvme-ctrl-loss-timeout, needed on kernels before 5.10; else at least "+minFastIOFail.String()+" and shorter than --nvme-ctrl-loss-timeout, rounded up to whole seconds)")
-	fs.StringVar(&o.StateDir, "node-state-dir", "", "node and all modes: the directory where the node plugin records which volume it mounted where, an absolute path on the host that persists across restarts (default: "+defaultStateDirName+" beside a unix --endpoint's socket)")
-	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the directory of this host's NVMe identity (hostnqn, hostid), created there at start when missing; it must be the host's and persist across restarts, since the host NQN is the node's identity on the RDS")
+	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node connects volumes: tcp (NVMe/TCP) or loop (labs: the simulator's files)")
+	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir, an absolute path")
+	fs.DurationVar(&o.CtrlLoss, "nvme-ctrl-loss-timeout", nvme.DefaultCtrlLossTimeout, "with --node-connector=tcp: how long a lost connection is reconnected (ctrl_loss_tmo)")
+	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", nvme.DefaultFastIOFailTimeout, "with --node-connector=tcp: fail I/O this long after a connection is lost (0: off)")
+	fs.StringVar(&o.StateDir, "node-state-dir", "", "where the node records its mounts (default: node-state beside a unix --endpoint)")
+	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the host's NVMe identity directory (hostnqn, hostid)")
 }
 
 // validate refuses the loop connector unless it is chosen explicitly with

@@ -61,14 +61,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nopts.addFlags(fs)
 	var lopts nodeLeaseOptions
 	lopts.addFlags(fs)
-	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests, and never with --storage-fencing=allow-host, which opens exports only in ControllerPublish")
+	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (false: without attach)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// A flag error is one line (the flag package would add the whole
 	// usage, burying it in a pod's log); -h prints the usage.
 	fs.SetOutput(io.Discard)
 	if err := flagonce.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once")
+			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once (docs/flags.md says each in full)")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0

@@ -88,7 +88,7 @@ host name or IP address alone (the port is -port); -key is the private key, not 
 
 exit status: 0 done, 1 the command failed, 2 a usage error (bad flag or argument; nothing done).
 
-flags:
+flags (docs/flags.md says each in full):
 `
 
 // argCounts are the commands and how many arguments each takes (min, max).
@@ -108,16 +108,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		nqnPrefix = fs.String("nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of exported disks")
 		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks (1-65535)")
 		show      = fs.Bool("show-commands", false, "print each RouterOS command and what RouterOS returned")
-		closed    = fs.Bool("closed", false, "create: set the NVMe/TCP port and NQN but export to no host (storage fencing)")
-		keepConns = fs.Bool("keep-connections", false, "export on: when the export moves from another host, set the host only instead of turning the export off and on (established connections may survive)")
+		closed    = fs.Bool("closed", false, "create: set the NVMe/TCP port and NQN but export to no host")
+		keepConns = fs.Bool("keep-connections", false, "export on: move the export's host without turning it off and on")
 		timeout   = fs.Duration("timeout", time.Minute, "overall timeout (at least 1s)")
-		verbose   = fs.Bool("v", false, "log what the client does (its INFO lines) on stderr")
+		verbose   = fs.Bool("v", false, "log what the client does on stderr")
 		selftestF = addSelftestFlags(fs) // selftest.go
 	)
 	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address: a host name or IP address, no port (-port)")
 	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port (1-65535)")
 	fs.StringVar(&cfg.User, "user", "admin", "RDS user")
-	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none sends -user unchanged")
+	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none: none")
 	fs.StringVar(&cfg.KeyFile, "key", "", "SSH private key file")
 	fs.StringVar(&cfg.KnownHostsFile, "known-hosts", "", "known_hosts file pinning the RDS host key")
 	fs.BoolVar(&cfg.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "accept any host key (labs only)")

@@ -60,9 +60,9 @@ type selftestFlags struct {
 func addSelftestFlags(fs *flag.FlagSet) *selftestFlags {
 	f := &selftestFlags{}
 	fs.StringVar(&f.output, "o", "text", "selftest: report format, text or json")
-	fs.BoolVar(&f.data, "data", false, "selftest: also check that a copy holds its source's data, over NVMe/TCP from this host (Linux, root, nvme-tcp module): write a pattern to a scratch disk, copy it, read the copy")
+	fs.BoolVar(&f.data, "data", false, "selftest: also check over NVMe/TCP that a copy holds its source's data (Linux, root)")
 	fs.StringVar(&f.nvmeAddress, "nvme-address", "", "selftest -data: the RDS's NVMe/TCP address (default: -address)")
-	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the cleanup waits for a copy still running on the RDS before it names what it could not remove (0: no wait; not negative)")
+	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the clean-up waits for a running copy (0: no wait)")
 	return f
 }
 
