@@ -41,6 +41,8 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"node mode without RDS name", []string{"--mode=node", "--node-id=n1"}, 2, []string{"--rds-name (or --rds-address) is required in node mode"}},
 		{"node mode with a bad RDS name", []string{"--mode=node", "--node-id=n1", "--rds-name=rds 1"}, 2, []string{"--rds-name \"rds 1\" must be a Kubernetes label value"}},
 		{"node mode with a bad NQN prefix", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nqn-prefix=mikrotik:"}, 2, []string{"--nqn-prefix"}},
+		{"node mode with a relative state directory", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-state-dir=state"}, 2, []string{"--node-state-dir \"state\" must be an absolute path"}},
+		{"node mode on a tcp endpoint without a state directory", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--endpoint=tcp://127.0.0.1:10000"}, 2, []string{"--node-state-dir is required with a tcp:// --endpoint"}},
 		{"missing key file", []string{"--mode=controller", "--publish=false", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, 1, []string{"RDS client", "nope"}},
 		{"bad storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=on"}, 2, []string{"--storage-fencing must be off or allow-host"}},
 		{"taint without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--not-ready-threshold=30s", "--out-of-service-taint"}, 2, []string{"--out-of-service-taint needs --storage-fencing=allow-host"}},
@@ -177,7 +179,7 @@ func TestServeNodeMode(t *testing.T) {
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"--mode=node", "--endpoint=" + endpoint, "--node-id=worker-1", "--rds-name=rds1",
-			"--max-volumes-per-node=20", "--rds-key-file=" + dir + "/absent", "--node-nvme-dir=" + dir}, &stdout, &stderr)
+			"--max-volumes-per-node=20", "--node-nvme-dir=" + dir}, &stdout, &stderr)
 	}()
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -24,7 +24,7 @@ func nodeInfoServer(t *testing.T, c Connector) *NodeServer {
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return NewNodeServer(NewDriver(opts, nil), c, nil)
+	return NewNodeServer(NewDriver(opts, nil), c, "")
 }
 
 // tcpConnectorIn is the production NVMe/TCP connector with etcNVMe in
