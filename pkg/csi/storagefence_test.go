@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -503,5 +504,138 @@ func untaintNode(t *testing.T, client *fake.Clientset, node string) {
 	n.Spec.Taints = nil
 	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A publish that fences a node drops that node's claim with its commit;
+// the fenced host's connection is dropped all the same when the cut that
+// follows is lost (the RDS command timed out and never lands), although
+// nothing that comes after the commit sees a node left to cut (the
+// publish's retry no longer sees a node to fence, the node fencer sees no
+// claim, the reconcile sees the export matching the claims). Here the
+// export is parked on its way from node-a to node-b (a migration's target
+// joining on replica a, its open of node-b in flight); node-a is put out
+// of service; a repeated publish of node-b on replica b fences node-a,
+// its commit drops node-a's claim, and its cut (park -> closed) is lost.
+// The in-flight park -> open(node-b) lands: replica a answers node-b OK
+// and the export allows node-b, while a park keeps connections, and so
+// does the move from it. Then Kubernetes force-detaches node-a (as the
+// out-of-service taint makes it do; its unpublish finds no claim), the
+// leader reconciles and the attacher retries node-b: by then node-a must
+// have been dropped, or it writes beside node-b.
+// A publish's fence cuts before its commit drops the claim, so a lost
+// cut keeps the claim (the cut is retried, as
+// TestStorageFencingFailedCutKeepsTheClaim pins) and this test skips.
+func TestPublishFenceWhoseCutIsLostStillDropsTheFencedHost(t *testing.T) {
+	a, b, client := newTwoReplicasFencedByHand(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000003", corev1.ReadWriteMany, true)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+	hostA := a.hostOf(id, "node-a")
+	wantExport(t, a, id, true, hostA) // node-a connects
+	drops := a.drops(id)
+
+	// node-b joins (a live migration's target) on replica a: the park
+	// lands, its open of node-b is held in flight.
+	a.ensureVA(id, nodeB)
+	park := a.rds.holdNext("SwapExport")
+	answered := make(chan error, 1)
+	go func() {
+		_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+		answered <- err
+	}()
+	<-park.entered
+	open := a.rds.holdNext("SwapExport")
+	close(park.release)
+	<-open.entered
+	parked := a.disk(id)
+	if !parked.Exported || !a.fence.ParkedFrom(id, parked.AllowHost, hostA) {
+		t.Fatalf("export %+v; want parked on the way from node-a", parked)
+	}
+
+	// node-a goes out of service; replica b sees it and both claims.
+	taintNode(t, client, "node-a", "node.kubernetes.io/out-of-service", "nodeshutdown")
+	b.waitClaims(id, "node-a", "node-b")
+	waitFor(t, "replica b to see node-a out of service", func() bool { return b.index.Node("node-a").OutOfService })
+	// A repeated publish of node-b on replica b fences node-a; its cut
+	// times out and is lost.
+	b.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	_, err := b.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+	if err == nil {
+		t.Fatal("the publish whose cut was lost answered success")
+	}
+	if _, held := claimsOf(t, client, id)["node-a"]; held {
+		t.Skipf("node-a's claim survived the failed fence (%v): the cut is retried; not this hole", err)
+	}
+
+	// The open in flight lands; replica a answers node-b.
+	close(open.release)
+	if err := <-answered; err != nil {
+		t.Logf("node-b's first publish: %v", err)
+	}
+	// Kubernetes acts on the out-of-service taint: node-a's pods go and
+	// its VolumeAttachment is force-detached (its unpublish finds no claim
+	// to release). Then the leader's reconcile, and the attacher's retry
+	// of node-b (the replica b's failed answer).
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	if a.drops(id) == drops {
+		t.Errorf("node-a was fenced (its claim released by node-b's publish) but its connection was never dropped: the export went %s -> park -> %s without a drop, and it still writes beside node-b", hostA, a.disk(id).AllowHost)
+	}
+}
+
+// The same without a late command: a migration has moved the export to
+// its target node-b; the source node-a keeps its connection (as
+// designed). node-a is put out of service. A repeated publish of node-b
+// (its first answer was lost, or it failed after the export moved) fences
+// node-a: the commit drops node-a's claim, then the cut (open(node-b) ->
+// closed) fails. The export already matches the only live claim, so
+// nothing that follows would drop node-a's connection by itself: not the
+// force-detach of node-a (no claim to release, so no shutOut), not the
+// attacher's retry of node-b (no one left to fence), not the reconcile. A
+// fence that released a claim does not leave its cut to chance.
+// As above, a failed cut keeps the claim and this test skips.
+func TestPublishFenceWhoseCutFailsStillDropsTheMigrationSource(t *testing.T) {
+	a, _, client := newTwoReplicasFencedByHand(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000004", corev1.ReadWriteMany, true)
+	hostA, hostB := a.migrateAToB(id) // node-a stays connected, as hostA
+	drops := a.drops(id)
+
+	taintNode(t, client, "node-a", "node.kubernetes.io/out-of-service", "nodeshutdown")
+	waitFor(t, "node-a out of service in the index", func() bool { return a.index.Node("node-a").OutOfService })
+	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+	if err == nil {
+		if a.drops(id) == drops {
+			t.Fatal("the repeated publish of node-b answered success without cutting node-a off")
+		}
+		return // cut off with a swap this fault did not hit
+	}
+	if _, held := claimsOf(t, client, id)["node-a"]; held {
+		t.Skipf("node-a's claim survived the failed fence (%v): the cut is retried; not this hole", err)
+	}
+	a.waitClaims(id, "node-b")
+	if err := a.unpublish(id, nodeA); err != nil { // the force-detach
+		t.Fatal(err)
+	}
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	if a.drops(id) == drops {
+		t.Errorf("node-a was fenced (its claim released) but never cut off: the export allows %s (node-b) and node-a's connection as %s stands: two writers", hostB, hostA)
 	}
 }
