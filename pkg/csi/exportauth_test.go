@@ -23,12 +23,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
-func exportAuthOptions() Options {
-	o := allowHostOptions()
-	o.ExportAuth = ExportAuthDHCHAP
-	return o
-}
-
 // newAuthEnv is a replica with --storage-fencing=allow-host and
 // --export-auth=dhchap, its calls logged into the returned buffer.
 func newAuthEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS) (*publishEnv, *lockedLog) {

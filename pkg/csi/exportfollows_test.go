@@ -14,7 +14,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/srvlab/rds-csi/pkg/claims"
-	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
@@ -25,11 +24,6 @@ import (
 // latecommand_test.go.
 
 var vaGVR = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "volumeattachments"}
-
-func exportOpen(host string) rds.ExportState { return rds.ExportState{Open: true, Host: host} }
-func exportClosed() rds.ExportState {
-	return rds.ExportState{Host: "nqn.2014-08.org.nvmexpress:uuid:00000000-dead-4000-8000-000000000000"}
-}
 
 // A paused replica's publish whose VolumeAttachment is gone (its attacher
 // lost its lease, the other detached it): nothing is recorded, nothing

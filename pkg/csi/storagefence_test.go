@@ -20,75 +20,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
-const (
-	nqnA = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a"
-	nqnB = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b"
-	// The node IDs the node plugins register: the node name.
-	nodeA = "node-a"
-	nodeB = "node-b"
-	// The node ID a node plugin from before per-attachment host NQNs
-	// registered: the node name and its own host NQN.
-	oldPluginA = "node-a/" + nqnA
-)
-
-func allowHostOptions() Options {
-	o := testOptions()
-	o.StorageFencing = StorageFencingAllowHost
-	return o
-}
-
-// newFencedEnv is a replica with --storage-fencing=allow-host, wired as
-// cmd/rds-csi-driver wires it: fences cut the host off the RDS first, and
-// with taint set, a NotReady fence taints the node out of service.
-func newFencedEnv(t *testing.T, client *fake.Clientset, policy fencing.Config, taint bool) *publishEnv {
-	if taint {
-		return newPublishEnvWith(t, client, nil, policy, allowHostOptions(), withTaint)
-	}
-	return newPublishEnvWith(t, client, nil, policy, allowHostOptions())
-}
-
-func (e *publishEnv) disk(id string) rds.Disk {
-	e.t.Helper()
-	d, ok := e.rds.disk(id)
-	if !ok {
-		e.t.Fatalf("no disk %s", id)
-	}
-	return d
-}
-
-func (e *publishEnv) drops(id string) int {
-	e.rds.mu.Lock()
-	defer e.rds.mu.Unlock()
-	return e.rds.drops[id]
-}
-
-// hostOf is the host NQN of node's attachment of id, from its live claim.
-func (e *publishEnv) hostOf(id, node string) string {
-	e.t.Helper()
-	c, ok := claimsOf(e.t, e.client, id)[node]
-	if !ok {
-		e.t.Fatalf("volume %s: node %s holds no claim", id, node)
-	}
-	return e.fence.HostOf(id, node, c)
-}
-
-// wantClosed: the export is closed (its host is a tombstone, whatever it is).
-func wantClosed(t *testing.T, e *publishEnv, id string) {
-	t.Helper()
-	if d := e.disk(id); d.Exported {
-		t.Fatalf("volume %s: exported to %q; want closed", id, d.AllowHost)
-	}
-}
-
-// The export a test expects: closed, or open to one host ("" any).
-func wantExport(t *testing.T, e *publishEnv, id string, open bool, host string) {
-	t.Helper()
-	d := e.disk(id)
-	if d.Exported != open || (open && d.AllowHost != host) {
-		t.Fatalf("volume %s: exported=%t allow-host=%q; want exported=%t allow-host=%q", id, d.Exported, d.AllowHost, open, host)
-	}
-}
-
 // Issue 12: every export was open to any host, a new one too.
 func TestStorageFencingNewVolumeIsExportedToNoHost(t *testing.T) {
 	client := newFakeAPI(testNode("node-a"))
@@ -373,30 +304,6 @@ func nodeTaint(t *testing.T, client *fake.Clientset, node string) *corev1.Taint 
 		}
 	}
 	return nil
-}
-
-func taintNode(t *testing.T, client *fake.Clientset, node, key, value string) {
-	t.Helper()
-	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffectNoExecute})
-	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func setReady(t *testing.T, client *fake.Clientset, node string, s corev1.ConditionStatus, since time.Time) {
-	t.Helper()
-	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s, LastTransitionTime: metav1.NewTime(since)}}
-	if _, err := client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Volumes made before storage fencing was turned on are open to any host;
