@@ -28,32 +28,6 @@ import (
 // repeat is how often the simulator tests send each idempotent call.
 const repeat = 3
 
-func writeAt(t *testing.T, path string, off int64, data []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(data, off); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func readAt(t *testing.T, path string, off int64, n int) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, off); err != nil {
-		t.Fatal(err)
-	}
-	return buf
-}
-
 // imgFiles lists the disk image files in the simulator's pool.
 func imgFiles(t *testing.T, dataDir string) []string {
 	t.Helper()
