@@ -118,17 +118,6 @@ func TestClosedExportHiddenProps(t *testing.T) {
 	}
 }
 
-// lastPrint is the output of the last command containing match.
-func lastPrint(env *simEnv, match string) string {
-	out := ""
-	for _, cmd := range env.sim.Commands() {
-		if strings.Contains(cmd.Text, match) {
-			out = cmd.Output
-		}
-	}
-	return out
-}
-
 // TestHiddenClosedExportOlderCommands: with a closed export's properties
 // hidden, rdsctl's unconditional allowed-host set reads back the host it
 // set, and a disk made without an export (no NQN to open) is still

@@ -2,26 +2,8 @@ package rds
 
 import (
 	"errors"
-	"strings"
 	"testing"
 )
-
-// realDisk is print detail output as seen on RDS hardware (RouterOS 7).
-const realDisk = `Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT
-31 Bt type=file slot="vm-storage-001" slot-default="" parent="" fs=- model="/raid10/vm-storage-001.img" size=1 099 511 627 776 mount-filesystem=no mount-read-only=no compress=no sector-size=512 raid-master=none nvme-tcp-export=yes
-      nvme-tcp-server-port=4420 nvme-tcp-server-nqn="nqn.2026-09.com.mikrotik:rds2216.vm-storage-001" nvme-tcp-server-allow-host-name="" iscsi-export=no nfs-sharing=no smb-sharing=no media-sharing=no media-interface=none swap=no
-      file-path=/raid10/vm-storage-001.img file-size=1024.0GiB file-offset=0
-`
-
-// unnumbered is the shape the peer driver's tests recorded: no legend, no
-// entry number, one property group per line.
-const unnumbered = `type=file slot="pvc-test-123" slot-default="" parent="" fs=-
-               model="/storage-pool/test.img"
-               size=53 687 091 200 mount-filesystem=yes mount-read-only=no
-               nvme-tcp-export=yes nvme-tcp-server-port=4420
-               nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-test-123"
-               file-path=/storage-pool/test.img
-               file-size=50.0GiB file-offset=0`
 
 func TestParseDisks(t *testing.T) {
 	tests := []struct {
@@ -165,15 +147,6 @@ func TestClassifyOutput(t *testing.T) {
 			t.Errorf("%q: a RouterOS refusal must never be transient", tc.out)
 		}
 	}
-}
-
-// longestLine is the length of the longest line of out, without its CR.
-func longestLine(out string) int {
-	longest := 0
-	for _, line := range strings.Split(out, "\n") {
-		longest = max(longest, len(strings.TrimSuffix(line, "\r")))
-	}
-	return longest
 }
 
 // Entry numbers are right-aligned to one column, and a digit line
