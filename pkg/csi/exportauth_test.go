@@ -243,8 +243,8 @@ func TestExportAuthTurnedOffClearsThePassword(t *testing.T) {
 // bad input ("expected end of command"); with --export-auth=dhchap every
 // authenticated publish then fails the same way, which no retry changes
 // and which is not the CO's request at fault: FAILED_PRECONDITION saying
-// what to do, the password never in it (issue 26's review left it as
-// INVALID_ARGUMENT with only the command).
+// what to do, the password never in it (not INVALID_ARGUMENT with only
+// the command).
 func TestExportAuthRefusedPasswordSaysWhatToDo(t *testing.T) {
 	client := newFakeAPI(testNode("node-a"))
 	e, _ := newAuthEnv(t, client, nil)

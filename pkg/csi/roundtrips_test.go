@@ -290,12 +290,11 @@ func TestPublishReadsAnAttachmentTheIndexHasNotSeen(t *testing.T) {
 	}
 }
 
-// A paused replica (issue 21's chaos run): its index still shows the
-// VolumeAttachment that was detached meanwhile. The live read before the
-// commit refuses it: no claim is written at all, so none can be left
-// when taking it back fails (nothing else would ever release it). Issue
-// 24 tried taking the attachment from the index and withdrawing after
-// the commit; an outside review found four ways that leaves the claim.
+// A paused replica: its index still shows the VolumeAttachment that was
+// detached meanwhile. The live read before the commit refuses it: no
+// claim is written at all, so none can be left when taking it back fails
+// (nothing else would ever release it). Taking the attachment from the
+// index and withdrawing after the commit leaves the claim in four ways.
 func TestPausedReplicaWritesNoClaim(t *testing.T) {
 	for name, opts := range map[string]Options{"fencing off": testOptions(), "allow-host": allowHostOptions()} {
 		t.Run(name, func(t *testing.T) {

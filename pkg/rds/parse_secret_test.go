@@ -16,8 +16,7 @@ import (
 
 // An error about RouterOS output it could not read quotes the word it
 // could not read; where that word is (a part of) an export's secret, the
-// error would carry it to the CO, events and logs. Such text is withheld
-// (issue 26's review: "secrets in parse errors").
+// error would carry it to the CO, events and logs. Such text is withheld.
 func TestParseErrorsWithholdSecrets(t *testing.T) {
 	const secret = "DHHC-1:00:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldDE=:"
 	for _, out := range []string{
