@@ -430,9 +430,8 @@ func untaintNode(t *testing.T, client *fake.Clientset, node string) {
 // out-of-service taint makes it do; its unpublish finds no claim), the
 // leader reconciles and the attacher retries node-b: by then node-a must
 // have been dropped, or it writes beside node-b.
-// A publish's fence cuts before its commit drops the claim, so a lost
-// cut keeps the claim (the cut is retried, as
-// TestStorageFencingFailedCutKeepsTheClaim pins) and this test skips.
+// A publish's fence cuts before its commit drops the claim: a lost cut
+// keeps the claim, and the attacher's retry fences again, cut included.
 func TestPublishFenceWhoseCutIsLostStillDropsTheFencedHost(t *testing.T) {
 	a, b, client := newTwoReplicasFencedByHand(t, testNode("node-a"), testNode("node-b"))
 	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
@@ -474,14 +473,19 @@ func TestPublishFenceWhoseCutIsLostStillDropsTheFencedHost(t *testing.T) {
 	if err == nil {
 		t.Fatal("the publish whose cut was lost answered success")
 	}
-	if _, held := claimsOf(t, client, id)["node-a"]; held {
-		t.Skipf("node-a's claim survived the failed fence (%v): the cut is retried; not this hole", err)
+	if _, held := claimsOf(t, client, id)["node-a"]; !held {
+		t.Fatalf("node-a's claim was released although the cut before it was lost (%v)", err)
 	}
 
 	// The open in flight lands; replica a answers node-b.
 	close(open.release)
 	if err := <-answered; err != nil {
 		t.Logf("node-b's first publish: %v", err)
+	}
+	// The attacher retries node-b on replica b: the fence of node-a, its
+	// cut included, runs again.
+	if _, err := b.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx}); err != nil {
+		t.Logf("node-b's retry on replica b: %v", err)
 	}
 	// Kubernetes acts on the out-of-service taint: node-a's pods go and
 	// its VolumeAttachment is force-detached (its unpublish finds no claim
@@ -511,7 +515,7 @@ func TestPublishFenceWhoseCutIsLostStillDropsTheFencedHost(t *testing.T) {
 // force-detach of node-a (no claim to release, so no shutOut), not the
 // attacher's retry of node-b (no one left to fence), not the reconcile. A
 // fence that released a claim does not leave its cut to chance.
-// As above, a failed cut keeps the claim and this test skips.
+// As above, a failed cut keeps the claim, and the retry cuts.
 func TestPublishFenceWhoseCutFailsStillDropsTheMigrationSource(t *testing.T) {
 	a, _, client := newTwoReplicasFencedByHand(t, testNode("node-a"), testNode("node-b"))
 	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
@@ -529,8 +533,13 @@ func TestPublishFenceWhoseCutFailsStillDropsTheMigrationSource(t *testing.T) {
 		}
 		return // cut off with a swap this fault did not hit
 	}
-	if _, held := claimsOf(t, client, id)["node-a"]; held {
-		t.Skipf("node-a's claim survived the failed fence (%v): the cut is retried; not this hole", err)
+	if _, held := claimsOf(t, client, id)["node-a"]; !held {
+		t.Fatalf("node-a's claim was released although the cut before it failed (%v)", err)
+	}
+	// The attacher retries: the fence of node-a, its cut included, runs
+	// again.
+	if _, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx}); err != nil {
+		t.Fatalf("the retried publish of node-b: %v", err)
 	}
 	a.waitClaims(id, "node-b")
 	if err := a.unpublish(id, nodeA); err != nil { // the force-detach
