@@ -86,8 +86,8 @@ value to set instead. */ -}}
   "v" (printf $value "node.logLevel")
   "node-id" (printf $fixed "the name of the pod's Node")
   "node-nvme-dir" "must stay /etc/nvme, where the chart mounts the host's NVMe identity"
-  "node-connector" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP"
-  "node-loop-data-dir" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP") $common -}}
+  "node-connector" "is node.labLoopDataDir (labs only, docs/node.md): without it the node plugin connects volumes over NVMe/TCP"
+  "node-loop-data-dir" "is node.labLoopDataDir (labs only, docs/node.md)") $common -}}
 {{- $known := dict -}}
 {{- range splitList "\n" (.Files.Get "driver-flags.txt") -}}
 {{- if and (trim .) (not (hasPrefix "#" .)) -}}
