@@ -181,12 +181,14 @@ func (f *Forwarder) Close() {
 // egress selector (EgressSelectorConfiguration, selection "cluster",
 // HTTPConnect over a unix socket) sends "CONNECT ip:port" for every
 // connection to a kubelet (logs, exec, port-forward, the node proxy); the
-// proxy finds the node whose address ip is and dials from inside its
-// network namespace.
+// proxy finds the node by the address asked for (its name, kube-apiserver's
+// first choice, or its IP) and dials from inside its network namespace,
+// to the node's IP.
 type EgressProxy struct {
 	Socket string
 	mu     sync.Mutex
-	nodes  map[string]string // node IP -> network namespace path
+	nodes  map[string]string // node name or IP -> network namespace path
+	ips    map[string]string // node name -> IP
 	fwd    *Forwarder
 }
 
@@ -196,7 +198,7 @@ func StartEgressProxy(path string) (*EgressProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &EgressProxy{Socket: path, nodes: map[string]string{}}
+	p := &EgressProxy{Socket: path, nodes: map[string]string{}, ips: map[string]string{}}
 	p.fwd = &Forwarder{l: l, conns: map[net.Conn]struct{}{}}
 	p.fwd.ctx, p.fwd.stop = context.WithCancel(context.Background())
 	p.fwd.wg.Add(1)
@@ -217,16 +219,19 @@ func StartEgressProxy(path string) (*EgressProxy, error) {
 	return p, nil
 }
 
-// Route sends connections to ip into the network namespace nsPath; an
-// empty nsPath removes the route (a node that lost power answers nothing).
-func (p *EgressProxy) Route(ip, nsPath string) {
+// Route sends connections to the node name or ip into the network
+// namespace nsPath; an empty nsPath removes the route (a node that lost
+// power answers nothing).
+func (p *EgressProxy) Route(name, ip, nsPath string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if nsPath == "" {
 		delete(p.nodes, ip)
+		delete(p.nodes, name)
+		delete(p.ips, name)
 		return
 	}
-	p.nodes[ip] = nsPath
+	p.nodes[ip], p.nodes[name], p.ips[name] = nsPath, nsPath, ip
 }
 
 func (p *EgressProxy) serve(c net.Conn) {
@@ -261,6 +266,11 @@ func (p *EgressProxy) serve(c net.Conn) {
 		fail(http.StatusBadGateway, "no node has the address "+host)
 		return
 	}
+	p.mu.Lock()
+	if ip := p.ips[host]; ip != "" {
+		host = ip
+	}
+	p.mu.Unlock()
 	up, err := DialInNetns(f.ctx, ns, net.JoinHostPort(host, port))
 	if err != nil {
 		fail(http.StatusBadGateway, strings.TrimSpace(err.Error()))

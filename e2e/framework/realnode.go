@@ -49,7 +49,7 @@ import (
 //   - the kernel settings the kubelet insists on (vm.overcommit_memory,
 //     kernel.panic, ...) are files of the node bound over /proc/sys in its
 //     mount namespace: the host's stay as they are;
-//   - the cgroup /rdsnode-<name> (cgroup v1 here: hybrid mode, so the
+//   - the cgroup /rdsnodes-<random>-<name> (cgroup v1 here: hybrid mode, so the
 //     kubelet runs with failCgroupV1: false) holds the node's daemons
 //     (node/) and its pods (the kubelet's cgroupRoot): PowerLoss freezes
 //     and kills the whole tree at once.
@@ -127,6 +127,34 @@ func EnsureKubeletTier(tb testing.TB, root string, extraImages ...string) *Kubel
 // Runtime is the OCI runtime Debian's package installed into DebRoot.
 func (t *KubeletTier) Runtime() string { return filepath.Join(t.DebRoot, "usr", "sbin", "runc") }
 
+// RuntimeBinary is what containerd runs as its runc: runc itself, or,
+// where no process may lower an OOM score (no CAP_SYS_RESOURCE in the
+// capability bounding set, as in the sandbox these machines run in),
+// hack/tools/cmd/lab-runc, which keeps the kubelet's negative scores at
+// the caller's own before it runs runc ($LAB_RUNC).
+func (t *KubeletTier) RuntimeBinary() string {
+	if canLowerOOMScore() {
+		return t.Runtime()
+	}
+	return filepath.Join(filepath.Dir(t.DebRoot), "bin", "lab-runc")
+}
+
+// canLowerOOMScore says whether CAP_SYS_RESOURCE is in this process's
+// bounding set (what lowering oom_score_adj needs).
+func canLowerOOMScore() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && bits&(1<<24) != 0
+		}
+	}
+	return false
+}
+
 // RealNodeOptions configure a node.
 type RealNodeOptions struct {
 	// Index numbers the node from 1: its address 10.201.0.<Index>, its
@@ -154,7 +182,7 @@ type RealNode struct {
 	IP      string
 	Dir     string // the node's state (a temporary directory)
 	LogDir  string // its logs (in the artifact directory)
-	Cgroup  string // rdsnode-<name>
+	Cgroup  string // rdsnodes-<random>-<name>
 	RootDir string // the kubelet's root directory inside the node
 
 	tier       *KubeletTier
@@ -221,7 +249,7 @@ func NewKubeletEnv(t testing.TB, tier *KubeletTier, opts EnvOptions) *KubeletClu
 	}
 	opts.ControlPlane = cp
 	e := NewEnv(t, opts)
-	state, err := os.MkdirTemp("", "rdscsi-nodes-")
+	state, err := os.MkdirTemp("", "rdscsi-rdsnodes-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +401,7 @@ func (c *KubeletCluster) AddNode(t testing.TB, name string, opts RealNodeOptions
 	done := e.TL.Step("start real node " + name + " (containerd, kubelet)")
 	n := &RealNode{
 		Name: name, IP: fmt.Sprintf("10.201.0.%d", opts.Index), Dir: filepath.Join(c.stateDir, name),
-		LogDir: filepath.Join(e.Dir, "node-"+name), Cgroup: "rdsnode-" + name, RootDir: opts.KubeletRootDir,
+		LogDir: filepath.Join(e.Dir, "node-"+name), Cgroup: strings.TrimPrefix(filepath.Base(c.stateDir), "rdscsi-") + "-" + name, RootDir: opts.KubeletRootDir,
 		tier: c.Tier, cluster: c,
 	}
 	for _, d := range []string{n.Dir, n.LogDir} {
@@ -476,11 +504,15 @@ func (c *KubeletCluster) AddNode(t testing.TB, name string, opts RealNodeOptions
 	if c.Sim != nil {
 		n.forward(t, net.JoinHostPort(LabRDSAddress, strconv.Itoa(c.Sim.Port)), net.JoinHostPort(c.Sim.Host, strconv.Itoa(c.Sim.Port)))
 	}
-	c.Egress.Route(n.IP, n.NetNS())
+	// kube-apiserver asks for a node by its name first (Hostname address).
+	c.Egress.Route(n.Name, n.IP, n.NetNS())
 
 	// containerd, then the images, then the kubelet.
 	path := c.Tier.Bin + ":" + filepath.Dir(c.Tier.Runtime()) + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	n.containerd = n.startIn(t, "containerd", path, filepath.Join(c.Tier.Bin, "containerd"), "--config", ctrdConf)
+	if rb := c.Tier.RuntimeBinary(); rb != c.Tier.Runtime() {
+		e.TL.Logf("%s: no CAP_SYS_RESOURCE here: containerd runs runc through %s (OOM scores kept at the caller's)", name, rb)
+	}
 	sock := n.Path("/run/containerd/containerd.sock")
 	if _, err := WaitFor(e.Ctx, e.TL, 60*time.Second, name+": containerd serving", func(context.Context) (bool, string, error) {
 		if n.containerd.Exited() {
@@ -537,7 +569,7 @@ func (n *RealNode) forward(t testing.TB, listen, hostAddr string) {
 func (n *RealNode) startIn(t testing.TB, what, path, bin string, args ...string) *Process {
 	t.Helper()
 	nsArgs := append([]string{"--target", strconv.Itoa(n.holder.Pid()), "--mount", "--net", "--",
-		"env", "PATH=" + path, bin}, args...)
+		"env", "PATH=" + path, "LAB_RUNC=" + n.tier.Runtime(), bin}, args...)
 	return StartProcess(t, n.cluster.Env.TL, n.Name+" "+what, filepath.Join(n.LogDir, what+".log"), "nsenter", nsArgs...)
 }
 
@@ -602,7 +634,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.tracing.proc
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %q
-`, root, tier.Runtime(), filepath.Join(tier.DebRoot, "usr", "lib", "cni"), cniDir, tier.PauseRef)
+`, root, tier.RuntimeBinary(), filepath.Join(tier.DebRoot, "usr", "lib", "cni"), cniDir, tier.PauseRef)
 }
 
 func kubeletConfig(n *RealNode, ca, cert, key string, opts RealNodeOptions) string {
@@ -665,7 +697,7 @@ func (n *RealNode) killAll(t testing.TB) {
 		return
 	}
 	n.dead = true
-	n.cluster.Egress.Route(n.IP, "")
+	n.cluster.Egress.Route(n.Name, n.IP, "")
 	freezer := filepath.Join("/sys/fs/cgroup/freezer", n.Cgroup)
 	if err := os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("FROZEN"), 0o644); err != nil {
 		t.Errorf("%s: freezing: %v", n.Name, err)

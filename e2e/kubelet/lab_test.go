@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/srvlab/rds-csi/e2e/framework"
 )
@@ -121,56 +122,91 @@ func NewLab(t *testing.T, opts LabOptions) *Lab {
 	return l
 }
 
-// ChartValues are the values the lab installs with: the simulator as the
-// RDS (its address as the nodes reach it, its host key pinned, the
-// driver's key in a Secret the chart makes), the loop connector over its
-// files, and the stand-in node sidecars' images (hack/build-kubelet-tier.sh).
-func (l *Lab) ChartValues(t *testing.T) []string {
+// ChartValues writes the values the lab installs with into a values
+// file: the simulator as the RDS (its address as the nodes reach it, its
+// host key pinned, the driver's key in a Secret the chart makes), the loop
+// connector over its files, and the stand-in node sidecars' images
+// (hack/build-kubelet-tier.sh).
+func (l *Lab) ChartValues(t *testing.T) string {
 	t.Helper()
-	kh := filepath.Join(t.TempDir(), "known_hosts")
+	dir := t.TempDir()
+	kh := filepath.Join(dir, "known_hosts")
 	if err := l.Sim.WriteKnownHosts(kh, framework.LabRDSAddress+":"+strconv.Itoa(l.Sim.Port)); err != nil {
 		t.Fatal(err)
 	}
-	return []string{
-		"rds.address=" + framework.LabRDSAddress,
-		"rds.port=" + strconv.Itoa(l.Sim.Port),
-		"rds.user=admin",
-		"rds.name=" + framework.RDSName,
-		"rds.sshSecret.create=true",
-		"--set-file", "rds.sshSecret.privateKey=" + l.Sim.KeyFile,
-		"--set-file", "rds.sshSecret.knownHosts=" + kh,
-		"node.labLoopDataDir=" + l.Sim.PoolDir,
-		"sidecars.nodeDriverRegistrar.image=" + l.Tier.ImageRefs["lab-registrar"],
-		"sidecars.livenessProbe.image=" + l.Tier.ImageRefs["lab-livenessprobe"],
+	khText, err := os.ReadFile(kh)
+	if err != nil {
+		t.Fatal(err)
 	}
+	key, err := os.ReadFile(l.Sim.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]any{
+		"rds": map[string]any{
+			"address": framework.LabRDSAddress, "port": l.Sim.Port, "user": "admin", "name": framework.RDSName,
+			"sshSecret": map[string]any{"create": true, "privateKey": string(key), "knownHosts": string(khText)},
+		},
+		"node": map[string]any{"labLoopDataDir": l.Sim.PoolDir},
+		"sidecars": map[string]any{
+			"nodeDriverRegistrar": map[string]any{"image": l.Tier.ImageRefs["lab-registrar"]},
+			"livenessProbe":       map[string]any{"image": l.Tier.ImageRefs["lab-livenessprobe"]},
+		},
+	}
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "lab-values.yaml")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
-// Render renders the chart with the lab's values and extra ones.
-func (l *Lab) Render(t *testing.T, extra ...string) []byte {
+// Render renders the chart with the lab's values and extra --set ones.
+func (l *Lab) Render(t *testing.T, set ...string) []byte {
 	t.Helper()
-	args := []string{"helm"}
-	for _, v := range append(l.ChartValues(t), extra...) {
-		if v == "--set-file" || strings.HasPrefix(v, "--") {
-			args = append(args, v)
-			continue
-		}
-		if len(args) > 0 && args[len(args)-1] == "--set-file" {
-			args = append(args, v)
-			continue
-		}
+	args := []string{"helm", "-f", l.ChartValues(t)}
+	for _, v := range set {
 		args = append(args, "--set", v)
 	}
 	args = append(args, filepath.Join(l.Env.Root, "charts", "rds-csi"))
 	return runRender(t, l.Env.Root, args...)
 }
 
-// InstallChart applies the chart's render, as `helm template | kubectl
-// apply` does (server-side).
+// InstallChart applies the chart's render in Helm's install order
+// (namespaces first; the render lists objects by kind), as `helm install`
+// creates them.
 func (l *Lab) InstallChart(t *testing.T, extra ...string) {
 	t.Helper()
 	done := l.Env.TL.Step("install the driver from the chart's render")
-	l.Apply(t, l.Render(t, extra...))
+	l.Apply(t, namespacesFirst(l.Render(t, extra...)))
 	done()
+}
+
+// namespacesFirst reorders a YAML stream so that Namespaces come first.
+func namespacesFirst(stream []byte) []byte {
+	var docs []string
+	var cur strings.Builder
+	for _, line := range strings.Split(string(stream), "\n") {
+		if strings.TrimSpace(line) == "---" {
+			docs = append(docs, cur.String())
+			cur.Reset()
+			continue
+		}
+		cur.WriteString(line + "\n")
+	}
+	docs = append(docs, cur.String())
+	var first, rest []string
+	for _, d := range docs {
+		if strings.Contains("\n"+d, "\nkind: Namespace\n") {
+			first = append(first, d)
+		} else if strings.TrimSpace(d) != "" {
+			rest = append(rest, d)
+		}
+	}
+	return []byte("---\n" + strings.Join(append(first, rest...), "---\n"))
 }
 
 // Apply runs kubectl apply --server-side on a YAML stream.
