@@ -12,7 +12,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme
+.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme e2e-kubelet
 
 all: build
 
@@ -24,7 +24,7 @@ build:
 # commands, ./docs), csi-sanity
 # against the shipped binaries, then each fuzz target briefly, then the e2e
 # suite on a real control plane, then the NVMe/TCP tier in a VM.
-test: lint unit packaging sanity-loop model fuzz e2e e2e-nvme
+test: lint unit packaging sanity-loop model fuzz e2e e2e-kubelet e2e-nvme
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -87,6 +87,18 @@ e2e:
 	./hack/build-controlplane.sh
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/...
+
+# The kubelet tier (e2e/kubelet, build tag kubelet): the driver as users
+# run it, installed from the chart's render with the image of `make image`
+# on two real nodes of this machine (kubelet and containerd built from
+# their Go modules, Debian's runc and CNI plugins; hack/build-kubelet-tier.sh,
+# e2e/README.md), against the RDS simulator with the loop connector. Needs
+# root; skips with the reason outside CI, fails in CI.
+e2e-kubelet: deps
+	$(GO) vet -tags kubelet ./e2e/kubelet
+	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
+	  set -e; ./hack/build-controlplane.sh && ./hack/build-kubelet-tier.sh && $(MAKE) --no-print-directory image && \
+	  $(GO) test -tags kubelet -count=1 -timeout 40m -v ./e2e/kubelet; fi
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),

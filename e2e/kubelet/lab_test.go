@@ -376,6 +376,30 @@ func (l *Lab) Exec(ns, pod string, cmd ...string) (string, error) {
 	return string(out), err
 }
 
+// blockStatefulSet is a StatefulSet of busybox pods with a raw block claim
+// of class at /dev/xvda that run script.
+func blockStatefulSet(ns, name, class, script string) *appsv1.StatefulSet {
+	s := statefulSet(ns, name, class, script)
+	c := &s.Spec.Template.Spec.Containers[0]
+	c.VolumeMounts = nil
+	c.VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
+	s.Spec.VolumeClaimTemplates[0].Spec.VolumeMode = ptrTo(corev1.PersistentVolumeBlock)
+	return s
+}
+
+// preferNode makes a StatefulSet's pods prefer node (they go elsewhere when
+// it cannot take them).
+func preferNode(s *appsv1.StatefulSet, node string) *appsv1.StatefulSet {
+	s.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+				Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}},
+		}},
+	}}
+	return s
+}
+
 // statefulSet is a StatefulSet of busybox pods that mount a claim of class
 // at /data and run script.
 func statefulSet(ns, name, class, script string) *appsv1.StatefulSet {

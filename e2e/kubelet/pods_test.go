@@ -20,16 +20,35 @@ import (
 )
 
 // The script of a writer: a checksummed pattern of 8 MiB on the volume,
-// written once (a restarted pod finds it and only checks it), synced; then
-// it stays up.
+// written once and synced ("written"); a pod that finds it (a replacement
+// elsewhere) checks it instead ("verified", or "mismatch"). Then it stays
+// up.
 const fsWriter = `set -e
-if [ ! -f /data/pattern.sha256 ]; then
+if [ -f /data/pattern.sha256 ]; then
+  if sha256sum -c /data/pattern.sha256 >/dev/null 2>&1; then echo verified; else echo mismatch; fi
+else
   dd if=/dev/urandom of=/data/pattern bs=1M count=8 2>/dev/null
   sync
   sha256sum /data/pattern > /data/pattern.sha256
   sync
+  echo written
 fi
-echo written
+exec sleep 100000`
+
+// The same on a raw block device: the pattern in its first 8 MiB, the
+// pattern's sum at 8 MiB.
+const blockStatefulWriter = `set -e
+dev=/dev/xvda
+stored=$(dd if=$dev bs=1M skip=8 count=1 2>/dev/null | head -c 64 | tr -dc 0-9a-f)
+if [ ${#stored} -eq 64 ]; then
+  now=$(dd if=$dev bs=1M count=8 2>/dev/null | sha256sum | cut -d' ' -f1)
+  if [ "$now" = "$stored" ]; then echo verified; else echo "mismatch"; fi
+else
+  dd if=/dev/urandom of=/tmp/pattern bs=1M count=8 2>/dev/null
+  dd if=/tmp/pattern of=$dev bs=1M conv=fsync 2>/dev/null
+  sha256sum /tmp/pattern | cut -d' ' -f1 | tr -d '\\n' | dd of=$dev bs=1M seek=8 conv=fsync 2>/dev/null
+  echo written
+fi
 exec sleep 100000`
 
 // The raw block writer: the pattern on the device's first 8 MiB, its sum
