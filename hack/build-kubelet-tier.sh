@@ -26,7 +26,6 @@
 #   RDS_CSI_CACHE        cache dir [<repo>/.cache]
 #   KUBE_VERSION         [v1.36.3], as hack/build-controlplane.sh
 #   CONTAINERD_VERSION   [v2.4.2]: Kubernetes 1.36 needs containerd 2.x; Debian bookworm has 1.6
-#   OCI_RUNTIME          runc|crun [runc], the Debian package containerd runs containers with
 #   ONLY                 space-separated subset of: kubelet kube-scheduler e2e.test containerd
 #                        debs images
 #   REBUILD              1 rebuilds the binaries although present
@@ -41,7 +40,6 @@ TIER="$CACHE/kubelet-tier"
 IMAGES="$TIER/images"
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
-OCI_RUNTIME="${OCI_RUNTIME:-runc}"
 ONLY="${ONLY:-}"
 REBUILD="${REBUILD:-0}"
 KUBE_DIR="$BUILD/kube-$KUBE_VERSION"
@@ -169,7 +167,7 @@ build_containerd() {
 # Debian packages, downloaded into the cache and unpacked there: the OCI
 # runtime, the CNI plugins (bridge, host-local, loopback) and busybox for
 # the busybox and agnhost images.
-DEBS=("$OCI_RUNTIME" containernetworking-plugins busybox-static)
+DEBS=(runc containernetworking-plugins busybox-static)
 unpack_debs() {
   local root="$TIER/root" stamp="$TIER/root/.debs"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "${DEBS[*]}" ]]; then log "debs: ${DEBS[*]} present"; return 0; fi
