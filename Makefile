@@ -90,6 +90,7 @@ e2e:
 
 # The kubelet tier (e2e/kubelet, build tag kubelet): the driver as users
 # run it, installed from the chart's render with the image of `make image`
+# (the test runs it once)
 # on two real nodes of this machine (kubelet and containerd built from
 # their Go modules, Debian's runc and CNI plugins; hack/build-kubelet-tier.sh,
 # e2e/README.md), against the RDS simulator with the loop connector. Needs
@@ -97,7 +98,7 @@ e2e:
 e2e-kubelet: deps
 	$(GO) vet -tags kubelet ./e2e/kubelet
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
-	  set -e; ./hack/build-controlplane.sh && ./hack/build-kubelet-tier.sh && $(MAKE) --no-print-directory image && \
+	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images" ./hack/build-kubelet-tier.sh && \
 	  $(GO) test -tags kubelet -count=1 -timeout 40m -v ./e2e/kubelet; fi
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under

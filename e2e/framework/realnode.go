@@ -63,6 +63,10 @@ type KubeletTier struct {
 	ImageRefs map[string]string
 }
 
+// KubeletTierComponents are what the tier's tests need of
+// hack/build-kubelet-tier.sh (e2e.test is the storage suite's alone).
+const KubeletTierComponents = "kubelet kube-scheduler containerd debs images"
+
 var (
 	tierOnce sync.Once
 	tierErr  error
@@ -79,6 +83,7 @@ func EnsureKubeletTier(tb testing.TB, root string, extraImages ...string) *Kubel
 		}
 		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-kubelet-tier.sh"))
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "ONLY="+KubeletTierComponents)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			tierErr = fmt.Errorf("hack/build-kubelet-tier.sh: %w", err)
