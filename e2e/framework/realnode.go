@@ -217,6 +217,15 @@ type KubeletCluster struct {
 	stateDir  string
 	mu        sync.Mutex
 	nodes     []*RealNode
+	after     []func()
+}
+
+// AfterNodes runs f in the test's cleanup once every node has ended (to
+// clear what the nodes leave in the shared kernel, such as loop devices).
+func (c *KubeletCluster) AfterNodes(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.after = append(c.after, f)
 }
 
 // kubeletControlPlane are the API server flags the kubelet tier needs:
@@ -265,6 +274,12 @@ func NewKubeletEnv(t testing.TB, tier *KubeletTier, opts EnvOptions) *KubeletClu
 		c.mu.Unlock()
 		for _, n := range nodes {
 			n.cleanup(t)
+		}
+		c.mu.Lock()
+		after := c.after
+		c.mu.Unlock()
+		for _, f := range after {
+			f()
 		}
 		if err := os.RemoveAll(state); err != nil {
 			t.Errorf("removing the nodes' state: %v", err)

@@ -12,6 +12,7 @@ package kubelet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,9 +20,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,7 +109,7 @@ func NewLab(t *testing.T, opts LabOptions) *Lab {
 	l := &Lab{KubeletCluster: c, Kubectl: filepath.Join(framework.BinDir(root), "kubectl")}
 	l.Sim = c.Env.StartSim(framework.SimOptions{})
 	c.Sim = l.Sim
-	t.Cleanup(func() { detachLoops(t, l.Sim.PoolDir) })
+	c.AfterNodes(func() { detachLoops(t, l.Sim.PoolDir) })
 	if opts.Nodes == 0 {
 		opts.Nodes = 2
 	}
@@ -312,20 +315,70 @@ func runRender(t *testing.T, root string, args ...string) []byte {
 }
 
 // detachLoops detaches the loop devices over files under dir that the
-// nodes left (a node that lost power never unstages).
+// nodes left (a node that lost power never unstages). They are matched by
+// device and inode: losetup prints a backing file's path as the reader's
+// mount namespace sees it, and the nodes attached them in theirs.
 func detachLoops(t *testing.T, dir string) {
-	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
+	files := map[string]bool{}
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if st, ok := statKey(p); ok {
+			files[st] = true
+		}
+		return nil
+	})
+	out, err := exec.Command("losetup", "--list", "--json", "--output", "NAME,BACK-INO,BACK-MAJ:MIN").Output()
 	if err != nil {
 		return
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && strings.HasPrefix(f[1], dir+"/") {
-			if out, err := exec.Command("losetup", "--detach", f[0]).CombinedOutput(); err != nil {
-				t.Logf("losetup --detach %s (%s): %v %s", f[0], f[1], err, out)
-			}
+	var list struct {
+		Devices []struct {
+			Name   string `json:"name"`
+			Ino    uint64 `json:"back-ino"`
+			MajMin string `json:"back-maj:min"`
+		} `json:"loopdevices"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Logf("losetup --list: %v", err)
+		return
+	}
+	// The kubelet holds each raw block volume's device with a loop device
+	// of its own over the device node (its block-volume lock); a node that
+	// lost power leaves those too. They go first.
+	var pool []string
+	for _, d := range list.Devices {
+		if files[strings.TrimSpace(d.MajMin)+"/"+strconv.FormatUint(d.Ino, 10)] {
+			pool = append(pool, d.Name)
 		}
 	}
+	nodes := map[string]bool{}
+	for _, name := range pool {
+		if k, ok := statKey(name); ok {
+			nodes[k] = true
+		}
+	}
+	var locks []string
+	for _, d := range list.Devices {
+		if nodes[strings.TrimSpace(d.MajMin)+"/"+strconv.FormatUint(d.Ino, 10)] {
+			locks = append(locks, d.Name)
+		}
+	}
+	for _, name := range append(locks, pool...) {
+		if out, err := exec.Command("losetup", "--detach", name).CombinedOutput(); err != nil {
+			t.Logf("losetup --detach %s: %v %s", name, err, out)
+		}
+	}
+}
+
+// statKey is "major:minor/inode" of a file, as losetup prints its backing file.
+func statKey(p string) (string, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return "", false
+	}
+	return fmt.Sprintf("%d:%d/%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino), true
 }
 
 // podRunning waits until a pod runs with every container ready; it yields
