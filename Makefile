@@ -98,8 +98,8 @@ e2e:
 e2e-kubelet: deps
 	$(GO) vet -tags kubelet ./e2e/kubelet
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
-	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images" ./hack/build-kubelet-tier.sh && \
-	  $(GO) test -tags kubelet -count=1 -timeout 40m -v ./e2e/kubelet; fi
+	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images e2e.test ginkgo" ./hack/build-kubelet-tier.sh && \
+	  $(GO) test -tags kubelet -count=1 -timeout 60m -v ./e2e/kubelet; fi
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),

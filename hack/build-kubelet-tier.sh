@@ -6,6 +6,9 @@
 # packages only; nothing is installed on the host.
 #
 #   .cache/bin/kubelet-<v>, kube-scheduler-<v>, e2e.test-<v>   k8s.io/kubernetes@KUBE_VERSION
+#   .cache/bin/ginkgo-<v>                          the ginkgo CLI (runs e2e.test's specs in parallel
+#                                                  processes) at the version k8s.io/kubernetes@KUBE_VERSION
+#                                                  pins: github.com/onsi/ginkgo/v2/ginkgo
 #   .cache/bin/containerd-<v>, containerd-shim-runc-v2-<v>, ctr-<v>
 #                                                  github.com/containerd/containerd/v2@CONTAINERD_VERSION
 #   .cache/kubelet-tier/root/                      Debian's runc, containernetworking-plugins and
@@ -26,8 +29,8 @@
 #   RDS_CSI_CACHE        cache dir [<repo>/.cache]
 #   KUBE_VERSION         [v1.36.3], as hack/build-controlplane.sh
 #   CONTAINERD_VERSION   [v2.4.2]: Kubernetes 1.36 needs containerd 2.x; Debian bookworm has 1.6
-#   ONLY                 space-separated subset of: kubelet kube-scheduler e2e.test containerd
-#                        debs images
+#   ONLY                 space-separated subset of: kubelet kube-scheduler e2e.test ginkgo
+#                        containerd debs images
 #   REBUILD              1 rebuilds the binaries although present
 set -euo pipefail
 
@@ -251,9 +254,17 @@ build_images() {
   done
   # busybox: Debian's busybox-static under the suite's name (registry.k8s.io/e2e-test-images/busybox).
   local bbv
-  bbv=$("$TIER/root/bin/busybox" 2>&1 | head -1 | awk '{print $2}')
+  # Read busybox's whole banner before picking the version: `| head -1`
+  # closed the pipe under it, and SIGPIPE failed the build (pipefail) on
+  # a loaded machine.
+  bbv=$("$TIER/root/bin/busybox" 2>&1 || true)
+  bbv=$(awk 'NR == 1 {print $2}' <<<"$bbv")
   new_rootfs "$w" 1
   oci_image "$IMAGES/busybox.tar" "$(e2e_image BusyBox)" "$w" "Debian busybox-static $bbv" --entrypoint "" --cmd sh
+  # The storage suite's exec spec (testsuites/volumes.go, testScriptInPod)
+  # runs a script from the volume with /bin/sh in the nginx test image and
+  # nothing of nginx: the same busybox root under that name.
+  oci_image "$IMAGES/nginx-sh.tar" "$(e2e_image Nginx)" "$w" "Debian busybox-static $bbv: only /bin/sh of the suite's nginx image is used" --entrypoint "" --cmd sh
   # pause from k8s.io/kubernetes' build/pause/linux/pause.c, as upstream builds it (static).
   local ksrc pv
   ksrc=$(cd "$NODE_DIR" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
@@ -309,5 +320,8 @@ wanted containerd     && { build_containerd || rc=1; }
 wanted debs           && unpack_debs
 wanted images         && build_images
 wanted e2e.test       && { build_in_node_wrapper e2e.test test k8s.io/kubernetes/test/e2e || rc=1; }
+# The ginkgo CLI is a module of the wrapper already (test/e2e's), so it
+# builds from the same go.sum in seconds.
+wanted ginkgo         && { build_in_node_wrapper ginkgo build github.com/onsi/ginkgo/v2/ginkgo || rc=1; }
 log "done (rc=$rc)"
 exit $rc

@@ -64,8 +64,8 @@ type KubeletTier struct {
 }
 
 // KubeletTierComponents are what the tier's tests need of
-// hack/build-kubelet-tier.sh (e2e.test is the storage suite's alone).
-const KubeletTierComponents = "kubelet kube-scheduler containerd debs images"
+// hack/build-kubelet-tier.sh (e2e.test and ginkgo: the storage suite's).
+const KubeletTierComponents = "kubelet kube-scheduler containerd debs images e2e.test ginkgo"
 
 var (
 	tierOnce sync.Once
@@ -146,7 +146,12 @@ func (t *KubeletTier) RuntimeBinary() string {
 
 // canLowerOOMScore says whether CAP_SYS_RESOURCE is in this process's
 // bounding set (what lowering oom_score_adj needs).
-func canLowerOOMScore() bool {
+func canLowerOOMScore() bool { return HaveCapabilityInBoundingSet(24) }
+
+// HaveCapabilityInBoundingSet says whether capability number c (e.g. 24,
+// CAP_SYS_RESOURCE) is in this process's bounding set, and so can be had
+// by anything it starts, privileged containers included.
+func HaveCapabilityInBoundingSet(c uint) bool {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return false
@@ -154,7 +159,7 @@ func canLowerOOMScore() bool {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
 			bits, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && bits&(1<<24) != 0
+			return err == nil && bits&(1<<c) != 0
 		}
 	}
 	return false
@@ -190,13 +195,15 @@ type RealNode struct {
 	Cgroup  string // rdsnodes-<random>-<name>
 	RootDir string // the kubelet's root directory inside the node
 
-	tier       *KubeletTier
-	holder     *Process
-	containerd *Process
-	kubelet    *Process
-	fwds       []*Forwarder
-	cluster    *KubeletCluster
-	dead       bool
+	tier        *KubeletTier
+	holder      *Process
+	containerd  *Process
+	kubelet     *Process
+	kubeletArgs []string
+	path        string
+	fwds        []*Forwarder
+	cluster     *KubeletCluster
+	dead        bool
 }
 
 // NetNS is the node's network namespace.
@@ -560,17 +567,35 @@ func (c *KubeletCluster) AddNode(t testing.TB, name string, opts RealNodeOptions
 		}
 		args = append(args, "--node-labels="+strings.Join(l, ","))
 	}
-	n.kubelet = n.startIn(t, "kubelet", path, filepath.Join(c.Tier.Bin, "kubelet"), args...)
-	if _, err := WaitFor(e.Ctx, e.TL, 120*time.Second, name+": Node Ready", func(ctx context.Context) (bool, string, error) {
+	n.kubeletArgs, n.path = args, path
+	n.StartKubelet(t)
+	done()
+	return n
+}
+
+// StartKubelet starts the node's kubelet (again, after StopKubelet) and
+// waits until the Node is Ready.
+func (n *RealNode) StartKubelet(t testing.TB) {
+	t.Helper()
+	e := n.cluster.Env
+	n.kubelet = n.startIn(t, "kubelet", n.path, filepath.Join(n.tier.Bin, "kubelet"), n.kubeletArgs...)
+	if _, err := WaitFor(e.Ctx, e.TL, 120*time.Second, n.Name+": Node Ready", func(ctx context.Context) (bool, string, error) {
 		if n.kubelet.Exited() {
 			return false, "", fmt.Errorf("the kubelet exited: %v\n%s", n.kubelet.ExitErr(), tail(n.kubelet.LogPath, 40))
 		}
-		return NodeReady(e.Client, name, corev1.ConditionTrue)(ctx)
+		return NodeReady(e.Client, n.Name, corev1.ConditionTrue)(ctx)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	done()
-	return n
+}
+
+// StopKubelet kills the node's kubelet alone (SIGKILL, as a crash or
+// `systemctl kill` would): containerd and the running containers stay,
+// the Node's Lease is no longer renewed.
+func (n *RealNode) StopKubelet(t testing.TB) {
+	t.Helper()
+	n.cluster.Env.TL.Logf("%s: kubelet stopped", n.Name)
+	n.kubelet.Kill()
 }
 
 // forward listens on listen inside the node and splices to hostAddr.
@@ -791,4 +816,11 @@ func (c *KubeletCluster) Nodes() []*RealNode {
 // nodeObject is a convenience for tests: the Node as the API has it.
 func (n *RealNode) nodeObject(ctx context.Context) (*corev1.Node, error) {
 	return n.cluster.Env.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+}
+
+// MountInfo is the node's mount table (its mount namespace's
+// /proc/<pid>/mountinfo).
+func (n *RealNode) MountInfo() (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", n.holder.Pid()))
+	return string(b), err
 }
