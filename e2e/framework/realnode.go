@@ -637,7 +637,6 @@ mount -t overlay overlay -o lowerdir=/etc,upperdir=%[1]q/etc.upper,workdir=%[1]q
 mount -t overlay overlay -o lowerdir=/var/lib,upperdir=%[1]q/varlib.upper,workdir=%[1]q/varlib.work /var/lib
 mount -t overlay overlay -o lowerdir=/var/log,upperdir=%[1]q/varlog.upper,workdir=%[1]q/varlog.work /var/log
 mount -t overlay overlay -o lowerdir=/usr,upperdir=%[1]q/usr.upper,workdir=%[1]q/usr.work /usr
-mkdir -p /usr/lib/modules/"$(uname -r)"
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p %[2]q
 mount --bind %[1]q/kubelet %[2]q
