@@ -93,8 +93,10 @@ e2e:
 # (the test runs it once)
 # on two real nodes of this machine (kubelet and containerd built from
 # their Go modules, Debian's runc and CNI plugins; hack/build-kubelet-tier.sh,
-# e2e/README.md), against the RDS simulator with the loop connector. Needs
-# root; skips with the reason outside CI, fails in CI.
+# e2e/README.md), against the RDS simulator with the loop connector, and
+# Kubernetes' storage e2e suite for external drivers there (e2e.test with
+# e2e/kubelet/testdata/storage-testdriver.yaml). Needs root; skips with
+# the reason outside CI, fails in CI.
 e2e-kubelet: deps
 	$(GO) vet -tags kubelet ./e2e/kubelet
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
