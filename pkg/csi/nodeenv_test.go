@@ -136,10 +136,17 @@ func newNodeVolume(t testing.TB, env *simEnv, name string, size int64, c *csi.Vo
 	if err != nil {
 		t.Fatalf("CreateVolume %s: %v", name, err)
 	}
+	return newNodeVolumeFor(t, env, resp.Volume, c)
+}
+
+// newNodeVolumeFor is newNodeVolume for a volume created otherwise (from
+// a snapshot, a clone).
+func newNodeVolumeFor(t testing.TB, env *simEnv, vol *csi.Volume, c *csi.VolumeCapability) *nodeVolume {
+	t.Helper()
 	dir := t.TempDir()
 	// Registered after TempDir, so it runs before the directory goes:
 	// whatever the test did, nothing stays mounted there or attached.
-	disk, _ := env.disk(resp.Volume.VolumeId)
+	disk, _ := env.disk(vol.VolumeId)
 	t.Cleanup(func() {
 		unmountBelow(t, dir)
 		detachLoops(t, func(f string) bool { return f == disk.BackingFile })
@@ -148,7 +155,7 @@ func newNodeVolume(t testing.TB, env *simEnv, name string, size int64, c *csi.Vo
 	if err := os.Mkdir(staging, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	return &nodeVolume{env: env, vol: resp.Volume, cap: c, staging: staging, target: filepath.Join(dir, "pod", "mount")}
+	return &nodeVolume{env: env, vol: vol, cap: c, staging: staging, target: filepath.Join(dir, "pod", "mount")}
 }
 
 func (v *nodeVolume) id() string { return v.vol.VolumeId }

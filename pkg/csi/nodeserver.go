@@ -438,6 +438,18 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 		if err := s.mounter.Mount(dev, staging, fsType, opts); err != nil {
 			return fmt.Errorf("volume %s: mounting %s (%s) at %s: %w", id, dev, fsType, staging, err)
 		}
+		if !readOnly {
+			// A volume restored from a snapshot or cloned into a larger
+			// size has a device larger than its filesystem, and no
+			// NodeExpandVolume follows: grow it here. resize2fs and
+			// xfs_growfs do nothing when it already fills the device.
+			if _, err := s.resizer.Resize(dev, staging); err != nil {
+				if uerr := s.mounter.Unmount(staging); uerr != nil {
+					logger.Error(uerr, "unmounting after a failed resize")
+				}
+				return fmt.Errorf("volume %s: growing the %s filesystem on %s to the size of the volume: %w", id, fsType, dev, err)
+			}
+		}
 		logger.Info("staged existing filesystem", "fsType", fsType)
 	}
 	return nil

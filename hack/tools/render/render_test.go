@@ -306,6 +306,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"image.repository=ghcr.io/srvlab/rds-csi-driver:v1"}, "/image/repository"},
 		{[]string{"image.tag=v 1"}, "/image/tag"},
 		{[]string{"node.kubeletDir=/"}, "/node/kubeletDir"},
+		{[]string{"node.labLoopDataDir=rds-pool"}, "/node/labLoopDataDir"},
 		{[]string{"imagePullSecrets[0].name=Reg Cred"}, "/imagePullSecrets/0/name"},
 		// Refused by the driver at CreateVolume.
 		{[]string{"storageClasses[0].name=x", "storageClasses[0].parameters.fsType=ext4"}, "fsType"},
@@ -316,7 +317,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"controller.extraArgs[0]=--rds-address=other"}, "--rds-address is set by the chart from rds.address"},
 		{[]string{"node.extraArgs[0]=--v=5"}, "node.logLevel"},
 		{[]string{"node.extraArgs[0]=--node-id=n1"}, "--node-id is set by the chart"},
-		{[]string{"node.extraArgs[0]=--node-connector=loop"}, "--node-connector is for labs without a cluster"},
+		{[]string{"node.extraArgs[0]=--node-connector=loop"}, "--node-connector is node.labLoopDataDir (labs only"},
 		{[]string{"controller.extraArgs[0]=--driver-name=other.example"}, "--driver-name must stay rds.csi.srvlab.io"},
 		{[]string{"controller.extraArgs[0]=--attachment-key-file=/k"}, "names a file the chart does not mount"},
 		{[]string{"controller.extraArgs[0]=--not-ready-threshold=60s", "controller.extraArgs[1]=--not-ready-threshold=30s"}, "controller.extraArgs gives --not-ready-threshold twice"},
