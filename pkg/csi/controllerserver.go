@@ -498,9 +498,10 @@ func healthEntry(kind csi.VolumeHealthErrorType, reason, format string, args ...
 // over NVMe/TCP on the port and NQN its volume_context names.
 func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
 	switch {
-	case s.d.opts.AllowHostFencing():
+	case s.d.opts.AllowHostFencing() && (!d.Exported || (d.Port == s.d.opts.NVMePort && d.NQN == s.d.nqn(d.Slot))):
 		// Closed while unpublished is how storage fencing keeps it; a
-		// published volume must be open to its holder.
+		// published volume must be open to its holder (and, open, at the
+		// address nodes dial: below).
 		return s.holderHealth(d)
 	case !d.Exported:
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthNotExported,

@@ -815,6 +815,9 @@ func sameMigration(a, b fencing.Migration) bool {
 // so for longer than the threshold. It never releases one: the node may
 // still be writing.
 func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
+	if c.cfg.OrphanedClaimThreshold <= 0 {
+		return nil // never reported (RefenceStale queues every volume)
+	}
 	v := c.index.Volume(handle)
 	now := c.clock.Now()
 	prefix := handle + "\x00"
