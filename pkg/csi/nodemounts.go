@@ -165,6 +165,24 @@ func (s *NodeServer) recordedOwners(ctx context.Context, m *mountEntry, dev devN
 	return owners, nil
 }
 
+// tiedToVolume reports whether the mount m can be tied to volume id: by
+// the node's records (its own, or that of another mount of its device),
+// or, with none, by its device being the volume's current device num
+// (connected false: the volume has no device on this node). The rule
+// checkOwnMount applies before an unmount; NodeGetVolumeHealth judges
+// only the paths it ties.
+func (s *NodeServer) tiedToVolume(ctx context.Context, id string, m *mountEntry, num devNumber, connected bool) (bool, error) {
+	dev := mountDevice(m)
+	owners, err := s.recordedOwners(ctx, m, dev)
+	if err != nil {
+		return false, err
+	}
+	if len(owners) > 0 {
+		return len(owners) == 1 && owners[0] == id, nil
+	}
+	return connected && dev == num, nil
+}
+
 // checkOwnMount returns the device of the mount m at a path an RPC for
 // volume id names (what is the staging path or the target path), or
 // FAILED_PRECONDITION when m cannot be tied to the volume: its record
