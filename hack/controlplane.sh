@@ -23,7 +23,7 @@
 #   NODE_MONITOR_PERIOD     [2s] --node-monitor-period
 #   NODE_MONITOR_GRACE      [20s] --node-monitor-grace-period
 #   ATTACH_DETACH_SYNC      [10s] --attach-detach-reconcile-sync-period
-#   READY_TIMEOUT           [120] seconds to wait for readiness
+#   READY_TIMEOUT           [120] seconds to wait for readiness (whole seconds, 1 to 999999)
 #   APISERVER_FEATURE_GATES [WatchList=true] --feature-gates of kube-apiserver: watch-list
 #                                (informers stream their initial sync instead of one LIST;
 #                                on by default since 1.34, stated here because the driver's
@@ -60,6 +60,9 @@ die() { log "ERROR: $*"; exit 1; }
 
 usage() { echo "usage: $0 start|stop|status|env <dir>" >&2; exit 2; }
 [[ $# -eq 2 ]] || usage
+# READY_TIMEOUT goes into shell arithmetic, which would evaluate any
+# expression in it (a name reads as 0, so "abc" timed out at once).
+[[ "$READY_TIMEOUT" =~ ^[1-9][0-9]{0,5}$ ]] || { echo "$0: READY_TIMEOUT=$READY_TIMEOUT: want whole seconds, 1 to 999999 (default 120)" >&2; exit 2; }
 CMD=$1
 mkdir -p "$2"
 DIR="$(cd "$2" && pwd)"

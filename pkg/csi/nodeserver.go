@@ -650,6 +650,9 @@ func (s *NodeServer) publishFilesystem(ctx context.Context, id string, num devNu
 	if err := checkSingleWriter(id, target, staging, c, users); err != nil {
 		return err
 	}
+	if err := checkUnmountedTarget("NodePublishVolume", id, target); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating target path: %w", id, err)
 	}
@@ -685,6 +688,9 @@ func (s *NodeServer) publishBlock(ctx context.Context, id, dev string, num devNu
 		return err
 	}
 	if err := checkSingleWriter(id, target, "", c, users); err != nil {
+		return err
+	}
+	if err := checkUnmountedTarget("NodePublishVolume", id, target); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
@@ -723,6 +729,9 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		if _, err := s.checkOwnMount(ctx, rpc, id, "target path", mounted); err != nil {
 			return nil, err
 		}
+	} else if err := checkUnmountedTarget(rpc, id, target); err != nil {
+		// Nothing mounted: only what a publish leaves is removed.
+		return nil, err
 	}
 	// Unmounts if mounted and removes the directory or file; a path that
 	// does not exist is success.
