@@ -32,7 +32,7 @@ func TestReleaseRecordsTheRetiringAttachment(t *testing.T) {
 	for _, fenced := range []bool{false, true} {
 		client := fake.NewClientset(pv("pv-1", "vol-1", corev1.ReadWriteMany, held))
 		c := NewStore(client, driver, fenced)
-		released, retiring, err := c.ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
+		released, retiring, _, err := c.ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
 		if err != nil || !released {
 			t.Fatalf("fenced=%t: ReleaseIf = %t, %v", fenced, released, err)
 		}
@@ -48,12 +48,12 @@ func TestReleaseRecordsTheRetiringAttachment(t *testing.T) {
 			t.Fatalf("recorded %+v, reported %+v; want %+v", recs, retiring, want)
 		}
 		// The retry finds no claim, and the record.
-		released, retiring, err = c.ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
+		released, retiring, _, err = c.ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
 		if err != nil || released || len(retiring) != 1 {
 			t.Errorf("retried unpublish = %t, %+v, %v; want nothing released and node-a's record", released, retiring, err)
 		}
 		// node-b's release adds to it; clearing node-a's leaves node-b's.
-		if _, _, err := c.ReleaseIf(context.Background(), "pv-1", "vol-1", "node-b", always); err != nil {
+		if _, _, _, err := c.ReleaseIf(context.Background(), "pv-1", "vol-1", "node-b", always); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.ClearRetiring(context.Background(), "pv-1", []Retiring{want}); err != nil {

@@ -34,7 +34,7 @@ func TestReleaseDoesNotSwallowATimedOutRead(t *testing.T) {
 			client.PrependReactor("get", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, tc.err
 			})
-			released, _, err := NewStore(client, driver, false).ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
+			released, _, _, err := NewStore(client, driver, false).ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
 			if released || !errors.Is(err, tc.err) {
 				t.Fatalf("ReleaseIf = %t, %v; want the read's error %v", released, err, tc.err)
 			}
@@ -59,7 +59,7 @@ func TestReleaseRetriesConflicts(t *testing.T) {
 				left--
 				return true, nil, apierrors.NewConflict(corev1.Resource("persistentvolumes"), "pv-1", errors.New("changed"))
 			})
-			released, _, err := NewStore(client, driver, false).ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
+			released, _, _, err := NewStore(client, driver, false).ReleaseIf(context.Background(), "pv-1", "vol-1", "node-a", always)
 			if released != tc.wantReleased || (err == nil) != tc.wantReleased {
 				t.Fatalf("after %d conflicts: ReleaseIf = %t, %v", tc.conflicts, released, err)
 			}

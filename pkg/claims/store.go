@@ -191,11 +191,14 @@ func (c *Store) ReleaseRetired(ctx context.Context, pvName, handle string, r Ret
 // of another volume handle is left alone. Reports whether it released a
 // claim, and (when releases are recorded) node's retiring attachments on
 // the PV: released now, or before by a replica that may have stopped
-// before the export change after the release.
-func (c *Store) ReleaseIf(ctx context.Context, pvName, handle, node string, may func(ctx context.Context, cl Claim) (bool, error)) (released bool, records []Retiring, err error) {
+// before the export change after the release; and whether a read found
+// the PV as handle's (read: not gone, not another volume's under the
+// name).
+func (c *Store) ReleaseIf(ctx context.Context, pvName, handle, node string, may func(ctx context.Context, cl Claim) (bool, error)) (released bool, records []Retiring, read bool, err error) {
 	released, err = c.releaseIf(ctx, pvName, handle, node, func(ctx context.Context, _ *corev1.PersistentVolume, cl Claim, _ map[string]Claim) (bool, error) {
 		return may(ctx, cl)
 	}, func(r []Retiring) {
+		read = true
 		records = nil
 		for _, e := range r {
 			if e.Node == node {
@@ -203,7 +206,7 @@ func (c *Store) ReleaseIf(ctx context.Context, pvName, handle, node string, may 
 			}
 		}
 	})
-	return released, records, err
+	return released, records, read, err
 }
 
 // releaseIf drops node's claim on pvName when drop, called after every

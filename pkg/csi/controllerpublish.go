@@ -736,6 +736,15 @@ func (s *ControllerServer) unpublishFrom(ctx context.Context, v *informers.Volum
 		s.pub.Reporter.UnpublishFailed("error")
 		return false, fmt.Errorf("volume %s: %w", id, err)
 	}
+	if out.Unread && !out.Released {
+		// The index names PVs of the volume that are gone (or now
+		// another volume's): it is behind, and the node's claim may stand
+		// on a PV of the handle made since (a re-created PV). Answering
+		// OK would let the attacher delete the attachment with the claim
+		// left in place and its release, cut included, never made.
+		s.pub.Reporter.UnpublishFailed("error")
+		return false, statusf(codes.Aborted, "volume %s: PersistentVolume %s, as this replica's attachment index knows it, is gone or belongs to another volume now; the request is retried once the index has caught up", id, v.PVName)
+	}
 	if out.SettleErr != nil {
 		if len(out.Retiring) == 0 {
 			s.pub.Reporter.UnpublishFailed("storage")

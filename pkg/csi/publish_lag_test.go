@@ -340,3 +340,61 @@ func TestPartialCommitTakesItsNewClaimBack(t *testing.T) {
 	lagY.resume("persistentvolumes")
 	wantExport(t, x, id, true, x.fence.HostOf(id, "n1", answered))
 }
+
+// An unpublish on a replica whose index still names a PV of the volume
+// that is gone (the PV was re-created under another name, carrying the
+// node's claim) is not answered OK on "no claim there": the claim stands
+// on the PV the replica has not seen yet, and an OK lets the attacher
+// delete the attachment with the claim left in place and its release,
+// the cut of the node's connection included, never made. Found by the
+// publish model check (storage fencing, seed 21): the node, out of
+// service at the time, was released much later by a late duplicate of
+// this unpublish as if it had let go gracefully, its connection kept.
+func TestUnpublishOnAnIndexBehindARecreatedPVIsRetried(t *testing.T) {
+	a, b, lag, shared := newTwoReplicas(t, "n0")
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	const p1 = "pvc-0a1b2c3d-0000-4000-8000-000000000321"
+	id := a.newVolume(shared, p1, corev1.ReadWriteOnce, false)
+	_, err := a.publish(id, "n0", rwo)
+	mustCode(t, "publish n0 via a", err, codes.OK)
+	waitFor(t, "b to see n0's claim", func() bool { v := b.index.Volume(id); return v != nil && v.HasClaim("n0") })
+	lag.pause("persistentvolumes")
+
+	ctx := context.Background()
+	old, err := shared.CoreV1().PersistentVolumes().Get(ctx, p1, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := old.DeepCopy()
+	p2.Name, p2.ResourceVersion, p2.UID = p1+"-recreated", "1", "uid-recreated"
+	if _, err := shared.CoreV1().PersistentVolumes().Create(ctx, p2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.CoreV1().PersistentVolumes().Delete(ctx, p1, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := b.unpublish(id, "n0"); code(err) != codes.Aborted {
+		t.Fatalf("unpublish via b, whose index names only the deleted %s: %v, want ABORTED", p1, err)
+	}
+	if c := claimsOf(t, shared, p2.Name); !has(c, "n0") {
+		t.Fatalf("n0's claim on %s after the refused unpublish: %v", p2.Name, keys(c))
+	}
+	lag.resume("persistentvolumes")
+	waitFor(t, "b to see the PV re-created and the old one gone", func() bool {
+		v := b.index.Volume(id)
+		if v == nil || v.PVName != p2.Name {
+			return false
+		}
+		for _, pv := range v.PVs {
+			if pv.Name == p1 {
+				return false
+			}
+		}
+		return true
+	})
+	mustCode(t, "unpublish via b once it knows the re-created PV", b.unpublish(id, "n0"), codes.OK)
+	if c := claimsOf(t, shared, p2.Name); has(c, "n0") {
+		t.Fatalf("n0's claim on %s after the unpublish: %v", p2.Name, keys(c))
+	}
+}

@@ -40,6 +40,12 @@ type Released struct {
 	// (released now, or by a replica that stopped before the export
 	// change after its release; storage fencing only).
 	Retiring map[string][]claims.Retiring
+	// Unread: no PV the caller named (PV and PVs: its view of the
+	// volume) was found as the handle's on the API server, gone or another
+	// volume's under the name. Nothing was released there; a claim of the
+	// node may stand on a PV of the handle the caller has not seen yet
+	// (its watch is behind), so "nothing to release" is not an answer.
+	Unread bool
 	// SettleErr: the settle after the release failed; the records stay
 	// and the leader makes the change (Reconcile). Nil without storage
 	// fencing.
@@ -94,6 +100,7 @@ func (f *Fence) Release(ctx context.Context, r Release) (Released, error) {
 	}
 	var err error
 	pvs := append([]string{r.PV}, r.PVs...)
+	named, read := len(pvs), false
 	seen := map[string]bool{}
 	for i := 0; i < len(pvs) && len(seen) < maxHandlePVs; i++ {
 		name := pvs[i]
@@ -101,13 +108,14 @@ func (f *Fence) Release(ctx context.Context, r Release) (Released, error) {
 			continue
 		}
 		seen[name] = true
-		var released bool
+		var released, found bool
 		var records []claims.Retiring
-		released, records, err = f.store.ReleaseIf(ctx, name, r.Handle, r.Node, may)
+		released, records, found, err = f.store.ReleaseIf(ctx, name, r.Handle, r.Node, may)
 		if err != nil {
 			err = fmt.Errorf("releasing node %s's attachment of volume %s on PV %s: %w", r.Node, r.Handle, name, err)
 			break
 		}
+		read = read || (found && i < named)
 		if released && first == nil {
 			// Without storage fencing nothing is recorded, and every PV
 			// releases the node's claim.
@@ -121,6 +129,7 @@ func (f *Fence) Release(ctx context.Context, r Release) (Released, error) {
 			pvs = append(pvs, rec.PVs...)
 		}
 	}
+	out.Unread = err == nil && !read
 	if f.fencing && (tried || out.Released || len(out.Retiring) > 0) {
 		// Nothing cut, released or recorded (May said no, or the node
 		// held no claim): the export is not this release's to change.
