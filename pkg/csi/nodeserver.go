@@ -463,6 +463,9 @@ func (s *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, err
 	}
 	defer release()
+	// What is checked is what is unmounted: the path as the kernel
+	// resolves it (a ".." after a symbolic link included).
+	staging = canonicalPath(staging)
 
 	logger := klog.FromContext(ctx).WithValues("volume", id, "stagingPath", staging)
 	nqn := s.d.nqn(id)
@@ -719,6 +722,9 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, err
 	}
 	defer release()
+	// What is checked is what is unmounted and removed: the path as the
+	// kernel resolves it (a ".." after a symbolic link included).
+	target = canonicalPath(target)
 	mounted, err := mountAt(target)
 	if err != nil {
 		return nil, err
