@@ -402,6 +402,9 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 		logger.V(2).Info("already staged")
 		return nil
 	}
+	if err := checkUnmountedStaging("NodeStageVolume", id, staging); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating staging path: %w", id, err)
 	}
