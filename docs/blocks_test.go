@@ -1,7 +1,9 @@
 // Package docs holds the user documentation. Its tests run the commands
 // the documentation shows, so that they cannot drift from the binaries.
 //
-// The marker convention: every shell block (```sh, ```bash) of README.md
+// The marker convention: every shell block (a fence of backticks or
+// tildes whose language is sh, bash, shell, zsh, console or
+// shell-session, in any case, attributes after it allowed) of README.md
 // and docs/*.md is preceded by an HTML comment on the line before it,
 //
 //	<!-- docs-test: run -->            run as written against the simulator
@@ -62,6 +64,28 @@ type block struct {
 
 var markerPattern = regexp.MustCompile(`^<!--\s*docs-test:\s*(.*?)\s*-->$`)
 
+// shellLanguages are the info strings (their first word, in any case)
+// markdown renderers show as shell: commands, or a session of them.
+var shellLanguages = map[string]bool{"sh": true, "bash": true, "shell": true, "zsh": true, "console": true, "shell-session": true}
+
+// fence parses a line that opens or closes a fenced code block (CommonMark:
+// three or more backticks or tildes): its fence characters and info
+// string.
+func fence(line string) (marks, info string, ok bool) {
+	if !strings.HasPrefix(line, "```") && !strings.HasPrefix(line, "~~~") {
+		return "", "", false
+	}
+	n := len(line) - len(strings.TrimLeft(line, line[:1]))
+	return line[:n], strings.TrimSpace(line[n:]), true
+}
+
+// closes reports whether line closes the block opened by marks: the same
+// character, at least as many, and nothing after them.
+func closes(line, marks string) bool {
+	m, info, ok := fence(line)
+	return ok && info == "" && m[0] == marks[0] && len(m) >= len(marks)
+}
+
 // shellBlocks returns the shell blocks of a markdown file with their markers.
 func shellBlocks(path string) ([]block, error) {
 	f, err := os.Open(path)
@@ -70,38 +94,43 @@ func shellBlocks(path string) ([]block, error) {
 	}
 	defer f.Close()
 	var (
-		blocks  []block
-		cur     *block // the shell block being read
-		inOther bool   // inside another fenced block
-		prev    string // the line before, trimmed
-		lineNo  int
+		blocks []block
+		cur    *block // the shell block being read
+		open   string // the marks of the fenced block being read ("": none)
+		opened int    // its line
+		prev   string // the line before, trimmed
+		lineNo int
 	)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		lineNo++
 		line := strings.TrimSpace(sc.Text())
 		switch {
-		case cur != nil && line == "```":
-			blocks, cur = append(blocks, *cur), nil
+		case open != "" && closes(line, open):
+			if cur != nil {
+				blocks = append(blocks, *cur)
+			}
+			cur, open = nil, ""
 		case cur != nil:
 			cur.text += sc.Text() + "\n"
-		case inOther:
-			inOther = line != "```"
-		case strings.HasPrefix(line, "```"):
-			switch strings.TrimPrefix(line, "```") {
-			case "sh", "bash", "shell":
+		case open != "":
+		default:
+			marks, info, ok := fence(line)
+			if !ok {
+				break
+			}
+			open, opened = marks, lineNo
+			if lang, _, _ := strings.Cut(info, " "); shellLanguages[strings.ToLower(lang)] {
 				cur = &block{line: lineNo}
 				if m := markerPattern.FindStringSubmatch(prev); m != nil {
 					cur.marker = m[1]
 				}
-			default:
-				inOther = true
 			}
 		}
 		prev = line
 	}
-	if cur != nil {
-		return nil, fmt.Errorf("%s:%d: unterminated code block", path, cur.line)
+	if open != "" {
+		return nil, fmt.Errorf("%s:%d: unterminated code block", path, opened)
 	}
 	return blocks, sc.Err()
 }

@@ -25,7 +25,7 @@ func TestDocumentedCommands(t *testing.T) {
 	root := repoRoot(t)
 	bin := buildBinaries(t, root)
 	blocks := allBlocks(t, root)
-	scripts := map[string][]string{}
+	perDoc := map[string][]docBlock{}
 	var docs []string
 	for _, b := range blocks {
 		if k, _ := b.kind(); k != markRun {
@@ -34,20 +34,55 @@ func TestDocumentedCommands(t *testing.T) {
 			}
 			continue
 		}
-		if len(scripts[b.doc]) == 0 {
+		if len(perDoc[b.doc]) == 0 {
 			docs = append(docs, b.doc)
 		}
-		scripts[b.doc] = append(scripts[b.doc], fmt.Sprintf("# %s\n%s", b, b.text))
+		perDoc[b.doc] = append(perDoc[b.doc], b)
 	}
+	ran := 0
 	for _, doc := range docs {
-		t.Run(doc, func(t *testing.T) { runDocumented(t, root, bin, strings.Join(scripts[doc], "\n")) })
+		t.Run(doc, func(t *testing.T) { ran += runDocumented(t, root, bin, perDoc[doc]) })
 	}
 	t.Log(census(blocks))
+	t.Logf("run blocks seen to run to their end: %d", ran)
+}
+
+// ranMarker is printed after each run block, so that the test sees each
+// block ran to its end: a block that ends the script early (an exit 0, an
+// exec, a here-document left open that swallows the rest) would otherwise
+// pass with the blocks after it never run.
+const ranMarker = "docs-test: ran "
+
+// documentedScript joins a document's run blocks into one script, each
+// followed by its ranMarker line.
+func documentedScript(blocks []docBlock) string {
+	var parts []string
+	for _, b := range blocks {
+		parts = append(parts, fmt.Sprintf("# %s\n%s\nprintf '\\n%%s\\n' %q", b, b.text, ranMarker+b.String()))
+	}
+	return strings.Join(parts, "\n")
+}
+
+// notRun lists the blocks whose ranMarker line out lacks.
+func notRun(out string, blocks []docBlock) []string {
+	lines := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		lines[l] = true
+	}
+	var missing []string
+	for _, b := range blocks {
+		if !lines[ranMarker+b.String()] {
+			missing = append(missing, b.String())
+		}
+	}
+	return missing
 }
 
 // runDocumented runs a document's run blocks as one bash script in a
-// scratch directory and kills whatever it left running.
-func runDocumented(t *testing.T, root, bin, script string) {
+// scratch directory, checks that each ran to its end, kills whatever it
+// left running, and returns how many blocks ran.
+func runDocumented(t *testing.T, root, bin string, blocks []docBlock) int {
+	script := documentedScript(blocks)
 	needSSH(t, script)
 	work := scratch(t, bin)
 	script = portPattern.ReplaceAllString(script, "${1}"+freePort(t))
@@ -57,6 +92,9 @@ func runDocumented(t *testing.T, root, bin, script string) {
 	out, err, _ := runScript(t, work, script, 3*time.Minute)
 	if err != nil {
 		t.Fatalf("the documented commands failed: %v\nscript:\n%s\noutput:\n%s", err, script, out)
+	}
+	if missing := notRun(out, blocks); len(missing) > 0 {
+		t.Fatalf("the script ended without running these blocks to their end: %v (an exit, an exec or a here-document left open in an earlier block?)\nscript:\n%s\noutput:\n%s", missing, script, out)
 	}
 	t.Logf("output:\n%s", out)
 	// Run from a checkout, as the docs say, they leave these files in it.
@@ -72,6 +110,40 @@ func runDocumented(t *testing.T, root, bin, script string) {
 		if name != "bin" && name != "home/" && !gitIgnored(t, root, name) {
 			t.Errorf("the documented commands create %s in the checkout, and git does not ignore it", name)
 		}
+	}
+	return len(blocks)
+}
+
+// A run block that ends the script early is caught: before, the blocks
+// after it were never run and the test passed. Here a here-document left
+// open in the first block swallows the second (bash only warns, and exits
+// 0), and an exit 0 in a block skips the next.
+func TestDocumentedBlocksAreSeenToRun(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		texts []string
+	}{
+		{"a here-document left open", []string{"cat <<EOF\nhello\n", "echo second\n"}},
+		{"an exit 0", []string{"echo first\nexit 0\n", "echo second\n"}},
+	} {
+		var blocks []docBlock
+		for i, text := range tc.texts {
+			blocks = append(blocks, docBlock{block: block{line: 10 * (i + 1), marker: markRun, text: text}, doc: "docs/example.md"})
+		}
+		out, err, hung := runScript(t, t.TempDir(), documentedScript(blocks), time.Minute)
+		if err != nil || hung {
+			t.Fatalf("%s: the script failed (%v, hung %v), so this is not the silent case:\n%s", tc.name, err, hung, out)
+		}
+		// Neither reached its end: the first ended the script (or never
+		// ended), the second never ran.
+		if got := notRun(out, blocks); strings.Join(got, " ") != "docs/example.md:10 docs/example.md:20" {
+			t.Errorf("%s: blocks seen not to run to their end: %v, want [docs/example.md:10 docs/example.md:20]\n%s", tc.name, got, out)
+		}
+	}
+	// And a script that runs each block through is seen to.
+	blocks := []docBlock{{block: block{line: 1, marker: markRun, text: "echo one\n"}, doc: "d.md"}, {block: block{line: 5, marker: markRun, text: "echo two"}, doc: "d.md"}}
+	if out, err, _ := runScript(t, t.TempDir(), documentedScript(blocks), time.Minute); err != nil || len(notRun(out, blocks)) != 0 {
+		t.Errorf("two plain blocks: %v, not run %v\n%s", err, notRun(out, blocks), out)
 	}
 }
 

@@ -358,6 +358,10 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 		if err := rds.ValidatePort(opts.RDSPort); err != nil {
 			add("--rds-port: %v", err)
 		}
+		if copts.guardShareSet && copts.NotReadyThreshold <= 0 && copts.HeartbeatThreshold <= 0 {
+			// The guard holds off the NotReady and heartbeat fences only.
+			add("--fence-guard-share needs a positive --not-ready-threshold or --heartbeat-threshold: with both 0 no node is fenced, so the mass-outage guard guards nothing")
+		}
 		if opts.AllowHostFencing() && !publish {
 			add("--storage-fencing=allow-host needs --publish: with allow-host a volume's export is opened only by ControllerPublish, to the host of the attachment that holds it, so without publish no volume would ever be opened to anyone (use --storage-fencing=off without attach)")
 		}

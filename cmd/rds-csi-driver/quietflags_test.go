@@ -71,6 +71,8 @@ func TestFlagsTakenAndQuietlyWrongRefused(t *testing.T) {
 		{controller, "--fence-guard-share=-Inf", "--fence-guard-share must be a number in (0, 1]"},
 		{controller, "--fence-guard-share=+Inf", "--fence-guard-share must be a number in (0, 1]"},
 		{controller, "--storage-fencing=allow-host --fence-guard-share=nan", "--fence-guard-share must be a number in (0, 1] (have NaN)"},
+		{controller, "--not-ready-threshold=0 --fence-guard-share=0.3", "--fence-guard-share needs a positive --not-ready-threshold or --heartbeat-threshold"},
+		{controller, "--storage-fencing=allow-host --not-ready-threshold=0 --heartbeat-threshold=0 --fence-guard-share=0.3", "--fence-guard-share needs a positive --not-ready-threshold or --heartbeat-threshold"},
 		{controller, "--not-ready-threshold=1ns", "--not-ready-threshold=1ns is shorter than 5s"},
 		{controller, "--orphaned-claim-threshold=1ns", "--orphaned-claim-threshold=1ns is shorter than 1m0s"},
 		{controller, "--migration-timeout=1ns", "--migration-timeout=1ns is shorter than 10s"},

@@ -125,6 +125,8 @@ func (o *options) validate(given map[string]bool) error {
 		return fmt.Errorf("--terminal-width %d: want -1 (no wrapping) or at least %d columns (default %d, as RDS hardware over SSH)", o.terminalWidth, minTerminalWidth, rdssim.DefaultTerminalWidth)
 	case o.latency < 0 || o.latency > maxLatency:
 		return fmt.Errorf("--latency %s: want 0 to %s (a delay added before every command)", o.latency, maxLatency)
+	case rdssim.CheckPoolName(o.poolName) != nil:
+		return fmt.Errorf("--pool-name %q: want the pool disk's slot name, e.g. %s (no '/', '\\', space, '\"' or '$', not starting with '.')", o.poolName, rdssim.DefaultPoolName)
 	case len(o.faultControl) > maxSocketPath:
 		return fmt.Errorf("--fault-control %s: the path is %d bytes, too long for a unix socket: at most %d bytes", o.faultControl, len(o.faultControl), maxSocketPath)
 	}
@@ -313,6 +315,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keys, err := rdssim.LoadAuthorizedKeys(o.authorizedKeys)
 	if err != nil {
 		return err
+	}
+	// A host key that is there is read before the data directory is
+	// made: a wrong file (a .pub) stops the simulator with nothing written.
+	if _, err := os.Stat(o.hostKey); err == nil {
+		if _, err := rdssim.LoadOrGenerateHostKey(o.hostKey); err != nil {
+			return err
+		}
 	}
 	exporter, err := o.exporter()
 	if err != nil {

@@ -184,6 +184,11 @@ func TestRunFlags(t *testing.T) {
 	// A flag error writes nothing: not even the data directory (nor the
 	// host key in it) is created.
 	fresh := filepath.Join(t.TempDir(), "fresh")
+	// A private key where public keys are wanted, and the other way round.
+	privateKey := filepath.Join(t.TempDir(), "id_ed25519")
+	if _, err := rdssim.LoadOrGenerateHostKey(privateKey); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -215,6 +220,10 @@ func TestRunFlags(t *testing.T) {
 		{"an nvmet address that is no IP address", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--nvmet-address", "localhost"}, "--nvmet-address \"localhost\": want an IP address"},
 		{"nvmet settings without nvmet", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--nvme-export=none", "--nvmet-address", "127.0.0.2"}, "--nvmet-address needs --nvme-export=nvmet or auto"},
 		{"a fault control path too long for a socket", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--fault-control", "/tmp/" + strings.Repeat("f", 110)}, "too long for a unix socket: at most 107 bytes"},
+		{"an empty pool name", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--pool-name="}, "--pool-name \"\": want the pool disk's slot name"},
+		{"a pool name with a slash", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--pool-name=a/b"}, "--pool-name \"a/b\": want the pool disk's slot name"},
+		{"a private key as the authorized keys", []string{"--data-dir", fresh, "--authorized-keys", privateKey}, "is a private key; --authorized-keys wants public keys"},
+		{"a public key as the host key", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--host-key", authKeys}, "holds a public key; --host-key wants the host's private key"},
 		{"fault control in a missing directory", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", filepath.Join(dir, "none", "f.sock")}, "--fault-control"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,8 +119,8 @@ func octal3(s string) (byte, bool) {
 }
 
 // mountAt returns the topmost mount at path p, or nil when nothing is
-// mounted there. p is compared after resolving symbolic links in its
-// parent, as the kernel records it.
+// mounted there. p is compared as canonicalPath resolves it, as the
+// kernel records it.
 func mountAt(p string) (*mountEntry, error) {
 	p = canonicalPath(p)
 	mounts, err := readMounts()
@@ -136,12 +136,30 @@ func mountAt(p string) (*mountEntry, error) {
 	return nil, nil
 }
 
+// canonicalPath resolves p as the kernel does when it mounts or unmounts
+// there: symbolic links first, then "..", so "<dir>/link/../x" is x in
+// the link's target's parent, not (as filepath.Clean alone would have
+// it) <dir>/x. A last component that is a symbolic link is not followed
+// (nothing is mounted on a link), unless p ends in "/" or in "." or "..",
+// where the kernel follows it too. A path whose directory does not exist
+// is only cleaned.
 func canonicalPath(p string) string {
-	p = filepath.Clean(p)
-	if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
-		return filepath.Join(dir, filepath.Base(p))
+	trimmed := strings.TrimRight(p, "/")
+	if trimmed == "" {
+		return filepath.Clean(p)
 	}
-	return p
+	i := strings.LastIndexByte(trimmed, '/')
+	dir, base := trimmed[:i+1], trimmed[i+1:]
+	if trimmed != p || base == "." || base == ".." || dir == "" {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return filepath.Clean(p)
+	}
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return filepath.Join(r, base)
+	}
+	return filepath.Clean(p)
 }
 
 // deviceMounts lists the mounts that use the block device num: mounted

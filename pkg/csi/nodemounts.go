@@ -223,23 +223,44 @@ func (s *NodeServer) checkOwnMount(ctx context.Context, rpc, id, what string, m 
 // neither mounted over (which would hide it) nor removed (an unpublish
 // removes the target): FAILED_PRECONDITION naming it.
 func checkUnmountedTarget(rpc, id, target string) error {
+	return checkUnmountedPath(rpc, id, "target path", target, true,
+		"not what a publish makes (an empty directory, or an empty file for raw block); refusing to mount over it or remove it")
+}
+
+// checkUnmountedStaging checks a filesystem stage's staging path while
+// nothing is mounted there: nothing, or an empty directory. A directory
+// with entries would be hidden by the mount, and a symbolic link followed
+// by it (the volume mounted at the link's target, where no unstage at the
+// link finds it): FAILED_PRECONDITION naming it.
+func checkUnmountedStaging(rpc, id, staging string) error {
+	return checkUnmountedPath(rpc, id, "staging path", staging, false,
+		"a stage mounts the volume on an empty directory only; refusing to mount over it")
+}
+
+// checkUnmountedPath is checkUnmountedTarget and checkUnmountedStaging:
+// what is at p (the RPC's what), with nothing mounted there, is fine when
+// it does not exist, is an empty directory, or (emptyFile) an empty
+// regular file; else FAILED_PRECONDITION naming it, ending with refusal.
+func checkUnmountedPath(rpc, id, what, target string, emptyFile bool, refusal string) error {
 	fi, err := os.Lstat(target)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%s: volume %s: target path %s: %w", rpc, id, target, err)
+		return fmt.Errorf("%s: volume %s: %s %s: %w", rpc, id, what, target, err)
 	}
-	var what string
+	var held string
 	switch t := fi.Mode().Type(); {
-	case fi.Mode().IsRegular() && fi.Size() == 0:
+	case fi.Mode().IsRegular() && fi.Size() == 0 && emptyFile:
 		return nil
+	case fi.Mode().IsRegular() && fi.Size() == 0:
+		held = "an empty file"
 	case fi.Mode().IsRegular():
-		what = fmt.Sprintf("a file of %d bytes", fi.Size())
+		held = fmt.Sprintf("a file of %d bytes", fi.Size())
 	case fi.IsDir():
 		d, err := os.Open(target)
 		if err != nil {
-			return fmt.Errorf("%s: volume %s: target path %s: %w", rpc, id, target, err)
+			return fmt.Errorf("%s: volume %s: %s %s: %w", rpc, id, what, target, err)
 		}
 		names, err := d.Readdirnames(1)
 		d.Close()
@@ -247,15 +268,15 @@ func checkUnmountedTarget(rpc, id, target string) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: volume %s: target path %s: %w", rpc, id, target, err)
+			return fmt.Errorf("%s: volume %s: %s %s: %w", rpc, id, what, target, err)
 		}
-		what = fmt.Sprintf("a directory with entries (%s, ...)", names[0])
+		held = fmt.Sprintf("a directory with entries (%s, ...)", names[0])
 	case t&fs.ModeSymlink != 0:
-		what = "a symbolic link"
+		held = "a symbolic link"
 	case t&fs.ModeDevice != 0:
-		what = "a device node"
+		held = "a device node"
 	default:
-		what = fmt.Sprintf("a %s", t)
+		held = fmt.Sprintf("a %s", t)
 	}
-	return statusf(codes.FailedPrecondition, "%s: volume %s: target path %s holds %s and nothing is mounted there: not what a publish makes (an empty directory, or an empty file for raw block); refusing to mount over it or remove it", rpc, id, target, what)
+	return statusf(codes.FailedPrecondition, "%s: volume %s: %s %s holds %s and nothing is mounted there: %s", rpc, id, what, target, held, refusal)
 }

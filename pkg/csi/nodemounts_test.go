@@ -152,3 +152,85 @@ func TestNodeTeardownAfterTheDeviceIsGone(t *testing.T) {
 		t.Error("the lost volume's mounts are still there")
 	}
 }
+
+// TestNodeUnpublishResolvesDotDotAsTheKernelDoes: a target path whose ".."
+// follows a symbolic link names, for the kernel, the link's target's
+// parent; lexically, the link's own directory. The path the guard checks
+// must be the one that is unmounted: volume B's unpublish at
+// "<dir>/link/../<name>", where <dir>/<name> holds B's mount and link
+// points at volume A's target, must not unmount A.
+func TestNodeUnpublishResolvesDotDotAsTheKernelDoes(t *testing.T) {
+	requireNodeHost(t)
+	env := startSimEnv(t, simEnvConfig{LoopNode: true})
+	ctx := context.Background()
+	a := newNodeVolume(t, env, "dotdot-a", nodeTestSize, mountCapability("ext4", sw))
+	a.stageAndPublish(t)
+	b := newNodeVolume(t, env, "dotdot-b", nodeTestSize, mountCapability("ext4", sw))
+	b.stageAndPublish(t)
+
+	dir := t.TempDir()
+	lexical := filepath.Join(dir, filepath.Base(a.target))
+	if err := os.Mkdir(lexical, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(b.target, lexical, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mounting B's target: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(lexical, unix.MNT_DETACH) })
+	if err := os.Symlink(a.target, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	p := dir + "/link/../" + filepath.Base(a.target)
+	_, err := env.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: b.id(), TargetPath: p})
+	if !isMounted(t, a.target) {
+		t.Fatalf("unpublish of B at %s (%v) unmounted volume A's target %s", p, err, a.target)
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("unpublish of B at %s: %v, want FAILED_PRECONDITION (A's mount is there)", p, err)
+	}
+
+	// A trailing "/" makes the kernel follow a last component that is a
+	// link: here to C's target, whose fresh xfs is an empty directory.
+	c := newNodeVolume(t, env, "dotdot-c", nodeTestSize, mountCapability("xfs", sw))
+	c.stageAndPublish(t)
+	if err := os.Symlink(c.target, filepath.Join(dir, "clink")); err != nil {
+		t.Fatal(err)
+	}
+	p = filepath.Join(dir, "clink") + "/"
+	_, err = env.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: b.id(), TargetPath: p})
+	if !isMounted(t, c.target) {
+		t.Fatalf("unpublish of B at %s (%v) unmounted volume C's target %s", p, err, c.target)
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("unpublish of B at %s: %v, want FAILED_PRECONDITION (C's mount is there)", p, err)
+	}
+	c.teardown(t)
+
+	// The same for unstage: B's own staging path, reached lexically
+	// through a link to A's staging path, names A's for the kernel.
+	b.must(t, "NodeUnpublishVolume", b.unpublish(t))
+	link := filepath.Join(filepath.Dir(b.staging), "link")
+	if err := os.Symlink(a.staging, link); err != nil {
+		t.Fatal(err)
+	}
+	p = link + "/../" + filepath.Base(a.staging)
+	if filepath.Clean(p) != b.staging {
+		t.Fatalf("test set-up: %s is not lexically B's staging path %s", p, b.staging)
+	}
+	_, err = env.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: b.id(), StagingTargetPath: p})
+	if !isMounted(t, a.staging) {
+		t.Fatalf("unstage of B at %s (%v) unmounted volume A's staging path %s", p, err, a.staging)
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("unstage of B at %s: %v, want FAILED_PRECONDITION (A's mount is there)", p, err)
+	}
+	if !isMounted(t, b.staging) {
+		t.Errorf("B's staging path was unmounted by an unstage that named A's")
+	}
+	b.must(t, "NodeUnpublishVolume", b.unpublish(t))
+	if err := unix.Unmount(lexical, 0); err != nil {
+		t.Fatal(err)
+	}
+	a.teardown(t)
+	b.must(t, "NodeUnstageVolume", b.unstage(t))
+}

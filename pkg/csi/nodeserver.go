@@ -402,6 +402,9 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 		logger.V(2).Info("already staged")
 		return nil
 	}
+	if err := checkUnmountedStaging("NodeStageVolume", id, staging); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating staging path: %w", id, err)
 	}
@@ -463,6 +466,9 @@ func (s *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, err
 	}
 	defer release()
+	// What is checked is what is unmounted: the path as the kernel
+	// resolves it (a ".." after a symbolic link included).
+	staging = canonicalPath(staging)
 
 	logger := klog.FromContext(ctx).WithValues("volume", id, "stagingPath", staging)
 	nqn := s.d.nqn(id)
@@ -719,6 +725,9 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, err
 	}
 	defer release()
+	// What is checked is what is unmounted and removed: the path as the
+	// kernel resolves it (a ".." after a symbolic link included).
+	target = canonicalPath(target)
 	mounted, err := mountAt(target)
 	if err != nil {
 		return nil, err

@@ -121,3 +121,56 @@ func TestNodeTargetPathsHoldingSomethingElseAreLeftAlone(t *testing.T) {
 		v.teardown(t)
 	}
 }
+
+// TestNodeStagingPathsHoldingSomethingElseAreLeftAlone: NodeStageVolume
+// mounted a filesystem volume over whatever was at the staging path while
+// nothing was mounted there: a directory with entries (hiding them: given
+// /var/lib, the node's own state), or a symbolic link, whose target the
+// mount followed while the node recorded the link, so the unstage found
+// nothing mounted at the link, answered OK and left the volume mounted at
+// the link's target. A stage mounts on an empty directory (or makes it);
+// anything else is FAILED_PRECONDITION, nothing mounted. On real loop
+// devices.
+func TestNodeStagingPathsHoldingSomethingElseAreLeftAlone(t *testing.T) {
+	requireNodeHost(t)
+	env := startSimEnv(t, simEnvConfig{LoopNode: true})
+	dir := t.TempDir()
+	data := []byte("the node's own")
+	full := filepath.Join(dir, "full")
+	if err := os.MkdirAll(full, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "entry"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(empty, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{full, link, file} {
+		v := newNodeVolume(t, env, "staging-"+filepath.Base(p), nodeTestSize, mountCapability("ext4", sw))
+		v.staging = p
+		err := v.stage(t)
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("stage at %s: %v, want FAILED_PRECONDITION", p, err)
+		}
+		for _, q := range []string{full, empty, file} {
+			if isMounted(t, q) {
+				t.Errorf("stage at %s mounted the volume at %s", p, q)
+			}
+		}
+		// Torn down as kubelet would (and the test's clean-up after it).
+		v.must(t, "NodeUnstageVolume", v.unstage(t))
+	}
+	if got, err := os.ReadFile(filepath.Join(full, "entry")); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("the directory's entry: %q, %v", got, err)
+	}
+}

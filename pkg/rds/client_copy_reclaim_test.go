@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,5 +161,41 @@ func TestCopyNeverReclaimsARunningCopysFile(t *testing.T) {
 	}
 	if got, err := c.CopyDisk(ctx, clone); err != nil || got.FilePath != clone.FilePath {
 		t.Errorf("retry after the copy landed: %+v, %v", got, err)
+	}
+}
+
+// TestCopyLeftoverWithTheRDSClockSetBack: when the RDS's clock reads
+// earlier than the leftover file's last-modified (the clock was set back
+// after the file was written), its age says nothing. The file is kept and
+// the copy is pending, as for a young file, and the error says why in
+// words an operator can act on, not as a negative age.
+func TestCopyLeftoverWithTheRDSClockSetBack(t *testing.T) {
+	var ahead atomic.Int64
+	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) {
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	})
+	c := env.client(t, func(cfg *Config) { cfg.MaxAttempts = 1 })
+	ctx := context.Background()
+	if _, err := c.CreateDisk(ctx, req("pvc-src", 8*MiB)); err != nil {
+		t.Fatal(err)
+	}
+	clone := CopyDiskRequest{Slot: "pvc-clone", FilePath: "/storage-pool/k8s/pvc-clone.img", SourceSlot: "pvc-src",
+		Export: &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:pvc-clone"}, OwnsFilePath: true}
+	env.sim.GarbageNth(1, "copy-from")
+	env.sim.FailNth(1, "/file remove", "failure: could not remove file")
+	if _, err := c.CopyDisk(ctx, clone); err == nil {
+		t.Fatal("the copy with an unreadable reply succeeded")
+	}
+	ahead.Store(int64(-30 * 24 * time.Hour)) // the clock set back a month
+	before := commandsContaining(env.sim, "/file remove")
+	_, err := c.CopyDisk(ctx, clone)
+	if !errors.Is(err, ErrCopyPending) {
+		t.Errorf("copy over a leftover newer than the RDS's clock: %v; want ErrCopyPending", err)
+	}
+	if err != nil && (!strings.Contains(err.Error(), "reads earlier than the file's last-modified") || strings.Contains(err.Error(), " -")) {
+		t.Errorf("the error does not say the RDS's clock is behind the file's time: %v", err)
+	}
+	if n := commandsContaining(env.sim, "/file remove") - before; n != 0 || !env.fileExists(t, clone.FilePath) {
+		t.Errorf("%d /file remove sent for a leftover whose age cannot be told", n)
 	}
 }

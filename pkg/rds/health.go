@@ -436,8 +436,8 @@ func smartFromValues(v map[string]string) (Smart, []error) {
 		}
 		return &f
 	}
-	s.Temperature = read(temperatureKeys, parseNumberWithUnit("C", "°C"))
-	s.PercentageUsed = read(percentageUsedKeys, parseNumberWithUnit("%"))
+	s.Temperature = read(temperatureKeys, parseNumberWithUnit(true, "C", "°C"))
+	s.PercentageUsed = read(percentageUsedKeys, parseNumberWithUnit(false, "%"))
 	if f := read(criticalWarningKeys, parseFlagsNumber); f != nil {
 		n := int64(*f)
 		s.CriticalWarning = &n
@@ -454,16 +454,22 @@ func (s Smart) Empty() bool {
 	return s.Temperature == nil && s.PercentageUsed == nil && s.CriticalWarning == nil && s.UnsafeShutdowns == nil
 }
 
-// parseNumberWithUnit reads a number followed by one of units or none
-// (`45C`, `45`, `3%`).
-func parseNumberWithUnit(units ...string) func(string) (float64, error) {
+// parseNumberWithUnit reads a decimal number followed by one of units or
+// none (`45C`, `45`, `3%`), below zero only when negative says it can be
+// (a temperature). An exponent or a hex float, which ParseFloat also
+// takes, is unreadable: RouterOS prints neither.
+func parseNumberWithUnit(negative bool, units ...string) func(string) (float64, error) {
 	return func(s string) (float64, error) {
 		t := strings.TrimSpace(s)
 		for _, u := range units {
 			t = strings.TrimSpace(strings.TrimSuffix(t, u))
 		}
+		digits := t
+		if negative {
+			digits = strings.TrimPrefix(t, "-")
+		}
 		f, err := strconv.ParseFloat(t, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		if err != nil || !isDecimal(digits) || math.IsNaN(f) || math.IsInf(f, 0) {
 			return 0, fmt.Errorf("%w: %q is not a number", ErrBadOutput, truncate(s))
 		}
 		return f, nil

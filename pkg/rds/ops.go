@@ -197,6 +197,12 @@ func (c *Client) quietFor(ctx context.Context, path string, quiet time.Duration)
 	if err != nil {
 		return fmt.Errorf("reading the RDS's clock to judge its age: %w", err)
 	}
+	if now.Before(f.Modified) {
+		// The clock was set back after the file was written: its age
+		// cannot be told, so it is kept as if young.
+		return fmt.Errorf("%w: the RDS's clock (%s) reads earlier than the file's last-modified (%s), so it was set back and the file's age cannot be told; it may be a copy still running and is kept until the clock passes %s. If no copy of this disk can be running (none was sent in the last %s), remove the file on the RDS (/file remove) and the copy is made again",
+			ErrCopyPending, now.Format(time.DateTime), f.Modified.Format(time.DateTime), f.Modified.Add(quiet).Format(time.DateTime), quiet)
+	}
 	if age := now.Sub(f.Modified); age < quiet {
 		return fmt.Errorf("%w: last modified %s ago by the RDS's clock (%s), it may be a copy still running; it is taken for the debris of a failed copy, and removed, once it has not changed for %s",
 			ErrCopyPending, age.Round(time.Second), f.Modified.Format(time.DateTime), quiet)

@@ -153,6 +153,11 @@ pod runs with --storage-fencing=allow-host, .taint: with
 {{- if and $.taint (le $nr 0.0) (le $hb 0.0) -}}
 {{- fail (printf "storageFencing.outOfServiceTaint is true while %s turns off both --not-ready-threshold and --heartbeat-threshold: the driver refuses the taint with no threshold to fence by; set storageFencing.outOfServiceTaint=false, or give one of them a positive duration" $.name) -}}
 {{- end -}}
+{{- with get $seen "fence-guard-share" -}}
+{{- if and (ne $.name "node.extraArgs") (le $nr 0.0) (le $hb 0.0) -}}
+{{- fail (printf "%s %q: --fence-guard-share needs a positive --not-ready-threshold or --heartbeat-threshold (the driver refuses it with both 0: no node is fenced, so the mass-outage guard guards nothing): set storageFencing.enabled=true, give one of them a positive duration, or drop the flag" $.name .) -}}
+{{- end -}}
+{{- end -}}
 {{- with get $seen "export-reconcile-period" -}}
 {{- if not $.fencing -}}
 {{- fail (printf "%s %q: --export-reconcile-period needs storage fencing (the driver refuses it without --storage-fencing=allow-host: there is no export to reconcile)%s" $.name . (ternary ": give it in controller.extraArgs with storageFencing.enabled=true" ": set storageFencing.enabled=true, or drop the flag" (eq $.name "node.extraArgs"))) -}}

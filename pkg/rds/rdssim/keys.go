@@ -1,6 +1,7 @@
 package rdssim
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -24,6 +25,9 @@ func LoadOrGenerateHostKey(path string) (ssh.Signer, error) {
 	if err == nil {
 		signer, err := ssh.ParsePrivateKey(data)
 		if err != nil {
+			if _, _, _, _, perr := ssh.ParseAuthorizedKey(data); perr == nil {
+				return nil, fmt.Errorf("host key %s holds a public key; --host-key wants the host's private key (a file without .pub, or none: one is generated)", path)
+			}
 			return nil, fmt.Errorf("parse host key %s: %w", path, err)
 		}
 		return signer, nil
@@ -90,6 +94,9 @@ func LoadAuthorizedKeys(path string) ([]ssh.PublicKey, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read authorized keys: %w", err)
+	}
+	if _, err := ssh.ParseRawPrivateKey(data); err == nil || bytes.Contains(data, []byte("PRIVATE KEY-----")) {
+		return nil, fmt.Errorf("%s is a private key; --authorized-keys wants public keys (authorized_keys lines, such as the key's .pub file)", path)
 	}
 	var keys []ssh.PublicKey
 	for len(data) > 0 {

@@ -187,6 +187,15 @@ type Server struct {
 
 // New creates a Server and loads its disk table from the data directory.
 // It does not listen yet: call Serve or Start.
+// CheckPoolName refuses a pool name the simulator cannot use as the pool
+// disk's slot and its mount point's directory.
+func CheckPoolName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\\ \"$") || strings.HasPrefix(name, ".") {
+		return fmt.Errorf("invalid pool name %q: want the pool disk's slot name, e.g. %s (no '/', '\\', space, '\"' or '$', not starting with '.')", name, DefaultPoolName)
+	}
+	return nil
+}
+
 func New(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("rdssim: DataDir is required")
@@ -197,8 +206,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PoolName == "" {
 		cfg.PoolName = DefaultPoolName
 	}
-	if strings.ContainsAny(cfg.PoolName, "/\\ \"$") || strings.HasPrefix(cfg.PoolName, ".") {
-		return nil, fmt.Errorf("rdssim: invalid pool name %q", cfg.PoolName)
+	if err := CheckPoolName(cfg.PoolName); err != nil {
+		return nil, fmt.Errorf("rdssim: %w", err)
 	}
 	if cfg.PoolSize == 0 {
 		cfg.PoolSize = DefaultPoolSize

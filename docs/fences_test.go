@@ -1,0 +1,48 @@
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Every fence a markdown renderer shows as shell is a shell block the
+// tests count, mark and check: a fence of tildes or of more than three
+// backticks, an info string with attributes after the language or in
+// another case, and the languages renderers highlight as shell sessions
+// (console, shell-session, zsh). Before, each of these was read as some
+// other language: never run, never checked, never counted, with no marker
+// asked for. A fence inside a longer one is its text, not a block.
+func TestEveryShellFenceIsABlock(t *testing.T) {
+	md := "# doc\n\n" +
+		"<!-- docs-test: skip: one -->\n```sh\nbin/rdsctl probe\n```\n\n" +
+		"<!-- docs-test: skip: two -->\n~~~sh\nbin/rdsctl list\n~~~\n\n" +
+		"<!-- docs-test: skip: three -->\n````bash\nbin/rdsctl get a\n```\nstill the same block\n````\n\n" +
+		"<!-- docs-test: skip: four -->\n```sh title=\"example\"\nbin/rdsctl capacity\n```\n\n" +
+		"<!-- docs-test: skip: five -->\n```Bash\nbin/rdsctl probe\n```\n\n" +
+		"<!-- docs-test: skip: six -->\n```console\n$ bin/rdsctl probe\n```\n\n" +
+		"<!-- docs-test: skip: seven -->\n```shell-session\n$ bin/rdsctl probe\n```\n\n" +
+		"<!-- docs-test: skip: eight -->\n```zsh\nbin/rdsctl probe\n```\n\n" +
+		"```yaml\nkey: value\n```\n\n" +
+		"~~~~\n```sh\nnot a block: inside a tilde fence\n```\n~~~~\n"
+	path := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := shellBlocks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"one", "two", "three", "four", "five", "six", "seven", "eight"}
+	if len(blocks) != len(want) {
+		t.Fatalf("%d shell blocks, want %d: %+v", len(blocks), len(want), blocks)
+	}
+	for i, b := range blocks {
+		if k, r := b.kind(); k != markSkip || r != want[i] {
+			t.Errorf("block %d (line %d): kind %q %q, want skip %q", i, b.line, k, r, want[i])
+		}
+	}
+	if got := blocks[2].text; got != "bin/rdsctl get a\n```\nstill the same block\n" {
+		t.Errorf("the four-backtick block's text: %q", got)
+	}
+}
