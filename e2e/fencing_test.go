@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -143,6 +144,20 @@ func unattendedFailover(t *testing.T, o attachOptions) {
 	stopPlugin := startNodeLeases(t, e, o.pluginLease, "node-a", "node-b")
 
 	w.replacementWaits(t)
+
+	// A node dies at any moment of its heartbeats' renewal cycles; the
+	// steps before take about as long in every run, and startNodeLeases
+	// returns just after a renewal: without this the node plugins' phase
+	// at the stop was the same in every run (their last renewal well
+	// under 1 s before it), and the runs measured one phase, not failover.
+	delay := rand.N(w.nodes["node-a"].Cadence().Renew)
+	done = tl.Step(fmt.Sprintf("node-a runs on for a random %s (of its kubelet's renewal interval)", delay.Round(time.Millisecond)))
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	done()
 
 	done = tl.Step("node-a stops; nobody acts")
 	t0 := time.Now()
