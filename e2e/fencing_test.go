@@ -145,13 +145,21 @@ func unattendedFailover(t *testing.T, o attachOptions) {
 
 	w.replacementWaits(t)
 
-	// A node dies at any moment of its heartbeats' renewal cycles; the
-	// steps before take about as long in every run, and startNodeLeases
-	// returns just after a renewal: without this the node plugins' phase
-	// at the stop was the same in every run (their last renewal well
-	// under 1 s before it), and the runs measured one phase, not failover.
+	// A node dies at any moment of its heartbeats' renewal cycles: a
+	// random part of its kubelet's interval after one of its renewals.
+	// The steps before take about as long in every run, and
+	// startNodeLeases returns just after a renewal: without this the node
+	// plugin's last renewal came well under 1 s before the stop in every
+	// run, one phase measured, not failover. Counting from a renewal seen
+	// now also keeps the driver's own start out of the figure: it times
+	// nothing from before its Lease watch opened, and a node stopped soon
+	// after would be cut up to that much later.
+	done = tl.Step("node-a runs on for a random part of its kubelet's renewal interval after its next renewal")
+	if _, err := w.nodes["node-a"].NextRenewal(ctx); err != nil {
+		t.Fatal(err)
+	}
 	delay := rand.N(w.nodes["node-a"].Cadence().Renew)
-	done = tl.Step(fmt.Sprintf("node-a runs on for a random %s (of its kubelet's renewal interval)", delay.Round(time.Millisecond)))
+	tl.Logf("node-a renewed; it stops %s later", delay.Round(time.Millisecond))
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():
