@@ -206,3 +206,24 @@ func TestRunRetriesFailures(t *testing.T) {
 		t.Errorf("%d failures counted after renewals worked again", r.failures)
 	}
 }
+
+// One renewal that hangs until its timeout, retried after the first
+// backoff, still lands well within two intervals of the renewal before
+// (the controller's floor for a node plugin's Lease): a quarter of an
+// interval is left for the retry's own read and write, at every duration
+// a Lease may state. With the timeout a whole interval, as before, the
+// retry came two intervals and 200 ms after the last renewal: one hung
+// request made a node whose kubelet was away look dead.
+func TestOneHungRenewalIsRetriedWithinTwoIntervals(t *testing.T) {
+	for d := MinDuration; d <= MaxDuration; d += time.Second {
+		r, err := NewRenewer(fake.NewClientset(), "ns", "n", d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retried := r.Interval() + r.attemptTimeout() + r.retryAfter(1)
+		if room := 2*r.Interval() - retried; room < r.Interval()/4 {
+			t.Fatalf("Lease of %s: a hung renewal is retried %s after the last one, %s before two intervals (%s); want at least a quarter interval (%s) for the retry",
+				d, retried, room, 2*r.Interval(), r.Interval()/4)
+		}
+	}
+}
