@@ -1,6 +1,7 @@
 # The image of rds-csi-driver, one for the controller and the node plugin:
 #
-#   docker build -t ghcr.io/srvlab/rds-csi-driver:v0.1.0 .
+#   docker build --build-arg VERSION=$(hack/version.sh) \
+#     -t ghcr.io/srvlab/rds-csi-driver:$(hack/version.sh) .
 #
 # `make image` builds the same image without a container engine, from the
 # same Debian packages and the Go build (hack/build-image.sh), as an OCI
@@ -18,12 +19,12 @@ ARG GO_VERSION=1.26.8
 
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
-ENV CGO_ENABLED=0 GOOS=linux GOFLAGS=-trimpath GOTOOLCHAIN=local
+ENV CGO_ENABLED=0 GOOS=linux GOFLAGS="-trimpath -buildvcs=false" GOTOOLCHAIN=local
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN go build -ldflags "-s -w -X github.com/srvlab/rds-csi/pkg/csi.Version=${VERSION}" \
+RUN go build -ldflags "-s -w -X github.com/srvlab/rds-csi/pkg/version.Version=${VERSION}" \
       -o /out/rds-csi-driver ./cmd/rds-csi-driver
 
 FROM debian:bookworm-slim

@@ -5,26 +5,44 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 CACHE := .cache
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/srvlab/rds-csi/pkg/csi.Version=$(VERSION)
+# The version every binary, the image tag and the chart carry, from
+# hack/version.sh (the file VERSION and git; docs/release.md), once per make.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell hack/version.sh)
+endif
+ifeq ($(VERSION),)
+$(error hack/version.sh printed no version)
+endif
+export VERSION
+# The build flags of every binary the repository ships: no build paths
+# (-trimpath), nothing of the checkout's git state but the version
+# (-buildvcs=false: a source archive and a clone of one commit build the
+# same bytes). The e2e test TestReleaseArtifacts holds the release to it.
+GOBUILDFLAGS := -trimpath -buildvcs=false
+LDFLAGS := -X github.com/srvlab/rds-csi/pkg/version.Version=$(VERSION)
 # Inputs per fuzz target: a count, not a time, so a slow machine runs the
 # same work and the fuzz runner's deadline race (golang/go#75804) cannot hit.
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme
+.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme e2e-kubelet
 
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	$(GO) build $(GOBUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # Every test the repo has: unit and integration tests with the race detector
 # (the RDS simulator over real SSH, loop devices where root; the documented
 # commands, ./docs), csi-sanity
 # against the shipped binaries, then each fuzz target briefly, then the e2e
-# suite on a real control plane, then the NVMe/TCP tier in a VM.
-test: lint unit packaging sanity-loop model fuzz e2e e2e-nvme
+# suite on a real control plane (the release and upgrade tests among it),
+# then the kubelet tier on real nodes, then the NVMe/TCP tier in a VM.
+# test-host is all of it but the VM tier: what the pull request workflow
+# runs on every runner (docs/release.md).
+test: test-host e2e-nvme
+test-host: lint unit packaging sanity-loop model fuzz e2e e2e-kubelet
+.PHONY: test-host
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -93,6 +111,21 @@ e2e:
 	$(GO) vet -tags e2e ./e2e/... ./docs
 	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/... ./docs
 
+# The kubelet tier (e2e/kubelet, build tag kubelet): the driver as users
+# run it, installed from the chart's render with the image of `make image`
+# (the test runs it once)
+# on two real nodes of this machine (kubelet and containerd built from
+# their Go modules, Debian's runc and CNI plugins; hack/build-kubelet-tier.sh,
+# e2e/README.md), against the RDS simulator with the loop connector, and
+# Kubernetes' storage e2e suite for external drivers there (e2e.test with
+# e2e/kubelet/testdata/storage-testdriver.yaml). Needs root; skips with
+# the reason outside CI, fails in CI.
+e2e-kubelet: deps
+	$(GO) vet -tags kubelet ./e2e/kubelet
+	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
+	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images e2e.test ginkgo" ./hack/build-kubelet-tier.sh && \
+	  $(GO) test -tags kubelet -count=1 -timeout 60m -v ./e2e/kubelet; fi
+
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
 # booted three times (6.12 with nvme_core.multipath Y and N, then 6.1), runs the node tests and
@@ -109,39 +142,62 @@ e2e-nvme: deps
 # The driver's container image without a container engine
 # (hack/build-image.sh): the static driver and the Debian bookworm packages
 # of the node tools it runs, unpacked with dpkg-deb (downloads cached in
-# .cache/image), written as one OCI archive that docker load, ctr images
-# import and kind load image-archive accept. IMAGE is the reference
-# manifests/ and the chart deploy; image-test checks that, then runs the
-# driver and each node tool in the unpacked root filesystem (chroot, root
-# only). ~25 s warm; cold, the CGO_ENABLED=0 build of the driver adds ~3.5
-# min and the packages (~26 MB) a few seconds (docs/BENCHMARKS.md).
-IMAGE ?= ghcr.io/srvlab/rds-csi-driver:v0.1.0
+# .cache/image), written as one OCI archive per architecture that docker
+# load, ctr images import and kind load image-archive accept: amd64 in
+# IMAGE_ARCHIVE, arm64 (Debian's arm64 packages unpacked, the driver
+# cross-compiled; no emulator) in IMAGE_ARCHIVE_ARM64. IMAGE is tagged with
+# VERSION; manifests/ and the chart deploy the release's tag (VERSION's
+# file). image-test checks both archives: the amd64 one runs the driver
+# (its --version is the tag) and each node tool in the unpacked root
+# filesystem (chroot, root only); in the arm64 one every executable is an
+# arm64 ELF whose interpreter and libraries are there. ~25 s warm per
+# architecture; cold, each CGO_ENABLED=0 build of the driver adds ~3.5 min
+# and the packages (~26 MB) a few seconds (docs/BENCHMARKS.md).
+IMAGE_REPO ?= ghcr.io/srvlab/rds-csi-driver
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
 IMAGE_ARCHIVE ?= bin/rds-csi-driver-image.tar
-.PHONY: image image-test chart chart-test packaging
+IMAGE_ARCHIVE_ARM64 ?= bin/rds-csi-driver-image-arm64.tar
+.PHONY: image image-arm64 image-test chart chart-test packaging
 image:
-	IMAGE='$(IMAGE)' VERSION='$(VERSION)' ./hack/build-image.sh '$(IMAGE_ARCHIVE)'
+	IMAGE='$(IMAGE)' ARCH=amd64 ./hack/build-image.sh '$(IMAGE_ARCHIVE)'
+
+image-arm64:
+	IMAGE='$(IMAGE)' ARCH=arm64 ./hack/build-image.sh '$(IMAGE_ARCHIVE_ARM64)'
 
 image-test:
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "image-test: skipped (needs root: apt's cache, owners, chroot)"; else \
-	  $(MAKE) --no-print-directory image && cd hack/tools && \
-	  RDS_CSI_IMAGE_ARCHIVE='$(abspath $(IMAGE_ARCHIVE))' $(GO) test -count=1 -v -run '^(TestImage|TestWrite)' ./image/; fi
+	  $(MAKE) --no-print-directory image image-arm64 && cd hack/tools && \
+	  RDS_CSI_IMAGE_ARCHIVE='$(abspath $(IMAGE_ARCHIVE))' RDS_CSI_IMAGE_ARCHIVE_ARM64='$(abspath $(IMAGE_ARCHIVE_ARM64))' \
+	  $(GO) test -count=1 -v -run '^(TestImage|TestWrite)' ./image/; fi
 
 # The Helm chart (charts/rds-csi) rendered by the Helm SDK in hack/tools, a
 # module of its own so that Helm stays out of the driver's go.mod; `chart`
 # prints the default render, chart-test checks it equals manifests/ object
-# for object (and the values against their kustomize equivalents).
+# for object (and the values against their kustomize equivalents), and
+# the release's chart package, krew manifest and notes (hack/tools/release).
 chart:
 	@cd hack/tools && $(GO) run ./cmd/render helm '$(CURDIR)/charts/rds-csi'
 
 chart-test:
-	cd hack/tools && $(GO) vet ./... && $(GO) test -count=1 ./render/
+	cd hack/tools && $(GO) vet ./... && $(GO) test -count=1 ./render/ ./release/
 
 packaging: chart-test image-test
 
-lint:
+lint: lint-workflows
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+# The GitHub workflows (.github/workflows), which cannot run here, linted
+# by actionlint (pinned in hack/release-tools, built once into
+# .cache/bin; shellcheck checks their scripts where it is installed).
+.PHONY: lint-workflows
+lint-workflows:
+	@set -e; v=$$(cd hack/release-tools && $(GO) list -m -f '{{.Version}}' github.com/rhysd/actionlint); \
+	  bin='$(abspath $(CACHE))'/bin/actionlint-$$v; \
+	  if [ ! -x "$$bin" ]; then mkdir -p "$$(dirname "$$bin")"; \
+	    (cd hack/release-tools && $(GO) build -o "$$bin.tmp.$$$$" github.com/rhysd/actionlint/cmd/actionlint) && mv "$$bin.tmp.$$$$" "$$bin"; fi; \
+	  "$$bin" -no-color .github/workflows/*.yml && echo "actionlint $$v: .github/workflows clean"
 
 # Go benchmarks, then the controller's start-up at scale (bench-scale); the
 # numbers in docs/BENCHMARKS.md come from this target.
@@ -187,5 +243,16 @@ demo:
 demo-rds: build
 	./hack/demo-rds.sh
 
+# A release into DIST (hack/release.sh, docs/release.md): from a clean
+# tree, as root (the images), the image archives (amd64, arm64), the
+# chart package, kubectl-rds for linux and darwin on amd64 and arm64 with
+# the krew manifest of their sums, an SBOM of each binary and image,
+# the release notes from CHANGELOG.md and SHA256SUMS. The e2e test
+# TestReleaseArtifacts makes one and checks every file.
+DIST ?= dist
+.PHONY: release
+release:
+	IMAGE_REPO='$(IMAGE_REPO)' ./hack/release.sh '$(DIST)'
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,26 +43,11 @@ func deployNodePluginIdentity(t *testing.T, e *framework.Env) {
 // Unbound: a token bound to nothing, which names no node.
 func nodePluginClient(t *testing.T, e *framework.Env, node string, unbound bool) kubernetes.Interface {
 	t.Helper()
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}
-	if !unbound {
-		pod, err := e.Client.CoreV1().Pods(driverNamespace).Create(e.Ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "rds-csi-node-" + node, Namespace: driverNamespace},
-			Spec: corev1.PodSpec{
-				NodeName: node, ServiceAccountName: "rds-csi-node", AutomountServiceAccountToken: ptr.To(false),
-				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-				Containers:  []corev1.Container{{Name: "rds-csi-plugin", Image: "registry.invalid/rds-csi-e2e/never-pulled:0"}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
-	}
-	tok, err := e.Client.CoreV1().ServiceAccounts(driverNamespace).CreateToken(e.Ctx, "rds-csi-node", req, metav1.CreateOptions{})
+	tok, err := framework.NodePluginToken(e.Ctx, e.CP, node, unbound)
 	if err != nil {
-		t.Fatalf("token of the node plugin on %s: %v", node, err)
+		t.Fatal(err)
 	}
-	c, err := kubernetes.NewForConfig(&rest.Config{Host: e.CP.Env["KUBE_APISERVER_URL"], BearerToken: tok.Status.Token,
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: e.CP.Env["KUBE_APISERVER_URL"], BearerToken: tok,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: e.CP.Env["KUBE_CA_FILE"]}, UserAgent: "rds-csi-node/e2e"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,10 @@
 # Installs the host tools the node tests, benchmarks and demo run for real:
 # mkfs.ext4/resize2fs (e2fsprogs), mkfs.xfs/xfs_growfs (xfsprogs), losetup,
 # blkid and mount (util-linux, mount), and promtool (prometheus) for the
-# alert tests, and QEMU, busybox-static and fio for the NVMe/TCP VM tier
-# (hack/nvme-vm.sh). Idempotent: a machine that has them
+# alert tests, QEMU, busybox-static and fio for the NVMe/TCP VM tier
+# (hack/nvme-vm.sh), shellcheck for the workflows' lint, and what the
+# kubelet tier's nodes and its pause image need (util-linux, iproute2,
+# gcc). Idempotent: a machine that has them
 # all is left alone. Installing needs root and Debian's apt; without root
 # it only says what is missing (the root-only tests then skip and say why).
 set -euo pipefail
@@ -26,6 +28,14 @@ declare -A pkg=(
   [fio]=fio
   # docs/simulator.md's example, run as written by go test ./docs.
   [ssh]=openssh-client
+  # make lint-workflows: actionlint checks the workflows' scripts with it.
+  [shellcheck]=shellcheck
+  # The kubelet tier (e2e/kubelet): each node's namespaces (unshare,
+  # nsenter), its loopback addresses (ip), and the pause image's static
+  # build from k8s.io/kubernetes' pause.c (gcc, libc's static archive).
+  [unshare]=util-linux [nsenter]=util-linux
+  [ip]=iproute2
+  [gcc]=gcc
 )
 missing=()
 for tool in "${!pkg[@]}"; do

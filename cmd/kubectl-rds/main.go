@@ -32,6 +32,7 @@ import (
 
 	"github.com/srvlab/rds-csi/pkg/diagnose"
 	"github.com/srvlab/rds-csi/pkg/inventory"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 const usage = `kubectl rds: the rds-csi driver's volumes in one command each
@@ -42,6 +43,7 @@ usage:
   kubectl rds why pv NAME
   kubectl rds check                               cluster-wide audit; exit status 1 when something is wrong
   kubectl rds release PV --node NODE [--yes]      drop NODE's stuck claim on PV (refused while NODE is Ready or attached)
+  kubectl rds version                             this plugin's version (also --version)
 
 flags (every command):
   --kubeconfig FILE, --context NAME    as for kubectl
@@ -103,6 +105,11 @@ func (o *globalOptions) connect() (clients, error) {
 	rules.ExplicitPath = o.kubeconfig
 	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
 	rc, err := cfg.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		// client-go would say "try setting KUBERNETES_MASTER", naming
+		// none of the files it looked for.
+		return clients{}, noKubeconfig(rules)
+	}
 	if err != nil {
 		return clients{}, fmt.Errorf("kubeconfig: %w", err)
 	}
@@ -123,6 +130,31 @@ func (o *globalOptions) connect() (clients, error) {
 	return clients{kube: kube, dynamic: dyn}, nil
 }
 
+// noKubeconfig says which kubeconfig files were looked for and what was
+// wrong with them, when none gave a cluster.
+func noKubeconfig(rules *clientcmd.ClientConfigLoadingRules) error {
+	var missing, empty []string
+	for _, f := range rules.Precedence {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f)
+		} else {
+			empty = append(empty, f)
+		}
+	}
+	const how = "kubectl rds reads the kubeconfig as kubectl does: --kubeconfig FILE, else the files in $KUBECONFIG, else ~/.kube/config"
+	var what []string
+	if len(missing) > 0 {
+		what = append(what, strings.Join(missing, ", ")+" does not exist")
+	}
+	if len(empty) > 0 {
+		what = append(what, strings.Join(empty, ", ")+" names no cluster")
+	}
+	if env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
+		return fmt.Errorf("no kubeconfig: $KUBECONFIG is %q, and %s (%s)", env, strings.Join(what, "; "), how)
+	}
+	return fmt.Errorf("no kubeconfig: %s, and $KUBECONFIG is not set (%s)", strings.Join(what, "; "), how)
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil)
@@ -136,6 +168,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	klog.SetOutput(stderr) // client-go's warnings, not mixed into -o json
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(stdout, version.Version)
 		return exitOK
 	}
 	fs := flag.NewFlagSet("kubectl rds", flag.ContinueOnError)
@@ -200,6 +236,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 var errUnknownCommand = errors.New("unknown command")
 
+// minTimeout is the shortest --timeout: a command makes several API calls,
+// and less would fail every one.
+const minTimeout = time.Second
+
 // invocation is a command line, checked.
 type invocation struct {
 	cmd  string
@@ -249,8 +289,8 @@ func (inv *invocation) check(pos []string, g *globalOptions, given map[string][]
 	if g.output != "text" && g.output != "json" {
 		return fmt.Errorf("-o must be text or json, not %q", g.output)
 	}
-	if g.timeout <= 0 {
-		return fmt.Errorf("--timeout must be positive, not %v", g.timeout)
+	if g.timeout < minTimeout {
+		return fmt.Errorf("--timeout must be at least %v (the API calls of one command), not %v", minTimeout, g.timeout)
 	}
 	// A CSIDriver's name: a DNS subdomain of at most 63 characters.
 	if errs := validation.IsDNS1123Subdomain(g.driver); len(errs) > 0 || len(g.driver) > 63 {

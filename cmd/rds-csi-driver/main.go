@@ -33,6 +33,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/nodelease"
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/storagefence"
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 func main() {
@@ -62,14 +63,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nopts.addFlags(fs)
 	var lopts nodeLeaseOptions
 	lopts.addFlags(fs)
-	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests, and never with --storage-fencing=allow-host, which opens exports only in ControllerPublish")
+	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (false: without attach)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// A flag error is one line (the flag package would add the whole
 	// usage, burying it in a pod's log); -h prints the usage.
 	fs.SetOutput(io.Discard)
 	if err := flagonce.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once")
+			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once (docs/flags.md says each in full)")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	copts.storageFencingDefaults(opts, fs)
 	if *showVersion {
-		fmt.Fprintln(stdout, csi.Version)
+		fmt.Fprintln(stdout, version.Version)
 		return 0
 	}
 	fail := func(format string, a ...any) int {
@@ -214,6 +215,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// logged and retried.
 		defer runInBackground(ctx, renewer.Run)()
 	}
+	if client != nil {
+		// Beside it too: the first contact with the RDS, said in the log
+		// at start rather than first by a /readyz or Probe.
+		defer runInBackground(ctx, func(ctx context.Context) { logFirstRDSContact(ctx, client, opts) })()
+	}
 	if proc != nil {
 		procCtx, stopProc := context.WithCancel(ctx)
 		procDone := make(chan struct{})
@@ -229,7 +235,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer func() { stopHTTP(); waitHTTP() }()
 	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), node)
 	logger := klog.FromContext(ctx)
-	logger.Info("serving", "version", csi.Version, "driver", opts.DriverName, "mode", opts.Mode,
+	logger.Info("serving", "version", version.Version, "driver", opts.DriverName, "mode", opts.Mode,
 		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID)
 	started = true
 	if err := csi.Serve(ctx, srv, lis, opts.ShutdownGrace); err != nil {
@@ -238,6 +244,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// logFirstRDSContact probes the RDS once at start and logs the outcome:
+// an RDS that does not answer (a wrong address, a firewall, a host key
+// that is not the pinned one) is named with its address and the reason,
+// once; later failures are the /readyz and Probe answers' and the
+// metrics'.
+func logFirstRDSContact(ctx context.Context, client *rds.Client, opts csi.Options) {
+	address := net.JoinHostPort(opts.RDSAddress, strconv.Itoa(opts.RDSPort))
+	info, err := client.Probe(ctx)
+	if ctx.Err() != nil {
+		return // stopping before it answered: nothing learnt
+	}
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		logger.Error(err, "the RDS does not answer: volume operations fail until it does (readiness and Probe report it)", "address", address, "user", opts.RDSUser)
+		return
+	}
+	logger.Info("the RDS answers", "address", address, "board", info.BoardName, "version", info.Version)
 }
 
 // missingSocketDirs lists the directories of a unix endpoint's socket that
@@ -290,7 +315,10 @@ func validateFlags(opts *csi.Options, copts controllerOptions, nopts connectorOp
 
 // Bounds of --shutdown-grace: in-flight RPCs need some time to finish; a
 // kubelet or attacher waits far less than ten minutes for an answer.
-const maxShutdownGrace = 10 * time.Minute
+const (
+	minShutdownGrace = time.Second
+	maxShutdownGrace = 10 * time.Minute
+)
 
 // validateProcess checks what csi.Options.Validate, the controller's and
 // the connector's options leave to the binary: the combinations of flags
@@ -334,6 +362,14 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 			add("--storage-fencing=allow-host needs --publish: with allow-host a volume's export is opened only by ControllerPublish, to the host of the attachment that holds it, so without publish no volume would ever be opened to anyone (use --storage-fencing=off without attach)")
 		}
 	}
+	if opts.Mode != csi.ModeController {
+		switch {
+		case nopts.StateDir != "" && !filepath.IsAbs(nopts.StateDir):
+			add("--node-state-dir %q must be an absolute path: the node's records of its mounts must stay where the next start of the node plugin finds them", nopts.StateDir)
+		case nopts.stateDir(opts.Endpoint) == "":
+			add("--node-state-dir is required with a tcp:// --endpoint (with a unix:// one it defaults to %s beside the socket)", defaultStateDirName)
+		}
+	}
 	if network, address, err := csi.ParseEndpoint(opts.Endpoint); err == nil && network == "tcp" {
 		if err := validateListenAddress(address); err != nil {
 			add("--endpoint %s: %v", opts.Endpoint, err)
@@ -351,8 +387,8 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 			add("--http-endpoint %q: %v (want host:port or :port, e.g. :8080)", copts.HTTPEndpoint, err)
 		}
 	}
-	if opts.ShutdownGrace <= 0 || opts.ShutdownGrace > maxShutdownGrace {
-		add("--shutdown-grace=%s is outside (0..%s]", opts.ShutdownGrace, maxShutdownGrace)
+	if opts.ShutdownGrace < minShutdownGrace || opts.ShutdownGrace > maxShutdownGrace {
+		add("--shutdown-grace=%s is outside %s..%s: in-flight RPCs (a stage's mkfs, a publish's API writes) need that long to finish", opts.ShutdownGrace, minShutdownGrace, maxShutdownGrace)
 	}
 	// A volume's NQN is the prefix and its ID: a prefix that leaves no
 	// room for the provisioner's IDs would fail every CreateVolume, far
@@ -366,6 +402,9 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 				add("--%s needs %s: %s", f, n.feature, n.why)
 			}
 		}
+	}
+	for _, f := range otherModesFlags(opts.Mode, nopts.Kind, given) {
+		add("%s", f)
 	}
 	if copts.GracePeriod < 0 {
 		add("--attach-grace-period must not be negative (it is deprecated and ignored; drop it)")
@@ -391,9 +430,8 @@ type featureFlags struct {
 }
 
 // needs lists the flags that are refused when given, because their
-// feature is off and they would be taken and silently ignored. In node
-// mode the controller's flags are tolerated (one set of flags for both),
-// but not a flag whose own feature flag is missing beside it.
+// feature is off and they would be taken and silently ignored (a flag of
+// the other mode: otherModesFlags).
 func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, publish bool) []featureFlags {
 	var n []featureFlags
 	if !copts.LeaderElection {
@@ -416,6 +454,53 @@ func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, pu
 			[]string{"nvme-ctrl-loss-timeout", "nvme-fast-io-fail-timeout"}})
 	}
 	return n
+}
+
+// controllerFlags are read by the controller only: given to a node plugin
+// (--mode=node) each would be taken and ignored. The loop connector reads
+// the RDS's layout (--rds-pool, --rds-volume-path) to find the
+// simulator's files, and --node-lease reads --kubeconfig; the RDS address
+// names the RDS in topology and --nvme-address and --nvme-port are a
+// node's fallbacks, so those are flags of both.
+var controllerFlags = []string{
+	"rds-port", "rds-user", "rds-key-file", "rds-known-hosts-file", "rds-insecure-skip-host-key-check", "rds-login-options",
+	"rds-pool", "rds-volume-path", "rds-command-timeout", "rds-health-interval",
+	"storage-fencing", "attachment-key-file", "export-auth", "copy-from-data", "publish", "kubeconfig", "kube-api-content-type",
+	"leader-election", "leader-election-namespace", "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period",
+	"attach-grace-period", "not-ready-threshold", "heartbeat-threshold", "fence-guard-share", "migration-timeout", "orphaned-claim-threshold",
+	"watch-disconnect-threshold", "fence-call-timeout", "out-of-service-taint", "export-reconcile-period",
+}
+
+// nodeFlags are read by the node plugin only (--node-lease and
+// --node-lease-duration have their own rule: nodeLeaseOptions.validate).
+var nodeFlags = []string{
+	"node-connector", "node-loop-data-dir", "node-nvme-dir", "node-state-dir", "nvme-ctrl-loss-timeout", "nvme-fast-io-fail-timeout",
+	"max-volumes-per-node",
+}
+
+// otherModesFlags are the problems of flags given to a mode that does not
+// read them: refused, not ignored.
+func otherModesFlags(mode, connector string, given map[string]bool) []string {
+	var problems []string
+	switch mode {
+	case csi.ModeNode:
+		for _, f := range controllerFlags {
+			switch {
+			case !given[f]:
+			case (f == "rds-pool" || f == "rds-volume-path") && connector == connectorLoop:
+			case f == "kubeconfig" && given["node-lease"]:
+			default:
+				problems = append(problems, fmt.Sprintf("--%s is a flag of the controller (--mode=controller or all); the node plugin does not read it", f))
+			}
+		}
+	case csi.ModeController:
+		for _, f := range nodeFlags {
+			if given[f] {
+				problems = append(problems, fmt.Sprintf("--%s is a flag of the node plugin (--mode=node or all); the controller does not read it", f))
+			}
+		}
+	}
+	return problems
 }
 
 // maxDriverNameLength is CSI's limit on a plugin name (and Kubernetes' on

@@ -29,7 +29,7 @@ const RDSName = "rds-e2e"
 const VolumePath = "/storage-pool/kubernetes-volumes"
 
 // versionFlag stamps the e2e builds of the driver.
-var versionFlag = []string{"-ldflags", "-X github.com/srvlab/rds-csi/pkg/csi.Version=e2e"}
+var versionFlag = []string{"-ldflags", "-X github.com/srvlab/rds-csi/pkg/version.Version=e2e"}
 
 var raceDriver = GoBuild{Name: "rds-csi-driver", Flags: append([]string{"-race"}, versionFlag...), Pkg: "./cmd/rds-csi-driver"}
 
@@ -149,4 +149,17 @@ func (d *Driver) WaitReady(ctx context.Context) error {
 		return fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return err
+}
+
+// GetPluginInfo asks the CSI Identity service at endpoint (unix://...)
+// for the plugin's name and vendor version.
+func GetPluginInfo(ctx context.Context, endpoint string) (*csipb.GetPluginInfoResponse, error) {
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return csipb.NewIdentityClient(conn).GetPluginInfo(ctx, &csipb.GetPluginInfoRequest{})
 }

@@ -78,6 +78,9 @@ type ReplicaOptions struct {
 	DriverArgs     []string
 	SidecarArgs    []string // for both sidecars
 	NoProvisioner  bool
+	// DriverBin runs this driver binary (another release's: BuildRelease)
+	// instead of BuildDriver's.
+	DriverBin string
 }
 
 // StartReplica starts a replica against sim under dep's ServiceAccount and
@@ -94,7 +97,10 @@ func (e *Env) StartReplica(sim *Sim, dep *Deployment, opts ReplicaOptions) *Repl
 	r := &Replica{Name: opts.Name, HTTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), opts: opts}
 	le := opts.LeaderElection.Args()
 	driverArgs := append(append([]string{"--http-endpoint=" + r.HTTPAddr}, le...), opts.DriverArgs...)
-	bin := BuildDriver(e.T, e.TL, e.Root)
+	bin := opts.DriverBin
+	if bin == "" {
+		bin = BuildDriver(e.T, e.TL, e.Root)
+	}
 	r.Driver = StartDriver(e.T, e.TL, bin, e.Dir, sim, dep, DriverOptions{
 		Name: "rds-csi-driver-" + opts.Name, Hostname: opts.Name, ExtraArgs: driverArgs,
 	})

@@ -6,6 +6,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
+
+	"github.com/srvlab/rds-csi/pkg/version"
 )
 
 // IdentityServer implements the CSI Identity service.
@@ -18,7 +20,7 @@ type IdentityServer struct {
 func NewIdentityServer(d *Driver) *IdentityServer { return &IdentityServer{d: d} }
 
 func (s *IdentityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: s.d.opts.DriverName, VendorVersion: Version}, nil
+	return &csi.GetPluginInfoResponse{Name: s.d.opts.DriverName, VendorVersion: version.Version}, nil
 }
 
 func (s *IdentityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {

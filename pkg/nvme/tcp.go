@@ -777,9 +777,9 @@ func (c *TCPConnector) connectError(ctx context.Context, t Target, addr string, 
 // carried one and the target's discovery answered on the same port.
 func authRefusal(t Target, err error) string {
 	switch {
-	case errors.Is(err, syscall.ENOKEY):
+	case isNoKey(err):
 		return "the target requires NVMe in-band authentication (DH-HMAC-CHAP) and the attachment has no secret: the export has a password this attachment was not given (publish it again with authentication, or the attachment predates it)"
-	case !t.Secret.IsZero() && (errors.Is(err, syscall.EKEYREJECTED) || errors.Is(err, syscall.EKEYEXPIRED)):
+	case !t.Secret.IsZero() && isKeyRejected(err):
 		return secretRejected
 	}
 	return ""

@@ -82,7 +82,9 @@ type Config struct {
 
 // RunConfig is how a container of the image runs.
 type RunConfig struct {
+	User       string            `json:"User,omitempty"`
 	Entrypoint []string          `json:"Entrypoint"`
+	Cmd        []string          `json:"Cmd,omitempty"`
 	Env        []string          `json:"Env"`
 	WorkingDir string            `json:"WorkingDir,omitempty"`
 	Labels     map[string]string `json:"Labels,omitempty"`
@@ -112,7 +114,10 @@ type DockerManifest struct {
 type Options struct {
 	RootFS     string            // directory whose contents become the image's /
 	Ref        string            // registry/repository:tag
-	Entrypoint []string          // e.g. ["/rds-csi-driver"]
+	Arch       string            // GOARCH of the root filesystem: amd64 (default) or arm64
+	Entrypoint []string          // e.g. ["/rds-csi-driver"]; none: Cmd alone runs
+	Cmd        []string          // default arguments (or the command, without Entrypoint)
+	User       string            // uid[:gid] the container runs as; empty: root
 	Labels     map[string]string // image labels (org.opencontainers.image.*)
 	Created    time.Time         // every timestamp in the archive
 	Comment    string            // history comment: what the layer holds
@@ -125,6 +130,14 @@ func Write(out io.Writer, o Options) error {
 		return err
 	}
 	created := o.Created.UTC()
+	arch := o.Arch
+	switch arch {
+	case "":
+		arch = "amd64"
+	case "amd64", "arm64":
+	default:
+		return fmt.Errorf("architecture %q: amd64 or arm64", arch)
+	}
 	var layer bytes.Buffer
 	diffID, err := writeLayer(&layer, o.RootFS, created)
 	if err != nil {
@@ -133,10 +146,12 @@ func Write(out io.Writer, o Options) error {
 	layerDesc := describe(MediaTypeLayerGz, layer.Bytes())
 	cfg := Config{
 		Created:      created.Format(time.RFC3339),
-		Architecture: "amd64",
+		Architecture: arch,
 		OS:           "linux",
 		Config: RunConfig{
+			User:       o.User,
 			Entrypoint: o.Entrypoint,
+			Cmd:        o.Cmd,
 			Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 			WorkingDir: "/",
 			Labels:     o.Labels,
@@ -154,7 +169,7 @@ func Write(out io.Writer, o Options) error {
 		return err
 	}
 	manDesc := describe(MediaTypeManifest, manJSON)
-	manDesc.Platform = &Platform{Architecture: "amd64", OS: "linux"}
+	manDesc.Platform = &Platform{Architecture: arch, OS: "linux"}
 	manDesc.Annotations = map[string]string{AnnotationContainerdName: o.Ref, AnnotationRefName: tag}
 	idxJSON, err := json.Marshal(Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{manDesc}})
 	if err != nil {

@@ -3,9 +3,12 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"debug/buildinfo"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,54 +19,18 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The image make image builds: a valid archive named by the reference the
-// manifests and the chart deploy, whose root filesystem runs the driver
-// and every node tool it calls (chroot into the unpacked layer). It builds
-// the archive with hack/build-image.sh unless RDS_CSI_IMAGE_ARCHIVE names
-// one. Root only (chroot, file owners): skips without it, fails in CI.
+// The image make image builds: a valid archive named by the repository
+// the manifests and the chart deploy and tagged with the version of the
+// driver in it, whose root filesystem runs the driver and every node tool
+// it calls (chroot into the unpacked layer). It builds the archive with
+// hack/build-image.sh unless RDS_CSI_IMAGE_ARCHIVE names one. Root only
+// (chroot, file owners): skips without it, fails in CI.
 func TestImageRunsTheDriverAndNodeTools(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("needs root (chroot into the image's root filesystem); CI runs as root")
-		}
-		t.Skip("needs root: chroot into the image's root filesystem")
-	}
+	needRoot(t)
 	repo := repoRoot(t)
-	path := os.Getenv("RDS_CSI_IMAGE_ARCHIVE")
-	if path == "" {
-		path = filepath.Join(t.TempDir(), "image.tar")
-		cmd := exec.Command(filepath.Join(repo, "hack", "build-image.sh"), path)
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("hack/build-image.sh: %v\n%s", err, out)
-		}
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := readArchive(data)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-
-	// The manifests and the chart deploy the image by this reference.
-	for _, f := range []string{"manifests/base/controller.yaml", "manifests/base/node.yaml"} {
-		if img := pluginImage(t, filepath.Join(repo, f)); img != a.ref() {
-			t.Errorf("%s runs %s; the image is %s", f, img, a.ref())
-		}
-	}
-	if img := chartImage(t, filepath.Join(repo, "charts/rds-csi/values.yaml")); img != a.ref() {
-		t.Errorf("the chart's default image is %s; the image is %s", img, a.ref())
-	}
-	if ep := a.config.Config.Entrypoint; len(ep) != 1 || ep[0] != "/rds-csi-driver" {
-		t.Errorf("entrypoint %v", ep)
-	}
-
-	root := t.TempDir()
-	if err := unpack(a.layer, root); err != nil {
-		t.Fatal(err)
-	}
+	a, root := buildAndUnpack(t, repo, "amd64", os.Getenv("RDS_CSI_IMAGE_ARCHIVE"))
+	checkDeployedRef(t, repo, a)
+	checkELFs(t, root, elf.EM_X86_64)
 	// What a container runtime provides and the tools open: /dev/null, and
 	// /proc (the e2fsprogs read /etc/mtab, a link to /proc/self/mounts).
 	if err := syscall.Mknod(filepath.Join(root, "dev/null"), syscall.S_IFCHR|0o666, int(mkdev(1, 3))); err != nil {
@@ -78,8 +45,9 @@ func TestImageRunsTheDriverAndNodeTools(t *testing.T) {
 		}
 	})
 
-	if out := chroot(t, root, "/rds-csi-driver", "--version"); strings.TrimSpace(out) == "" {
-		t.Error("rds-csi-driver --version printed nothing")
+	// The tag is the version of the driver inside.
+	if out, tag := strings.TrimSpace(chroot(t, root, "/rds-csi-driver", "--version")), mustTag(t, a.ref()); out != tag {
+		t.Errorf("rds-csi-driver --version in the image says %q; the image's tag is %s", out, tag)
 	}
 	// Each tool the node service runs (k8s.io/mount-utils and pkg/nvme) and
 	// nvme-cli, by the name the driver runs it (found on PATH).
@@ -106,7 +74,211 @@ func TestImageRunsTheDriverAndNodeTools(t *testing.T) {
 		t.Errorf("blkid on a fresh xfs: %q", out)
 	}
 	chroot(t, root, "fsck.xfs", "/tmp/xfs.img")
-	t.Logf("%s: %d bytes, layer %d bytes unpacked, %s", a.ref(), len(data), len(a.layer), a.config.History[0].Comment)
+	t.Logf("%s: layer %d bytes unpacked, %s", a.ref(), len(a.layer), a.config.History[0].Comment)
+}
+
+// The arm64 image (make image-arm64), put together without running any of
+// it: its config and index say linux/arm64, every executable and library
+// in it is an arm64 ELF whose interpreter and libraries are in the image
+// (so it would start on an arm64 node; nothing here can run it without an
+// emulator), and the driver is the arm64 build of the version its tag
+// names. Builds the archive (ARCH=arm64 hack/build-image.sh) unless
+// RDS_CSI_IMAGE_ARCHIVE_ARM64 names one. Root only (apt's cache, owners).
+func TestImageArm64HoldsOnlyArm64Executables(t *testing.T) {
+	needRoot(t)
+	repo := repoRoot(t)
+	a, root := buildAndUnpack(t, repo, "arm64", os.Getenv("RDS_CSI_IMAGE_ARCHIVE_ARM64"))
+	checkDeployedRef(t, repo, a)
+	if a.config.Architecture != "arm64" || a.index.Manifests[0].Platform == nil || a.index.Manifests[0].Platform.Architecture != "arm64" {
+		t.Errorf("config architecture %q, index platform %+v; want arm64", a.config.Architecture, a.index.Manifests[0].Platform)
+	}
+	checkELFs(t, root, elf.EM_AARCH64)
+	bi, err := buildinfo.ReadFile(filepath.Join(root, "rds-csi-driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["GOARCH"] != "arm64" || settings["GOOS"] != "linux" || settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
+		t.Errorf("the image's driver was built with %v; want linux/arm64, CGO_ENABLED=0, -trimpath", settings)
+	}
+	// Go records no -ldflags with -trimpath: the version -X stamped is a
+	// string in the binary.
+	bin, err := os.ReadFile(filepath.Join(root, "rds-csi-driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(bin, []byte(mustTag(t, a.ref()))) {
+		t.Errorf("the image's driver holds no version %s", mustTag(t, a.ref()))
+	}
+	for _, tool := range []string{"mount", "umount", "blkid", "blockdev", "losetup", "fsck", "e2fsck", "mkfs.ext4", "resize2fs", "mkfs.xfs", "xfs_growfs", "modprobe", "nvme"} {
+		if p := lookPath(root, tool); strings.HasSuffix(p, "-not-on-the-image-PATH") {
+			t.Errorf("%s is not on the arm64 image's PATH", tool)
+		}
+	}
+	t.Logf("%s linux/arm64: layer %d bytes unpacked, %s", a.ref(), len(a.layer), a.config.History[0].Comment)
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (apt's cache, the root filesystem's owners, chroot); CI runs as root")
+		}
+		t.Skip("needs root: apt's cache, the root filesystem's owners, chroot")
+	}
+}
+
+// buildAndUnpack reads the archive at path (building it for arch with
+// hack/build-image.sh when path is empty) and unpacks its layer.
+func buildAndUnpack(t *testing.T, repo, arch, path string) (*archive, string) {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "image.tar")
+		cmd := exec.Command(filepath.Join(repo, "hack", "build-image.sh"), path)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "ARCH="+arch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ARCH=%s hack/build-image.sh: %v\n%s", arch, err, out)
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := readArchive(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if ep := a.config.Config.Entrypoint; len(ep) != 1 || ep[0] != "/rds-csi-driver" {
+		t.Errorf("entrypoint %v", ep)
+	}
+	root := t.TempDir()
+	if err := unpack(a.layer, root); err != nil {
+		t.Fatal(err)
+	}
+	return a, root
+}
+
+// checkDeployedRef: the manifests and the chart deploy the image's
+// repository at the release's tag (the file VERSION; the chart's tag is
+// its appVersion). A build between releases is tagged with its own
+// version; a release's build, with the release's.
+func checkDeployedRef(t *testing.T, repo string, a *archive) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := strings.TrimSpace(string(b))
+	name := strings.TrimSuffix(a.ref(), ":"+mustTag(t, a.ref()))
+	for _, f := range []string{"manifests/base/controller.yaml", "manifests/base/node.yaml"} {
+		if img := pluginImage(t, filepath.Join(repo, f)); img != name+":"+release {
+			t.Errorf("%s runs %s; want %s:%s (the image's repository, the release's tag)", f, img, name, release)
+		}
+	}
+	if img := chartImage(t, filepath.Join(repo, "charts/rds-csi")); img != name+":"+release {
+		t.Errorf("the chart's default image is %s; want %s:%s", img, name, release)
+	}
+	if tag := mustTag(t, a.ref()); tag != release && !strings.HasPrefix(tag, release+"-") {
+		t.Errorf("the image is tagged %s: neither the release %s nor a build after it", tag, release)
+	}
+}
+
+func mustTag(t *testing.T, ref string) string {
+	t.Helper()
+	tag, err := Tag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
+}
+
+// checkELFs: every regular file in root that is an ELF is of machine m,
+// and its interpreter and the libraries it needs are in root (looked up
+// in the directories of Debian's multiarch layout and beside the file, as
+// glibc's gconv modules find theirs, through the image's own symlinks).
+func checkELFs(t *testing.T, root string, m elf.Machine) {
+	t.Helper()
+	libDirs := []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/lib"}
+	inRoot := func(p string) bool {
+		// Resolve p's symlinks inside root, never the host's.
+		for range 40 {
+			fi, err := os.Lstat(filepath.Join(root, p))
+			if err != nil {
+				return false
+			}
+			if fi.Mode()&os.ModeSymlink == 0 {
+				return true
+			}
+			target, err := os.Readlink(filepath.Join(root, p))
+			if err != nil {
+				return false
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(p), target)
+			}
+			p = filepath.Clean(target)
+		}
+		return false
+	}
+	// The image's directory links (/lib -> usr/lib) are relative, so the
+	// host follows them inside root; only the last element is resolved here.
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := elf.Open(p)
+		if err != nil {
+			return nil // not an ELF
+		}
+		defer f.Close()
+		rel := "/" + strings.TrimPrefix(p, root+"/")
+		n++
+		if f.Machine != m {
+			t.Errorf("%s is a %s ELF; the image is %s", rel, f.Machine, m)
+			return nil
+		}
+		for _, prog := range f.Progs {
+			if prog.Type != elf.PT_INTERP {
+				continue
+			}
+			b := make([]byte, prog.Filesz)
+			if _, err := prog.ReadAt(b, 0); err != nil {
+				return fmt.Errorf("%s: interpreter: %w", rel, err)
+			}
+			if interp := strings.TrimRight(string(b), "\x00"); !inRoot(interp) {
+				t.Errorf("%s: its interpreter %s is not in the image", rel, interp)
+			}
+		}
+		libs, err := f.ImportedLibraries()
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		for _, lib := range libs {
+			found := false
+			for _, dir := range append([]string{filepath.Dir(rel)}, libDirs...) {
+				if inRoot(filepath.Join(dir, lib)) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Errorf("%s needs %s, which is not in the image", rel, lib)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 20 {
+		t.Errorf("only %d ELF files in the image", n)
+	}
+	t.Logf("%d ELF files, all %s, their interpreters and libraries in the image", n, m)
 }
 
 // chroot runs args in root with the image's PATH and returns its output.
@@ -244,17 +416,28 @@ func pluginImage(t *testing.T, file string) string {
 	return ""
 }
 
-func chartImage(t *testing.T, file string) string {
+// chartImage is the default image of the chart in dir: values.yaml's
+// repository and tag, the tag defaulting to Chart.yaml's appVersion (as
+// the rds-csi.image template does).
+func chartImage(t *testing.T, dir string) string {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var v struct {
 		Image struct{ Repository, Tag string }
 	}
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
+	var c struct {
+		AppVersion string `json:"appVersion"`
+	}
+	for f, into := range map[string]any{"values.yaml": &v, "Chart.yaml": &c} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.Image.Tag == "" {
+		v.Image.Tag = c.AppVersion
 	}
 	return v.Image.Repository + ":" + v.Image.Tag
 }
