@@ -311,3 +311,65 @@ func TestUnreadablePluginLease(t *testing.T) {
 		}
 	}
 }
+
+// Issue 38: why each Lease is not timed against its own cadence. A node's
+// kubelet is away (a restart, a crash loop) while the node runs on, its
+// node plugin renewing every 5 s (a Lease of 20 s); one of the plugin's
+// renewals comes 6 s late, 11 s after the one before (as late as
+// TestLateRenewalFencesNobody's kubelet renewal, 16 s after its last at
+// 10 s). Timed against the threshold (20 s), the node is heard from
+// throughout. Timed against two of the plugin's own renewals (10 s), so
+// that a dead node would be fenced as soon as with the kubelet's Lease
+// alone, it was fenced 10.1 s after that renewal: a running node's disks
+// cut for seconds of failover. Once the plugin stops too (the node dies),
+// the node is fenced at the first step past the threshold after its last
+// sign of life.
+func TestLatePluginRenewalDuringAKubeletRestartFencesNobody(t *testing.T) {
+	clock := clocktesting.NewFakeClock(t0)
+	cfg := Config{HeartbeatThreshold: 20 * time.Second}
+	l := NewLiveness(LivenessConfig{Clock: clock, Policy: cfg, GuardShare: DefaultGuardShare})
+	up := NodeState{Exists: true, UID: "u", Ready: true}
+	nodes := []string{"a", "b", "c"}
+	for _, n := range nodes {
+		l.ObserveNode(n, up)
+	}
+	rv := 0
+	var lastPlugin, fenced time.Time
+	// 100 ms steps; kubelets renew every 10 s and plugins every 5 s, each
+	// node at its own phase. a's kubelet is away from 30 s on; a's plugin
+	// skips its renewal due at 60 s and renews 6 s late; it stops at 90 s.
+	for step := 1; step <= 1500 && fenced.IsZero(); step++ {
+		clock.Step(100 * time.Millisecond)
+		at := clock.Now().Sub(t0)
+		for i, n := range nodes {
+			rv++
+			if (step+i*13)%100 == 0 && (n != "a" || at <= 30*time.Second) {
+				l.Observe(KubeletLease, n, fmt.Sprint(rv), 40*time.Second)
+			}
+			if n == "a" && (step > 900 || step == 600 || step == 650) {
+				continue // stopped; the renewals due at 60 and 65 s
+			}
+			if (step+i*7)%50 == 0 || (n == "a" && step == 660) {
+				l.Observe(PluginLease, n, fmt.Sprint(rv), 20*time.Second)
+				if n == "a" {
+					lastPlugin = clock.Now()
+				}
+			}
+		}
+		if reason, stale := Stale(l.Decorate("a", up), clock.Now(), cfg); stale {
+			if at <= 90*time.Second {
+				t.Fatalf("a stale (%s) at %s, %s after its plugin's last renewal: its kubelet away, its plugin renewing (one renewal late)",
+					reason, at, clock.Now().Sub(lastPlugin))
+			}
+			fenced = clock.Now()
+		}
+		for _, n := range nodes[1:] {
+			if _, stale := Stale(l.Decorate(n, up), clock.Now(), cfg); stale {
+				t.Fatalf("%s, renewing, stale at %s", n, at)
+			}
+		}
+	}
+	if got := fenced.Sub(lastPlugin); fenced.IsZero() || got != 20100*time.Millisecond {
+		t.Fatalf("a fenced %s after its plugin's last renewal (zero: never); want at the first step past the threshold (20 s)", got)
+	}
+}

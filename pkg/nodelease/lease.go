@@ -100,6 +100,15 @@ func NewRenewer(client kubernetes.Interface, namespace, node string, duration ti
 // the kubelet's nodeLeaseRenewIntervalFraction.
 func (r *Renewer) Interval() time.Duration { return r.duration / 4 }
 
+// attemptTimeout bounds one renewal (its read and its write): half an
+// interval. The controller gives a node plugin's Lease two renewals before
+// it counts as silent (fencing.HeartbeatFloor): a renewal left to hang
+// for a whole interval and retried after that lands more than two
+// intervals after the last one, and a node whose kubelet was away (a
+// restart, a crash loop) was fenced for one hung request. Half an interval
+// leaves the retry (200 ms later) most of the other half.
+func (r *Renewer) attemptTimeout() time.Duration { return r.Interval() / 2 }
+
 // Renew writes the Lease once: created when it does not exist, else its
 // renewTime (and holder and duration) updated. A conflict (another
 // writer, a Lease deleted and re-created) reads it again next time.
@@ -196,7 +205,7 @@ func (r *Renewer) record(err error) {
 func (r *Renewer) Run(ctx context.Context) {
 	r.logger.Info("keeping the node plugin's Lease", "node", r.node, "duration", r.duration, "renewInterval", r.Interval())
 	for {
-		rctx, cancel := context.WithTimeout(ctx, r.Interval())
+		rctx, cancel := context.WithTimeout(ctx, r.attemptTimeout())
 		err := r.Renew(rctx)
 		cancel()
 		if ctx.Err() != nil {

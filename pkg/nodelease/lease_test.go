@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -204,5 +206,83 @@ func TestRunRetriesFailures(t *testing.T) {
 	}
 	if r.failures != 0 {
 		t.Errorf("%d failures counted after renewals worked again", r.failures)
+	}
+}
+
+// One renewal that hangs until its timeout, retried after the first
+// backoff, still lands well within two intervals of the renewal before
+// (the controller's floor for a node plugin's Lease): a quarter of an
+// interval is left for the retry's own read and write, at every duration
+// a Lease may state. With the timeout a whole interval, as before, the
+// retry came two intervals and 200 ms after the last renewal: one hung
+// request made a node whose kubelet was away look dead.
+func TestOneHungRenewalIsRetriedWithinTwoIntervals(t *testing.T) {
+	for d := MinDuration; d <= MaxDuration; d += time.Second {
+		r, err := NewRenewer(fake.NewClientset(), "ns", "n", d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retried := r.Interval() + r.attemptTimeout() + r.retryAfter(1)
+		if room := 2*r.Interval() - retried; room < r.Interval()/4 {
+			t.Fatalf("Lease of %s: a hung renewal is retried %s after the last one, %s before two intervals (%s); want at least a quarter interval (%s) for the retry",
+				d, retried, room, 2*r.Interval(), r.Interval()/4)
+		}
+	}
+}
+
+// deadlineLeases records how long the context of each Lease read had
+// left when the read came, and fails it.
+type deadlineLeases struct {
+	coordinationv1client.LeaseInterface
+	left chan<- time.Duration
+}
+
+func (d deadlineLeases) Get(ctx context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
+	left := time.Duration(-1) // no deadline
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	d.left <- left
+	return nil, apierrors.NewServiceUnavailable("hung until its timeout")
+}
+
+type deadlineCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	left chan<- time.Duration
+}
+
+func (d deadlineCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
+	return deadlineLeases{d.CoordinationV1Interface.Leases(ns), d.left}
+}
+
+type deadlineClient struct {
+	*fake.Clientset
+	left chan<- time.Duration
+}
+
+func (d deadlineClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return deadlineCoordination{d.Clientset.CoordinationV1(), d.left}
+}
+
+// Run gives each renewal the half interval that
+// TestOneHungRenewalIsRetriedWithinTwoIntervals counts on, not a whole
+// interval: what a renewal that hangs costs is what its context allows.
+func TestRunBoundsEachRenewalByHalfAnInterval(t *testing.T) {
+	left := make(chan time.Duration, 1)
+	r, err := NewRenewer(deadlineClient{fake.NewClientset(), left}, "ns", "n", MinDuration, clocktesting.NewFakeClock(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	got := <-left
+	cancel()
+	<-done
+	if got <= 0 || got > r.Interval()/2 {
+		t.Errorf("a renewal of a Lease of %s is given %s; want at most half an interval (%s)", MinDuration, got, r.Interval()/2)
 	}
 }
