@@ -392,16 +392,22 @@ func checkInventoryURL(s string) error {
 	if s == "" {
 		return fmt.Errorf("the URL is empty (leave the flag out to skip the disks on the RDS, or give one, %s)", example)
 	}
+	// Shown redacted: a password in the URL is never printed back.
 	u, err := url.Parse(s)
+	shown := inventory.Redacted(s)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q is not a URL (%v); %s", s, err, example)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message repeats the whole URL
+		}
+		return fmt.Errorf("the value is not a URL (%v); %s", err, example)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("%q is not an http:// or https:// URL; %s", s, example)
+		return fmt.Errorf("%s is not an http:// or https:// URL; %s", shown, example)
 	case u.Host == "" || u.Hostname() == "":
-		return fmt.Errorf("%q names no host; %s", s, example)
+		return fmt.Errorf("%s names no host; %s", shown, example)
 	case u.Path == "" || u.Path == "/":
-		return fmt.Errorf("%q names no path: the controller serves the inventory at %s (%s)", s, inventory.Path, strings.TrimSuffix(s, "/")+inventory.Path)
+		return fmt.Errorf("%s names no path: the controller serves the inventory at %s (%s)", shown, inventory.Path, strings.TrimSuffix(u.Redacted(), "/")+inventory.Path)
 	}
 	return nil
 }

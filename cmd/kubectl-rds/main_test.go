@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -417,5 +418,25 @@ func TestFlagsBeforeTheCommand(t *testing.T) {
 	}
 	if code, stdout, stderr := runCmd(t, cl, "", "--timeout", "1m"); code != exitError || stdout != "" || !strings.Contains(stderr, "no command") {
 		t.Errorf("flags alone: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// A password in --inventory-url is never printed back: not when the flag
+// is refused, not when the inventory or the RDS health cannot be read.
+func TestInventoryURLPasswordNeverShown(t *testing.T) {
+	cl, _ := fakeClients(staleWorld()...)
+	down := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(down.Close)
+	const secret = "s3cr3t-pw"
+	for _, u := range []string{
+		"http://admin:" + secret + "@localhost:8080",                                         // no path: refused
+		"ftp://admin:" + secret + "@localhost:8080/inventory",                                // not http: refused
+		"http://admin:" + secret + "@[::1/inventory",                                         // does not parse
+		strings.Replace(down.URL, "http://", "http://admin:"+secret+"@", 1) + inventory.Path, // answers 404
+	} {
+		_, out, errOut := runCmd(t, cl, "", "why", "pv", "pv-1", "--inventory-url", u)
+		if strings.Contains(out+errOut, secret) {
+			t.Errorf("--inventory-url %s: the password is printed:\n%s%s", u, out, errOut)
+		}
 	}
 }

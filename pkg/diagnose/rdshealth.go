@@ -12,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/srvlab/rds-csi/pkg/inventory"
 )
 
 // RDSHealth is the RDS's own health and load as the controller replica
@@ -246,11 +248,11 @@ func FetchRDSHealth(ctx context.Context, client *http.Client, metricsURL string)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", metricsURL, err)
+		return nil, fmt.Errorf("fetching %s: %w", inventory.Redacted(metricsURL), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetching %s: %s", metricsURL, resp.Status)
+		return nil, fmt.Errorf("fetching %s: %s", inventory.Redacted(metricsURL), resp.Status)
 	}
 	return ParseRDSHealth(io.LimitReader(resp.Body, 64<<20))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"sort"
 	"strings"
 	"time"
@@ -87,12 +88,23 @@ func (inv *Inventory) Find(slot string) (Disk, bool) {
 	return Disk{}, false
 }
 
+// Redacted is raw as an error may show it: a password in the URL's user
+// information replaced by "xxxxx", and a URL that does not parse not shown
+// at all (it may hold one).
+func Redacted(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(the URL given, which does not parse)"
+	}
+	return fmt.Sprintf("%q", u.Redacted())
+}
+
 // Fetch reads an inventory from url (for example
 // http://localhost:8080/inventory through kubectl port-forward).
 func Fetch(ctx context.Context, client *http.Client, url string) (*Inventory, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("inventory URL %q: %w", url, err)
+		return nil, fmt.Errorf("inventory URL %s: %w", Redacted(url), err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -101,14 +113,14 @@ func Fetch(ctx context.Context, client *http.Client, url string) (*Inventory, er
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("reading the RDS inventory from %s: %w", url, err)
+		return nil, fmt.Errorf("reading the RDS inventory from %s: %w", Redacted(url), err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the RDS inventory at %s answered %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("the RDS inventory at %s answered %s: %s", Redacted(url), resp.Status, strings.TrimSpace(string(body)))
 	}
 	var inv Inventory
 	if err := json.Unmarshal(body, &inv); err != nil {
-		return nil, fmt.Errorf("the answer of %s is not an inventory: %w", url, err)
+		return nil, fmt.Errorf("the answer of %s is not an inventory: %w", Redacted(url), err)
 	}
 	return &inv, nil
 }
