@@ -130,6 +130,85 @@ func TestVersionScriptNamesTheReleaseOrTheBuildAfterIt(t *testing.T) {
 	}
 }
 
+// versionRepo is a git repository of its own holding hack/version.sh
+// and VERSION (v0.2.0, committed as the release's commit), with helpers
+// to write files, run git and ask the script.
+type versionRepo struct {
+	t   *testing.T
+	dir string
+}
+
+func newVersionRepo(t *testing.T) *versionRepo {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(repoRoot(t), "hack", "version.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &versionRepo{t: t, dir: filepath.Join(t.TempDir(), "repo")}
+	if err := os.MkdirAll(filepath.Join(r.dir, "hack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.write("hack/version.sh", string(script))
+	r.git("init", "-q", "-b", "main")
+	r.write("VERSION", "v0.2.0\n")
+	r.write("a", "1")
+	r.git("add", ".")
+	r.git("commit", "-q", "-m", "release v0.2.0")
+	return r
+}
+
+func (r *versionRepo) write(name, text string) {
+	r.t.Helper()
+	if err := os.WriteFile(filepath.Join(r.dir, name), []byte(text), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *versionRepo) git(args ...string) string {
+	r.t.Helper()
+	return run(r.t, r.dir, "git", args...)
+}
+
+// version runs hack/version.sh; it must succeed and print a version.
+func (r *versionRepo) version() string {
+	r.t.Helper()
+	cmd := exec.Command("bash", "hack/version.sh")
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		r.t.Fatalf("hack/version.sh printed %q (%v) %s; every make target stops on an empty version", out, err, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A tag named as VERSION that is not in HEAD's history (the release
+// tagged on a release branch after a fix there, while main goes on from
+// the commit that set VERSION): git describe cannot reach it, and the
+// version is counted from VERSION's commit as without the tag. Before,
+// hack/version.sh printed nothing and exited 128, and every make target
+// (make build, make test, make release) stopped with "hack/version.sh
+// printed no version".
+func TestVersionScriptCountsFromVERSIONWhenTheTagIsNotInTheHistory(t *testing.T) {
+	r := newVersionRepo(t)
+	r.git("checkout", "-q", "-b", "release-0.2")
+	r.write("a", "fix")
+	r.git("commit", "-q", "-am", "fix on the release branch")
+	r.git("tag", "v0.2.0")
+	r.git("checkout", "-q", "main")
+	r.write("b", "work")
+	r.git("add", "b")
+	r.git("commit", "-q", "-m", "work on main")
+	head := r.git("rev-parse", "--short=7", "HEAD")
+	if got, want := r.version(), "v0.2.0-1-g"+head; got != want {
+		t.Errorf("main, one commit after VERSION's, the tag v0.2.0 on a release branch: %q, want %q", got, want)
+	}
+}
+
 // Every binary of the repository prints the version it was built with,
 // alone on a line (`--version`; kubectl-rds also `version`, as kubectl
 // plugins do), and nothing else, so scripts can compare it.
