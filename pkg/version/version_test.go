@@ -81,9 +81,13 @@ func TestVersionScriptNamesTheReleaseOrTheBuildAfterIt(t *testing.T) {
 		t.Errorf("with a changed tracked file: %q, want %q", got, want)
 	}
 	run(t, repo, "git", "checkout", "-q", "a")
-	write(repo, "untracked", "x")
+	write(repo, ".git/info/exclude", "bin/\n")
+	if err := os.MkdirAll(filepath.Join(repo, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(repo, "bin/output", "x")
 	if got, want := version(repo), "v0.1.0-2-g"+head; got != want {
-		t.Errorf("with an untracked file (a build output): %q, want %q", got, want)
+		t.Errorf("with an ignored file (a build output): %q, want %q", got, want)
 	}
 	// The next release: VERSION changes in its commit.
 	write(repo, "VERSION", "v0.2.0\n")
@@ -206,6 +210,32 @@ func TestVersionScriptCountsFromVERSIONWhenTheTagIsNotInTheHistory(t *testing.T)
 	head := r.git("rev-parse", "--short=7", "HEAD")
 	if got, want := r.version(), "v0.2.0-1-g"+head; got != want {
 		t.Errorf("main, one commit after VERSION's, the tag v0.2.0 on a release branch: %q, want %q", got, want)
+	}
+}
+
+// A source file that is in no commit is in the binary as much as a
+// changed tracked one: a build with one must not claim to be the commit.
+// Go's own VCS stamp counts it (vcs.modified from git status
+// --porcelain), and make release refuses such a tree for that reason ("a
+// changed or new file would be in the release and in no commit"); with
+// RELEASE_ALLOW_DIRTY=1 it was released under the clean version. Ignored
+// files (bin/, .cache/, dist/: build outputs) are not part of the build.
+func TestVersionScriptCallsAnUntrackedSourceDirty(t *testing.T) {
+	r := newVersionRepo(t)
+	r.write(".gitignore", "bin/\n")
+	r.git("add", ".gitignore")
+	r.git("commit", "-q", "-m", "ignore bin/")
+	head := r.git("rev-parse", "--short=7", "HEAD")
+	if err := os.MkdirAll(filepath.Join(r.dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.write("bin/rds-csi-driver", "a build output")
+	if got, want := r.version(), "v0.2.0-1-g"+head; got != want {
+		t.Errorf("with an ignored build output: %q, want %q", got, want)
+	}
+	r.write("extra.go", "package main\n")
+	if got, want := r.version(), "v0.2.0-1-g"+head+"-dirty"; got != want {
+		t.Errorf("with an untracked source file extra.go, built into the binary: %q, want %q", got, want)
 	}
 }
 
