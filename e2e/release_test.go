@@ -65,8 +65,7 @@ func TestReleaseArtifacts(t *testing.T) {
 	}
 	cmd := exec.Command("make", "release", "DIST="+dist)
 	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "RDS_CSI_CACHE="+cache)
-	cmd.Env = slices.DeleteFunc(cmd.Env, func(s string) bool { return strings.HasPrefix(s, "VERSION=") || strings.HasPrefix(s, "MAKEFLAGS=") })
+	cmd.Env = append(withoutEnv(os.Environ(), "VERSION", "MAKEFLAGS", "TZ"), "RDS_CSI_CACHE="+cache, "TZ="+releaseTZ)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Run(); err != nil {
 		logf.Close()
@@ -260,12 +259,18 @@ func TestReleaseArtifacts(t *testing.T) {
 	}
 	done()
 
-	done = tl.Step("reproducible: every binary built again from another clone, at another path, is the same")
+	done = tl.Step("reproducible: every binary built again from another clone, at another path, in another environment, is the same")
 	again := clone("again")
 	rebuilt := filepath.Join(t.TempDir(), "bin")
 	cmd = exec.Command(filepath.Join(again, "hack", "release.sh"), "--binaries", rebuilt)
 	cmd.Dir = again
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "VERSION=") }), "VERSION="+version)
+	// What a person rebuilding the release may have set, which Go or a
+	// build script reads: another time zone (26 hours from releaseTZ, so
+	// the local date always differs: a date stamped by the script shows),
+	// another amd64/arm64 level and GOFLAGS. The release's builds must
+	// not depend on them.
+	cmd.Env = append(withoutEnv(os.Environ(), "VERSION", "TZ", "GOAMD64", "GOARM64", "GOFLAGS"),
+		"VERSION="+version, "TZ=Etc/GMT-14", "GOAMD64=v3", "GOARM64=v8.2", "GOFLAGS=-tags=rebuild")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/release.sh --binaries: %v\n%s", err, out)
 	}
@@ -283,6 +288,18 @@ func TestReleaseArtifacts(t *testing.T) {
 		}
 	}
 	done()
+}
+
+// releaseTZ is the time zone make release runs in (UTC-12), 26 hours
+// from the rebuild's (UTC+14).
+const releaseTZ = "Etc/GMT+12"
+
+// withoutEnv is env without the variables named.
+func withoutEnv(env []string, names ...string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(names, k)
+	})
 }
 
 // checkReleaseBinary: a Go binary of os/arch, static, stamped with the

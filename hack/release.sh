@@ -28,6 +28,9 @@ CACHE=${RDS_CSI_CACHE:-$ROOT/.cache}
 [[ $CACHE == /* ]] || CACHE=$ROOT/$CACHE
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH
+# What Go reads from the environment (or go env -w) that changes the
+# bytes, set to the release's: a rebuild from another shell is the same.
+export GOFLAGS=-buildvcs=false GOAMD64=v1 GOARM64=v8.0
 KREW_PLATFORMS=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
 IMAGE_ARCHES=(amd64 arm64)
 
