@@ -13,10 +13,9 @@
 #
 # Environment: VERSION (default hack/version.sh), IMAGE_REPO (default
 # ghcr.io/srvlab/rds-csi-driver), RELEASE_ALLOW_DIRTY=1 (release a tree
-# with changes or untracked files; changed tracked files end the version
-# in -dirty), RDS_CSI_CACHE (the cache
-# directory, default .cache: syft is built into its bin/). Needs root, as
-# make image does.
+# with changed or untracked files, under a version ending in -dirty),
+# RDS_CSI_CACHE (the cache directory, default .cache: syft is built into
+# its bin/). Needs root, as make image does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

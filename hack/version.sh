@@ -6,7 +6,8 @@
 #
 #   v0.2.0                    at the release's commit
 #   v0.2.0-12-gabcdef0        12 commits after it, at commit abcdef0
-#   v0.2.0-12-gabcdef0-dirty  ... with uncommitted changes to tracked files
+#   v0.2.0-12-gabcdef0-dirty  ... with changed tracked files or untracked,
+#                             not ignored ones (either may be built in)
 #   v0.2.0-dev                no git history (a source archive): unknown
 #   v0.2.0-dev-gabcdef0       a shallow clone: the distance is unknown
 #
@@ -23,8 +24,13 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   echo "$release-dev"; exit 0
 fi
 dirty=""
-# Tracked files only: build outputs and caches are ignored or untracked.
-git diff --quiet HEAD -- 2>/dev/null || dirty=-dirty
+# A changed tracked file or an untracked one that is not ignored (a new
+# source file is compiled in as much as a changed one; Go's vcs.modified
+# counts it too). Build outputs and caches (bin/, dist/, .cache/) are
+# ignored. No optional locks: a version asked during another git command
+# must not take the index lock. A status that fails cannot say clean.
+status=$(git --no-optional-locks status --porcelain --untracked-files=normal 2>/dev/null) || status=unknown
+[[ -z $status ]] || dirty=-dirty
 # A tag HEAD's history does not reach (the release tagged on a release
 # branch) says nothing about HEAD: count from VERSION's commit then.
 if git rev-parse -q --verify "refs/tags/$release" >/dev/null &&
