@@ -177,11 +177,19 @@ func (o *controllerOptions) validate() error {
 	case o.OrphanedClaimThreshold > 0 && o.OrphanedClaimThreshold < minOrphanedClaimThreshold:
 		add("--orphaned-claim-threshold=%s is shorter than %s: a claim is briefly without its VolumeAttachment while the index catches up with a detach, which is no orphan (0: never)", o.OrphanedClaimThreshold, minOrphanedClaimThreshold)
 	}
-	if o.MigrationTimeout < minMigrationTimeout {
+	// And the ceiling where a larger value quietly turns off what the
+	// flag bounds.
+	switch {
+	case o.MigrationTimeout < minMigrationTimeout:
 		add("--migration-timeout=%s is shorter than %s: a live migration copies a VM's memory, and the holders' times have one-second resolution", o.MigrationTimeout, minMigrationTimeout)
+	case o.MigrationTimeout > maxMigrationTimeout:
+		add("--migration-timeout=%s is longer than %s: it bounds how long two nodes may write one volume, and a longer one is no bound", o.MigrationTimeout, maxMigrationTimeout)
 	}
-	if o.ExportReconcilePeriod < time.Second {
+	switch {
+	case o.ExportReconcilePeriod < time.Second:
 		add("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod)
+	case o.ExportReconcilePeriod > maxExportReconcilePeriod:
+		add("--export-reconcile-period=%s is longer than %s: an export a late RDS command left open to the wrong host would stand that long", o.ExportReconcilePeriod, maxExportReconcilePeriod)
 	}
 	if o.RDSCommandTimeout < minRDSCommandTimeout || o.RDSCommandTimeout > maxRDSCommandTimeout {
 		add("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout)
@@ -189,11 +197,17 @@ func (o *controllerOptions) validate() error {
 	if err := rdshealth.ValidateInterval(o.RDSHealthInterval); err != nil {
 		add("%v", err)
 	}
-	if o.WatchStallThreshold < minWatchStallThreshold {
+	switch {
+	case o.WatchStallThreshold < minWatchStallThreshold:
 		add("--watch-disconnect-threshold=%s is shorter than %s: a watch the API server ends (every few minutes) takes about a second to reconnect, and readiness would drop each time", o.WatchStallThreshold, minWatchStallThreshold)
+	case o.WatchStallThreshold > maxWatchStallThreshold:
+		add("--watch-disconnect-threshold=%s is longer than %s: the replica would stay ready that long deciding from a cache that stopped following the API server", o.WatchStallThreshold, maxWatchStallThreshold)
 	}
-	if o.ReactionTimeout < minReactionTimeout {
+	switch {
+	case o.ReactionTimeout < minReactionTimeout:
 		add("--fence-call-timeout=%s is shorter than %s: an API call does not answer sooner, so every fence would time out", o.ReactionTimeout, minReactionTimeout)
+	case o.ReactionTimeout > maxReactionTimeout:
+		add("--fence-call-timeout=%s is longer than %s: one API call that hangs would hold a dead node's fence that long", o.ReactionTimeout, maxReactionTimeout)
 	}
 	if o.OutOfServiceTaint && (!o.storageFencing || (o.NotReadyThreshold <= 0 && o.HeartbeatThreshold <= 0)) {
 		add("--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold or --heartbeat-threshold: without storage fencing a NotReady node may still be writing")
@@ -233,17 +247,25 @@ func (o *controllerOptions) validateLeaderElection(add func(string, ...any)) {
 		add("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
 	case o.LeaseDuration%time.Second != 0:
 		add("--leader-election-lease-duration=%s must be whole seconds: the Lease states it in seconds, and the other replicas would read %s", o.LeaseDuration, o.LeaseDuration.Truncate(time.Second))
+	case o.LeaseDuration > maxLeaderElectionLease:
+		add("--leader-election-lease-duration=%s is longer than %s: a leader that dies holds every background action (the fences of dead nodes, the export reconcile) off that long", o.LeaseDuration, maxLeaderElectionLease)
 	}
 }
 
-// Floors of the controller's durations (validate says why each).
+// Floors and ceilings of the controller's durations (validate says why
+// each).
 const (
 	minNotReadyThreshold      = 5 * time.Second
 	minOrphanedClaimThreshold = time.Minute
 	minMigrationTimeout       = 10 * time.Second
+	maxMigrationTimeout       = 24 * time.Hour
+	maxExportReconcilePeriod  = time.Hour
 	minWatchStallThreshold    = 5 * time.Second
+	maxWatchStallThreshold    = 10 * time.Minute
 	minReactionTimeout        = time.Second
+	maxReactionTimeout        = 10 * time.Minute
 	minLeaderElectionRetry    = time.Second
+	maxLeaderElectionLease    = 5 * time.Minute
 )
 
 // The encodings --kube-api-content-type accepts.

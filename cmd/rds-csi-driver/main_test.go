@@ -444,10 +444,10 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): one class of error had two
-// exit statuses: a value the flag package could not parse exited 2, a
-// value the driver's checks refused and a stray argument exited 1, and
-// --mode foo blamed a missing --node-id. Every usage error exits 2.
+// Every usage error exits 2, one class of error with one exit status: a
+// value the flag package cannot parse, a value the driver's checks refuse
+// and a stray argument alike; --mode foo names the unknown mode, not a
+// missing --node-id.
 func TestFlagErrorsShareOneExitStatus(t *testing.T) {
 	for _, args := range [][]string{
 		{"--mode=controller", "--rds-address=x", "--rds-port=abc"},
@@ -465,10 +465,10 @@ func TestFlagErrorsShareOneExitStatus(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): --nqn-prefix was checked by
-// forming prefix+"x" only, so a prefix that leaves no room under the
-// 223-byte NQN limit for a volume ID (the provisioner's pvc-<uuid>, 40
-// bytes) was accepted and every CreateVolume failed, far from the flag.
+// --nqn-prefix leaves room under the 223-byte NQN limit for a volume ID
+// (the provisioner's pvc-<uuid>, 40 bytes): checked by forming prefix+"x"
+// only, a longer prefix would be accepted and every CreateVolume fail, far
+// from the flag.
 func TestNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 	dir := t.TempDir()
 	const base = "nqn.2000-02.com.mikrotik:" // 25 bytes
@@ -494,11 +494,11 @@ func TestNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): flags documented as "with
-// --storage-fencing=allow-host" or as leader election's were taken and
-// ignored without their feature (the operator believes them in force),
-// although --heartbeat-threshold and --out-of-service-taint without
-// storage fencing were refused. Each is refused naming the flag it needs.
+// Flags documented as "with --storage-fencing=allow-host" or as leader
+// election's are refused without their feature, each naming the flag it
+// needs, as --heartbeat-threshold and --out-of-service-taint without
+// storage fencing are: taken and ignored, the operator would believe them
+// in force.
 func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
 	dir := t.TempDir()
 	host, port, keyFile, knownHosts := startSimulator(t, dir)

@@ -302,8 +302,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "copy":
 		// The copy's whole export is set (closed, its own NQN and port):
 		// RouterOS's copy-from may take the source's (docs/routeros.md).
+		// The file path is the slot's own, so a file there that no disk
+		// uses is a copy's leftover: the client removes it once the RDS's
+		// clock says no copy can still be writing it, as for the driver's
+		// clones and restores.
 		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: a.slot, FilePath: file(a.slot), SourceSlot: a.source, Size: a.size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: true}})
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: true}, OwnsFilePath: true})
 		if err != nil {
 			return err
 		}

@@ -356,7 +356,7 @@ func TestRdsctlCreateAfterALostReplyAndAFailedCleanup(t *testing.T) {
 // rdsctl copy sets the copy's whole export (closed, its own NQN and
 // port): on a RouterOS whose copy-from takes the source's properties (as
 // its CLI manual describes add's copy-from), a copy that left them to
-// RouterOS answered to the source's NQN once exported (issue 22 review).
+// RouterOS answered to the source's NQN once exported.
 func TestRdsctlCopySetsItsOwnExport(t *testing.T) {
 	flags, client, _ := simWithKey(t, func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit })
 	ctx := context.Background()
@@ -561,7 +561,7 @@ func TestRdsctlConnectionFlagsAreUsageErrors(t *testing.T) {
 
 // A bad flag value or argument is a usage error (exit 2, with the usage
 // hint), so that a script can tell a typo from an RDS failure, and nothing
-// is sent to the RDS (review of issue 25: both exited 1 after dialling):
+// is sent to the RDS, for either of:
 //
 //	rdsctl -key K -known-hosts KH selftest -o yaml
 //	rdsctl -key K -known-hosts KH copy s1 s1
@@ -575,9 +575,9 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// A flag of another command is refused, not silently ignored (review of
-// issue 25: `list -o json` printed the text table, exit 0), as kubectl rds
-// refuses a flag its command does not use; so is a negative -copy-wait.
+// A flag of another command is refused, not silently ignored (`list -o
+// json` printing the text table, exit 0), as kubectl rds refuses a flag
+// its command does not use; so is a negative -copy-wait.
 func TestFlagsACommandDoesNotUse(t *testing.T) {
 	flags, _, _ := simWithKey(t)
 	for _, args := range [][]string{{"list", "-o", "json"}, {"list", "-closed"}, {"probe", "-keep-connections"}, {"selftest", "-copy-wait", "-1s"}} {
@@ -612,8 +612,8 @@ func TestFlagsThatNeedAnotherRefused(t *testing.T) {
 }
 
 // -key naming the .pub that gen-key wrote beside the key says that it is a
-// public key and that -key wants the private key (review of issue 25: it
-// said "SSH key k.pub: ssh: no key found"). Input: rdsctl gen-key k;
+// public key and that -key wants the private key, not "SSH key k.pub:
+// ssh: no key found". Input: rdsctl gen-key k;
 // chmod 400 k.pub; rdsctl -key k.pub -known-hosts KH probe.
 func TestPublicKeyNamedAsSuch(t *testing.T) {
 	dir := t.TempDir()

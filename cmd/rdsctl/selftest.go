@@ -450,6 +450,31 @@ func (st *selftestRun) runChecks(scratch string) {
 		}
 		return fmt.Sprintf("%s type=%q size=%d", f.Name, f.Type, f.Size), nil
 	})
+	st.check("clock and file time", func() (string, error) {
+		// A copy's leftover file is aged by these two (rds.CopyDiskRequest
+		// OwnsFilePath): the scratch file was made moments ago, so its
+		// last-modified must read within minutes of the RDS's clock.
+		now, err := c.Clock(ctx)
+		if err != nil {
+			st.fact("clock-file-time", contradicted, "/system clock print: %v", err)
+			return "", err
+		}
+		f, err := c.GetFile(ctx, volFile)
+		if err != nil {
+			return "", err
+		}
+		if f.Modified.IsZero() {
+			st.fact("clock-file-time", contradicted, "the file's last-modified is not printed or not readable")
+			return "", fmt.Errorf("%s: no readable last-modified", volFile)
+		}
+		age := now.Sub(f.Modified)
+		if age < -time.Minute || age > 15*time.Minute {
+			st.fact("clock-file-time", contradicted, "clock %s, a file made moments ago last modified %s (%s apart)", now.Format(time.DateTime), f.Modified.Format(time.DateTime), age)
+			return "", fmt.Errorf("the RDS's clock and its file times are %s apart", age)
+		}
+		st.fact("clock-file-time", confirmed, "clock %s, the scratch file last modified %s", now.Format(time.DateTime), f.Modified.Format(time.DateTime))
+		return fmt.Sprintf("%s apart", age.Round(time.Second)), nil
+	})
 	st.check("file remove refused while a disk uses it", func() (string, error) {
 		err := c.RemoveFile(ctx, volFile)
 		if err == nil {

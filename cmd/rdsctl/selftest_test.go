@@ -199,7 +199,7 @@ func TestSelftestVariants(t *testing.T) {
 			if !tc.withData && !strings.Contains(report, "the data check was skipped") {
 				t.Errorf("without a data path the report does not say the data check was skipped:\n%s", report)
 			}
-			for _, id := range []string{"cas-stale", "find-where-and", "set-two-props", "closed-print", "add-closed", "allow-host-uuid", "size-suffix", "size-print", "wrap-rejoin", "file-regex", "flag-columns", "file-remove-in-use", "legend-empty", "silent-success", "copy-complete", "legend-used", "print-where"} {
+			for _, id := range []string{"cas-stale", "find-where-and", "set-two-props", "closed-print", "add-closed", "allow-host-uuid", "size-suffix", "size-print", "wrap-rejoin", "file-regex", "flag-columns", "file-remove-in-use", "legend-empty", "silent-success", "copy-complete", "legend-used", "print-where", "clock-file-time"} {
 				if got := factStatus(t, report, id); got != confirmed {
 					t.Errorf("fact %s: %s, want confirmed (the simulator behaves as documented)", id, got)
 				}

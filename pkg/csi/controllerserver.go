@@ -232,9 +232,11 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		// without a disk is debris of an earlier attempt: ours to reclaim.
 		disk, err = s.d.rds.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export, OwnsFilePath: true})
 	} else {
-		// A file without a disk here may be a copy still running: never
-		// reclaimed.
-		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export})
+		// A file without a disk here is debris of an earlier copy whose
+		// clean-up failed, or a copy still running: the client reclaims
+		// it only once the RDS's clock says no copy can still be writing
+		// it, and answers ErrCopyPending (UNAVAILABLE, retried) until then.
+		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export, OwnsFilePath: true})
 	}
 	switch {
 	case errors.Is(err, rds.ErrNoSpace):
@@ -498,9 +500,10 @@ func healthEntry(kind csi.VolumeHealthErrorType, reason, format string, args ...
 // over NVMe/TCP on the port and NQN its volume_context names.
 func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
 	switch {
-	case s.d.opts.AllowHostFencing():
+	case s.d.opts.AllowHostFencing() && (!d.Exported || (d.Port == s.d.opts.NVMePort && d.NQN == s.d.nqn(d.Slot))):
 		// Closed while unpublished is how storage fencing keeps it; a
-		// published volume must be open to its holder.
+		// published volume must be open to its holder (and, open, at the
+		// address nodes dial: below).
 		return s.holderHealth(d)
 	case !d.Exported:
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthNotExported,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -165,6 +166,24 @@ func (s *NodeServer) recordedOwners(ctx context.Context, m *mountEntry, dev devN
 	return owners, nil
 }
 
+// tiedToVolume reports whether the mount m can be tied to volume id: by
+// the node's records (its own, or that of another mount of its device),
+// or, with none, by its device being the volume's current device num
+// (connected false: the volume has no device on this node). The rule
+// checkOwnMount applies before an unmount; NodeGetVolumeHealth judges
+// only the paths it ties.
+func (s *NodeServer) tiedToVolume(ctx context.Context, id string, m *mountEntry, num devNumber, connected bool) (bool, error) {
+	dev := mountDevice(m)
+	owners, err := s.recordedOwners(ctx, m, dev)
+	if err != nil {
+		return false, err
+	}
+	if len(owners) > 0 {
+		return len(owners) == 1 && owners[0] == id, nil
+	}
+	return connected && dev == num, nil
+}
+
 // checkOwnMount returns the device of the mount m at a path an RPC for
 // volume id names (what is the staging path or the target path), or
 // FAILED_PRECONDITION when m cannot be tied to the volume: its record
@@ -194,4 +213,49 @@ func (s *NodeServer) checkOwnMount(ctx context.Context, rpc, id, what string, m 
 	default:
 		return devNumber{}, err
 	}
+}
+
+// checkUnmountedTarget checks what is at a publish's target path while
+// nothing is mounted there. Nothing, or what a publish makes and an
+// unpublish removes (an empty directory for a filesystem, an empty file
+// for raw block), is fine. Anything else (a file with data, a directory
+// with entries, a symbolic link, a device node) is not a publish's: it is
+// neither mounted over (which would hide it) nor removed (an unpublish
+// removes the target): FAILED_PRECONDITION naming it.
+func checkUnmountedTarget(rpc, id, target string) error {
+	fi, err := os.Lstat(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: volume %s: target path %s: %w", rpc, id, target, err)
+	}
+	var what string
+	switch t := fi.Mode().Type(); {
+	case fi.Mode().IsRegular() && fi.Size() == 0:
+		return nil
+	case fi.Mode().IsRegular():
+		what = fmt.Sprintf("a file of %d bytes", fi.Size())
+	case fi.IsDir():
+		d, err := os.Open(target)
+		if err != nil {
+			return fmt.Errorf("%s: volume %s: target path %s: %w", rpc, id, target, err)
+		}
+		names, err := d.Readdirnames(1)
+		d.Close()
+		if errors.Is(err, io.EOF) || (err == nil && len(names) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: volume %s: target path %s: %w", rpc, id, target, err)
+		}
+		what = fmt.Sprintf("a directory with entries (%s, ...)", names[0])
+	case t&fs.ModeSymlink != 0:
+		what = "a symbolic link"
+	case t&fs.ModeDevice != 0:
+		what = "a device node"
+	default:
+		what = fmt.Sprintf("a %s", t)
+	}
+	return statusf(codes.FailedPrecondition, "%s: volume %s: target path %s holds %s and nothing is mounted there: not what a publish makes (an empty directory, or an empty file for raw block); refusing to mount over it or remove it", rpc, id, target, what)
 }

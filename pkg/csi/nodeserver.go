@@ -438,6 +438,18 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 		if err := s.mounter.Mount(dev, staging, fsType, opts); err != nil {
 			return fmt.Errorf("volume %s: mounting %s (%s) at %s: %w", id, dev, fsType, staging, err)
 		}
+		if !readOnly {
+			// A volume restored from a snapshot or cloned into a larger
+			// size has a device larger than its filesystem, and no
+			// NodeExpandVolume follows: grow it here. resize2fs and
+			// xfs_growfs do nothing when it already fills the device.
+			if _, err := s.resizer.Resize(dev, staging); err != nil {
+				if uerr := s.mounter.Unmount(staging); uerr != nil {
+					logger.Error(uerr, "unmounting after a failed resize")
+				}
+				return fmt.Errorf("volume %s: growing the %s filesystem on %s to the size of the volume: %w", id, fsType, dev, err)
+			}
+		}
 		logger.Info("staged existing filesystem", "fsType", fsType)
 	}
 	return nil
@@ -638,6 +650,9 @@ func (s *NodeServer) publishFilesystem(ctx context.Context, id string, num devNu
 	if err := checkSingleWriter(id, target, staging, c, users); err != nil {
 		return err
 	}
+	if err := checkUnmountedTarget("NodePublishVolume", id, target); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating target path: %w", id, err)
 	}
@@ -673,6 +688,9 @@ func (s *NodeServer) publishBlock(ctx context.Context, id, dev string, num devNu
 		return err
 	}
 	if err := checkSingleWriter(id, target, "", c, users); err != nil {
+		return err
+	}
+	if err := checkUnmountedTarget("NodePublishVolume", id, target); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
@@ -711,6 +729,9 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		if _, err := s.checkOwnMount(ctx, rpc, id, "target path", mounted); err != nil {
 			return nil, err
 		}
+	} else if err := checkUnmountedTarget(rpc, id, target); err != nil {
+		// Nothing mounted: only what a publish leaves is removed.
+		return nil, err
 	}
 	// Unmounts if mounted and removes the directory or file; a path that
 	// does not exist is success.

@@ -87,8 +87,8 @@ value to set instead. */ -}}
   "node-id" (printf $fixed "the name of the pod's Node")
   "node-nvme-dir" "must stay /etc/nvme, where the chart mounts the host's NVMe identity"
   "node-state-dir" "must stay beside the socket, in the host's kubelet plugin directory of the driver that the chart mounts (records kept anywhere else are lost with the pod)"
-  "node-connector" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP"
-  "node-loop-data-dir" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP") $common -}}
+  "node-connector" "is node.labLoopDataDir (labs only, docs/node.md): without it the node plugin connects volumes over NVMe/TCP"
+  "node-loop-data-dir" "is node.labLoopDataDir (labs only, docs/node.md)") $common -}}
 {{- /* Flags of one mode only: the driver refuses them in the other. */ -}}
 {{- range $f := list "rds-port" "rds-user" "rds-key-file" "rds-known-hosts-file" "rds-insecure-skip-host-key-check" "rds-login-options" "rds-pool" "rds-volume-path" "rds-command-timeout" "rds-health-interval" "storage-fencing" "attachment-key-file" "export-auth" "copy-from-data" "publish" "kubeconfig" "kube-api-content-type" "leader-election" "leader-election-namespace" "leader-election-lease-duration" "leader-election-renew-deadline" "leader-election-retry-period" "attach-grace-period" "not-ready-threshold" "heartbeat-threshold" "fence-guard-share" "migration-timeout" "orphaned-claim-threshold" "watch-disconnect-threshold" "fence-call-timeout" "out-of-service-taint" "export-reconcile-period" -}}
 {{- if not (hasKey $node $f) -}}
@@ -197,10 +197,10 @@ arg, seconds) for the checks across flags. */}}
   "not-ready-threshold" (list true 5.0 86400.0 "0 (never) or 5s to 24h")
   "orphaned-claim-threshold" (list true 60.0 1e12 "0 (never) or at least 1m")
   "heartbeat-threshold" (list true 5.0 86400.0 "0 (never) or 5s to 24h")
-  "migration-timeout" (list false 10.0 1e12 "at least 10s")
-  "watch-disconnect-threshold" (list false 5.0 1e12 "at least 5s")
-  "fence-call-timeout" (list false 1.0 1e12 "at least 1s")
-  "export-reconcile-period" (list false 1.0 1e12 "at least 1s")
+  "migration-timeout" (list false 10.0 86400.0 "10s to 24h")
+  "watch-disconnect-threshold" (list false 5.0 600.0 "5s to 10m")
+  "fence-call-timeout" (list false 1.0 600.0 "1s to 10m")
+  "export-reconcile-period" (list false 1.0 3600.0 "1s to 1h")
   "rds-command-timeout" (list false 1.0 600.0 "1s to 10m")
   "rds-health-interval" (list true 5.0 3600.0 "0 (off) or 5s to 1h")
   "shutdown-grace" (list false 1.0 600.0 "1s to 10m")
