@@ -305,16 +305,43 @@ func TestReleaseArtifacts(t *testing.T) {
 	done = tl.Step("the chart package installs: rendered by Helm, accepted by kube-apiserver, running the version's image")
 	render := buildRender(t, e.Root)
 	objs := decodeStream(t, chartName, runRender(t, render, "helm", filepath.Join(dist, chartName)))
-	images := 0
+	// Every container (init containers too: the node DaemonSet's
+	// kubelet-dir-check) that runs the driver's image runs this version's,
+	// and the controller and the node plugin each run it.
+	const driverImage = "ghcr.io/srvlab/rds-csi-driver"
+	runs := map[string][]string{} // kind -> containers running this version's image
 	for _, o := range objs {
 		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
 			continue
 		}
-		b, _ := json.Marshal(o.Object)
-		images += strings.Count(string(b), `"image":"ghcr.io/srvlab/rds-csi-driver:`+version+`"`)
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w struct {
+			Spec struct {
+				Template struct {
+					Spec struct {
+						InitContainers, Containers []struct{ Name, Image string }
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal(b, &w); err != nil {
+			t.Fatal(err)
+		}
+		pod := w.Spec.Template.Spec
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			switch {
+			case c.Image == driverImage+":"+version:
+				runs[o.GetKind()] = append(runs[o.GetKind()], c.Name)
+			case strings.HasPrefix(c.Image, driverImage+":") || strings.HasPrefix(c.Image, driverImage+"@"):
+				t.Errorf("%s %s, container %s, runs %s; want %s:%s", o.GetKind(), o.GetName(), c.Name, c.Image, driverImage, version)
+			}
+		}
 	}
-	if images != 2 {
-		t.Errorf("the packaged chart runs ghcr.io/srvlab/rds-csi-driver:%s in %d containers; want 2 (controller, node plugin)", version, images)
+	if len(runs["Deployment"]) == 0 || len(runs["DaemonSet"]) == 0 {
+		t.Errorf("the packaged chart runs %s:%s in %v; want the controller (Deployment) and the node plugin (DaemonSet)", driverImage, version, runs)
 	}
 	accepted, skipped := dryRunCreate(t, e, objs)
 	tl.Logf("%s: accepted %v", chartName, accepted)
