@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -97,6 +98,86 @@ func TestWorkflowsRunTheDocumentedMakeTargets(t *testing.T) {
 	for _, want := range []string{"hack/version.sh", "cosign sign", "helm push", "id-token: write"} {
 		if !strings.Contains(string(rel), want) {
 			t.Errorf("release.yml has no %q", want)
+		}
+	}
+}
+
+// The tag workflow holds the keys to the project's name: a GITHUB_TOKEN
+// that can push packages and write releases, and an OIDC token cosign
+// turns into a signature in the project's identity. Least privilege: a
+// job that builds (runs make: apt packages, Go modules, syft, the
+// project's own scripts) holds no write permission and no OIDC token, so
+// nothing a build runs can push or sign; id-token: write is only in a job
+// that runs cosign, packages: write only in one that pushes to the
+// registry, contents: write only in one that writes the GitHub release.
+// A job holding any of them runs only actions pinned to a commit (a tag
+// of a third-party action can be moved to other code).
+func TestWorkflowsGrantWritesOnlyToTheJobsThatPublish(t *testing.T) {
+	root := repoRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, ".github", "workflows", "*.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := regexp.MustCompile(`^[^@]+@[0-9a-f]{40}$`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wf struct {
+			Permissions map[string]string `json:"permissions"`
+			Jobs        map[string]struct {
+				Permissions map[string]string `json:"permissions"`
+				Steps       []struct {
+					Uses string `json:"uses"`
+					Run  string `json:"run"`
+				} `json:"steps"`
+			} `json:"jobs"`
+		}
+		if err := yaml.Unmarshal(b, &wf); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		name := filepath.Base(f)
+		if wf.Permissions == nil {
+			t.Errorf("%s: no top-level permissions (the default token may write to everything)", name)
+		}
+		for job, j := range wf.Jobs {
+			perms := j.Permissions
+			if perms == nil {
+				perms = wf.Permissions
+			}
+			var run strings.Builder
+			for _, s := range j.Steps {
+				run.WriteString(s.Run + "\n")
+			}
+			script := run.String()
+			needs := map[string]bool{
+				"id-token": strings.Contains(script, "cosign "),
+				"packages": regexp.MustCompile(`crane"? (push|index|copy|cp|tag)|helm push`).MatchString(script),
+				"contents": strings.Contains(script, "gh release"),
+			}
+			var writes []string
+			for scope, level := range perms {
+				if level != "write" {
+					continue
+				}
+				writes = append(writes, scope)
+				if !needs[scope] {
+					t.Errorf("%s, job %s: %s: write, but the job does not use it", name, job, scope)
+				}
+			}
+			if len(writes) == 0 {
+				continue
+			}
+			sort.Strings(writes)
+			if regexp.MustCompile(`(?m)(^|[;&|(]\s*)make\s`).MatchString(script) {
+				t.Errorf("%s, job %s: builds (runs make) while holding %v: build in a job without them and hand dist/ over as an artifact", name, job, writes)
+			}
+			for _, s := range j.Steps {
+				if s.Uses != "" && !strings.HasPrefix(s.Uses, "./") && !pinned.MatchString(s.Uses) {
+					t.Errorf("%s, job %s (holding %v): %s is not pinned to a commit", name, job, writes, s.Uses)
+				}
+			}
 		}
 	}
 }

@@ -18,8 +18,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -57,6 +59,10 @@ func TestReleaseArtifacts(t *testing.T) {
 	done := tl.Step("make release in a clean clone of " + head[:12])
 	src := clone("release")
 	version := gitOutCmd(t, src, filepath.Join(src, "hack", "version.sh"))
+	commitTime, err := strconv.ParseInt(gitOut(t, src, "log", "-1", "--format=%ct"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	release := strings.TrimSpace(readFile(t, filepath.Join(src, "VERSION")))
 	dist := filepath.Join(e.Dir, "dist")
 	logf, err := os.Create(filepath.Join(e.Dir, "make-release.log"))
@@ -65,8 +71,7 @@ func TestReleaseArtifacts(t *testing.T) {
 	}
 	cmd := exec.Command("make", "release", "DIST="+dist)
 	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "RDS_CSI_CACHE="+cache)
-	cmd.Env = slices.DeleteFunc(cmd.Env, func(s string) bool { return strings.HasPrefix(s, "VERSION=") || strings.HasPrefix(s, "MAKEFLAGS=") })
+	cmd.Env = append(withoutEnv(os.Environ(), "VERSION", "MAKEFLAGS", "TZ"), "RDS_CSI_CACHE="+cache, "TZ="+releaseTZ)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Run(); err != nil {
 		logf.Close()
@@ -156,6 +161,7 @@ func TestReleaseArtifacts(t *testing.T) {
 		if p.URI != "https://github.com/srvlab/rds-csi/releases/download/"+version+"/"+archive {
 			t.Errorf("krew %s: uri %s", plat, p.URI)
 		}
+		checkArchiveStamps(t, filepath.Join(dist, archive), commitTime)
 		files := tarFiles(t, filepath.Join(dist, archive), true)
 		bin, ok := files["kubectl-rds"]
 		if !ok || len(files) != 1 {
@@ -168,9 +174,11 @@ func TestReleaseArtifacts(t *testing.T) {
 	done()
 
 	done = tl.Step("image archives: linux/amd64 and linux/arm64, tagged with the version, the driver of that platform")
+	manifests := map[string]string{} // image archive -> its manifest's digest
 	for _, a := range arches {
 		name := "rds-csi-driver-image_linux_" + a + ".tar"
 		ref, arch, driver := readImage(t, filepath.Join(dist, name))
+		manifests[name] = imageManifestDigest(t, filepath.Join(dist, name))
 		if ref != "ghcr.io/srvlab/rds-csi-driver:"+version || arch != a {
 			t.Errorf("%s: %s for %s; want ghcr.io/srvlab/rds-csi-driver:%s for %s", name, ref, arch, version, a)
 		}
@@ -188,9 +196,19 @@ func TestReleaseArtifacts(t *testing.T) {
 			SPDXVersion string `json:"spdxVersion"`
 			Name        string `json:"name"`
 			Packages    []struct {
+				SPDXID      string `json:"SPDXID"`
 				Name        string `json:"name"`
 				VersionInfo string `json:"versionInfo"`
+				Checksums   []struct {
+					Algorithm string `json:"algorithm"`
+					Value     string `json:"checksumValue"`
+				} `json:"checksums"`
 			} `json:"packages"`
+			Relationships []struct {
+				Element string `json:"spdxElementId"`
+				Related string `json:"relatedSpdxElement"`
+				Type    string `json:"relationshipType"`
+			} `json:"relationships"`
 		}
 		if err := json.Unmarshal([]byte(readFile(t, filepath.Join(dist, name))), &doc); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -214,6 +232,42 @@ func TestReleaseArtifacts(t *testing.T) {
 				t.Errorf("%s (%d packages) does not list %s", name, len(doc.Packages), p)
 			}
 		}
+		// What the document describes is the file shipped under its name:
+		// its root package (the document DESCRIBES it) carries the sha256
+		// of the binary as the archive or the image ships it, or the
+		// digest of the image archive's manifest. Names and package lists
+		// alone would pass an SBOM of another platform's binary, or of the
+		// other architecture's image.
+		subject := strings.TrimSuffix(name, ".spdx.json")
+		var wantSHA256 string
+		if strings.HasPrefix(name, "rds-csi-driver-image_") {
+			wantSHA256 = strings.TrimPrefix(manifests[subject+".tar"], "sha256:")
+		} else if b, ok := binaries[subject]; ok {
+			wantSHA256 = sum(b)
+		}
+		var roots []string
+		for _, r := range doc.Relationships {
+			if r.Element == "SPDXRef-DOCUMENT" && r.Type == "DESCRIBES" {
+				roots = append(roots, r.Related)
+			}
+		}
+		var described []string
+		for _, p := range doc.Packages {
+			if !slices.Contains(roots, p.SPDXID) {
+				continue
+			}
+			for _, c := range p.Checksums {
+				if c.Algorithm == "SHA256" {
+					described = append(described, c.Value)
+				}
+			}
+			if p.VersionInfo != version {
+				t.Errorf("%s describes %s at version %q; want %s", name, p.Name, p.VersionInfo, version)
+			}
+		}
+		if wantSHA256 == "" || len(described) != 1 || described[0] != wantSHA256 {
+			t.Errorf("%s describes sha256 %v (roots %v); the shipped %s is %q", name, described, roots, subject, wantSHA256)
+		}
 	}
 	done()
 
@@ -233,8 +287,17 @@ func TestReleaseArtifacts(t *testing.T) {
 		if j := strings.Index(body, "\n## "); j >= 0 {
 			body = body[:j+1]
 		}
-		if !strings.Contains(notes, strings.TrimSpace(strings.Split(body, "\n[")[0])) {
+		text := strings.TrimSpace(strings.Split(body, "\n[")[0])
+		if !strings.Contains(notes, text) {
 			t.Errorf("RELEASE-NOTES.md is not CHANGELOG.md's section %s:\n%s", section, notes)
+		}
+		// An empty section is contained in anything: the notes then say
+		// that nothing is recorded, and never hold another section.
+		if text == "" && !strings.Contains(notes, "CHANGELOG.md records no change since "+release) {
+			t.Errorf("CHANGELOG.md's section %s is empty; RELEASE-NOTES.md does not say so:\n%s", section, notes)
+		}
+		if strings.Contains(notes, "\n## ") {
+			t.Errorf("RELEASE-NOTES.md holds another section of CHANGELOG.md:\n%s", notes)
 		}
 	}
 	done()
@@ -242,16 +305,43 @@ func TestReleaseArtifacts(t *testing.T) {
 	done = tl.Step("the chart package installs: rendered by Helm, accepted by kube-apiserver, running the version's image")
 	render := buildRender(t, e.Root)
 	objs := decodeStream(t, chartName, runRender(t, render, "helm", filepath.Join(dist, chartName)))
-	images := 0
+	// Every container (init containers too: the node DaemonSet's
+	// kubelet-dir-check) that runs the driver's image runs this version's,
+	// and the controller and the node plugin each run it.
+	const driverImage = "ghcr.io/srvlab/rds-csi-driver"
+	runs := map[string][]string{} // kind -> containers running this version's image
 	for _, o := range objs {
 		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
 			continue
 		}
-		b, _ := json.Marshal(o.Object)
-		images += strings.Count(string(b), `"image":"ghcr.io/srvlab/rds-csi-driver:`+version+`"`)
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w struct {
+			Spec struct {
+				Template struct {
+					Spec struct {
+						InitContainers, Containers []struct{ Name, Image string }
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal(b, &w); err != nil {
+			t.Fatal(err)
+		}
+		pod := w.Spec.Template.Spec
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			switch {
+			case c.Image == driverImage+":"+version:
+				runs[o.GetKind()] = append(runs[o.GetKind()], c.Name)
+			case strings.HasPrefix(c.Image, driverImage+":") || strings.HasPrefix(c.Image, driverImage+"@"):
+				t.Errorf("%s %s, container %s, runs %s; want %s:%s", o.GetKind(), o.GetName(), c.Name, c.Image, driverImage, version)
+			}
+		}
 	}
-	if images != 2 {
-		t.Errorf("the packaged chart runs ghcr.io/srvlab/rds-csi-driver:%s in %d containers; want 2 (controller, node plugin)", version, images)
+	if len(runs["Deployment"]) == 0 || len(runs["DaemonSet"]) == 0 {
+		t.Errorf("the packaged chart runs %s:%s in %v; want the controller (Deployment) and the node plugin (DaemonSet)", driverImage, version, runs)
 	}
 	accepted, skipped := dryRunCreate(t, e, objs)
 	tl.Logf("%s: accepted %v", chartName, accepted)
@@ -260,12 +350,18 @@ func TestReleaseArtifacts(t *testing.T) {
 	}
 	done()
 
-	done = tl.Step("reproducible: every binary built again from another clone, at another path, is the same")
+	done = tl.Step("reproducible: every binary built again from another clone, at another path, in another environment, is the same")
 	again := clone("again")
 	rebuilt := filepath.Join(t.TempDir(), "bin")
 	cmd = exec.Command(filepath.Join(again, "hack", "release.sh"), "--binaries", rebuilt)
 	cmd.Dir = again
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "VERSION=") }), "VERSION="+version)
+	// What a person rebuilding the release may have set, which Go or a
+	// build script reads: another time zone (26 hours from releaseTZ, so
+	// the local date always differs: a date stamped by the script shows),
+	// another amd64/arm64 level and GOFLAGS. The release's builds must
+	// not depend on them.
+	cmd.Env = append(withoutEnv(os.Environ(), "VERSION", "TZ", "GOAMD64", "GOARM64", "GOFLAGS"),
+		"VERSION="+version, "TZ=Etc/GMT-14", "GOAMD64=v3", "GOARM64=v8.2", "GOFLAGS=-tags=rebuild")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/release.sh --binaries: %v\n%s", err, out)
 	}
@@ -283,6 +379,18 @@ func TestReleaseArtifacts(t *testing.T) {
 		}
 	}
 	done()
+}
+
+// releaseTZ is the time zone make release runs in (UTC-12), 26 hours
+// from the rebuild's (UTC+14).
+const releaseTZ = "Etc/GMT+12"
+
+// withoutEnv is env without the variables named.
+func withoutEnv(env []string, names ...string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(names, k)
+	})
 }
 
 // checkReleaseBinary: a Go binary of os/arch, static, stamped with the
@@ -356,6 +464,54 @@ func readImage(t *testing.T, path string) (ref, arch string, driver []byte) {
 		t.Fatalf("%s: no /rds-csi-driver in the layer", path)
 	}
 	return m.Annotations["io.containerd.image.name"], m.Platform.Architecture, driver
+}
+
+// imageManifestDigest is the digest of the one manifest an image
+// archive's index.json lists.
+func imageManifestDigest(t *testing.T, path string) string {
+	t.Helper()
+	var index struct {
+		Manifests []struct {
+			Digest string `json:"digest"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(tarFiles(t, path, false)["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("%s: index.json (%v)", path, err)
+	}
+	return index.Manifests[0].Digest
+}
+
+// checkArchiveStamps: a release archive stamps nothing of the run that
+// made it, so a second release of the commit gives the same bytes (and
+// the krew manifest's sha256 the same value): no time or file name in
+// the gzip header, and every tar entry at the commit's time.
+func checkArchiveStamps(t *testing.T, path string, commitTime int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if !zr.ModTime.IsZero() || zr.Name != "" {
+		t.Errorf("%s: the gzip header stamps time %s and name %q; want none", path, zr.ModTime, zr.Name)
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if h.ModTime.Unix() != commitTime {
+			t.Errorf("%s: %s is stamped %s; want the commit's time %s", path, h.Name, h.ModTime.UTC(), time.Unix(commitTime, 0).UTC())
+		}
+	}
 }
 
 // tarFiles reads the regular files of a tar (gzip'd if gz).

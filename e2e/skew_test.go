@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +107,7 @@ func skewStagesAndPublishes(t *testing.T, controller, plugin releaseBuild) {
 		w.attach(t, "pod-a-"+v.claim, "node-a", v)
 		host := w.skewExportOpenTo(t, v, "node-a")
 		kubeletWrites(t, w, v, "node-a", marker)
+		w.skewConnectedAsTheAttachment(t, v, "node-a")
 		if err := framework.ForceDeletePod(ctx, c, ns, "pod-a-"+v.claim); err != nil {
 			t.Fatal(err)
 		}
@@ -119,6 +121,7 @@ func skewStagesAndPublishes(t *testing.T, controller, plugin releaseBuild) {
 		if got := kubeletReads(t, w, v, "node-b", len(marker)); !bytes.Equal(got, marker) {
 			t.Errorf("%s on node-b reads %q; node-a wrote %q", v.claim, got, marker)
 		}
+		w.skewConnectedAsTheAttachment(t, v, "node-b")
 		if got := mon.MaxAttached(v.pv); got != 1 {
 			t.Errorf("%s was attached to %d nodes at once", v.claim, got)
 		}
@@ -140,6 +143,36 @@ func (w *releaseWorld) skewExportOpenTo(t *testing.T, v *releaseVolume, node str
 		t.Fatal(err)
 	}
 	return host
+}
+
+// skewConnectedAsTheAttachment: node's plugin connected v as the
+// attachment's own host (publish_context's host NQN), the one host the
+// export allows, and never as the node. The loop connector only
+// validates the host NQN (a loop device presents no host), so a stage
+// that lost it (a publish_context key the other build does not read)
+// would connect here and be refused by a real RDS: it is read from the
+// plugin's own record of the connect instead, which both builds log
+// alike ("connected" ... attachmentHostNQN=true|false, at --v=2).
+func (w *releaseWorld) skewConnectedAsTheAttachment(t *testing.T, v *releaseVolume, node string) {
+	t.Helper()
+	b, err := os.ReadFile(w.plugins[node].LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var connects []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"connected"`) && strings.Contains(line, v.handle+`"`) {
+			connects = append(connects, line)
+		}
+	}
+	if len(connects) == 0 {
+		t.Errorf("%s: the node plugin logged no connect of %s (%s)", node, v.claim, w.plugins[node].LogPath)
+	}
+	for _, line := range connects {
+		if !strings.Contains(line, "attachmentHostNQN=true") {
+			t.Errorf("%s: %s connected as the node, not as its attachment's host NQN, which alone the export allows: %s", node, v.claim, line)
+		}
+	}
 }
 
 // kubeletStage is the kubelet's side of a volume on node: NodeStage with

@@ -468,6 +468,10 @@ func (w *releaseWorld) rollNodePlugins(t *testing.T, bin, version string) {
 			continue // its node is down: the DaemonSet waits for it
 		}
 		done := tl.Step("node plugin rollout on " + n + ": " + version)
+		var rv string
+		if _, err := framework.WaitFor(ctx, tl, 30*time.Second, n+"'s plugin Lease as recorded, before its plugin's roll", pluginLeaseAsRecorded(w.e.Client, n, "", &rv)); err != nil {
+			t.Fatal(err)
+		}
 		if err := w.nodes[n].DeregisterPlugin(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -476,10 +480,47 @@ func (w *releaseWorld) rollNodePlugins(t *testing.T, bin, version string) {
 		if err := w.nodes[n].SetNodeID(ctx, w.ids[n]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := framework.WaitFor(ctx, tl, 30*time.Second, n+"'s plugin Lease renewed by the new plugin", pluginLeaseRenewed(w.e.Client, n, 1)); err != nil {
+		// The same Lease, by its recorded name and label, renewed by the
+		// new plugin: a controller of either build keeps hearing the node.
+		if _, err := framework.WaitFor(ctx, tl, 30*time.Second, n+"'s plugin Lease (recorded name and label) renewed by the new plugin", pluginLeaseAsRecorded(w.e.Client, n, rv, nil)); err != nil {
 			t.Fatal(err)
 		}
 		done()
+	}
+}
+
+// The node plugins' Leases are a stored record like the annotations: the
+// controller of either build finds a node's second heartbeat by this
+// name and label (pkg/nodelease), whichever build's plugin wrote it. Read
+// here by their literal values, as the previous release writes them.
+const (
+	releasePluginLeasePrefix = "rds-csi-node-"
+	releasePluginLeaseLabel  = "rds.csi.srvlab.io/heartbeat"
+	releasePluginLeaseValue  = "node-plugin"
+)
+
+// pluginLeaseAsRecorded holds once node's plugin Lease, by its recorded
+// name, carries the recorded label and names node as its holder, and
+// its resourceVersion is not notRV (notRV "": any; a renewal since). rv,
+// when set, receives the resourceVersion seen.
+func pluginLeaseAsRecorded(c kubernetes.Interface, node, notRV string, rv *string) framework.Condition {
+	name := releasePluginLeasePrefix + node
+	return func(ctx context.Context) (bool, string, error) {
+		l, err := c.CoordinationV1().Leases(framework.NodePluginNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Sprintf("Lease %s: %v", name, err), nil
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if l.Labels[releasePluginLeaseLabel] != releasePluginLeaseValue || holder != node {
+			return false, fmt.Sprintf("Lease %s: labels %v, holder %q; want %s=%s, holder %s", name, l.Labels, holder, releasePluginLeaseLabel, releasePluginLeaseValue, node), nil
+		}
+		if rv != nil {
+			*rv = l.ResourceVersion
+		}
+		return l.ResourceVersion != notRV, fmt.Sprintf("Lease %s at resourceVersion %s", name, l.ResourceVersion), nil
 	}
 }
 

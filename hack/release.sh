@@ -13,10 +13,9 @@
 #
 # Environment: VERSION (default hack/version.sh), IMAGE_REPO (default
 # ghcr.io/srvlab/rds-csi-driver), RELEASE_ALLOW_DIRTY=1 (release a tree
-# with changes or untracked files; changed tracked files end the version
-# in -dirty), RDS_CSI_CACHE (the cache
-# directory, default .cache: syft is built into its bin/). Needs root, as
-# make image does.
+# with changed or untracked files, under a version ending in -dirty),
+# RDS_CSI_CACHE (the cache directory, default .cache: syft is built into
+# its bin/). Needs root, as make image does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,6 +27,9 @@ CACHE=${RDS_CSI_CACHE:-$ROOT/.cache}
 [[ $CACHE == /* ]] || CACHE=$ROOT/$CACHE
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH
+# What Go reads from the environment (or go env -w) that changes the
+# bytes, set to the release's: a rebuild from another shell is the same.
+export GOFLAGS=-buildvcs=false GOAMD64=v1 GOARM64=v8.0
 KREW_PLATFORMS=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
 IMAGE_ARCHES=(amd64 arm64)
 

@@ -6,13 +6,15 @@
 #
 #   v0.2.0                    at the release's commit
 #   v0.2.0-12-gabcdef0        12 commits after it, at commit abcdef0
-#   v0.2.0-12-gabcdef0-dirty  ... with uncommitted changes to tracked files
+#   v0.2.0-12-gabcdef0-dirty  ... with changed tracked files or untracked,
+#                             not ignored ones (either may be built in)
 #   v0.2.0-dev                no git history (a source archive): unknown
 #   v0.2.0-dev-gabcdef0       a shallow clone: the distance is unknown
 #
-# A tag named as VERSION wins where it exists (git describe: the same
-# answer when the tag is on the release's commit). Nothing else is read:
-# no time, no path, no user, so two builds of one commit say the same.
+# A tag named as VERSION wins where HEAD's history reaches it (git
+# describe: the same answer when the tag is on the release's commit).
+# Nothing else is read: no time, no path, no user, so two builds of one
+# commit say the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 release=$(tr -d '[:space:]' <VERSION)
@@ -22,11 +24,18 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   echo "$release-dev"; exit 0
 fi
 dirty=""
-# Tracked files only: build outputs and caches are ignored or untracked.
-git diff --quiet HEAD -- 2>/dev/null || dirty=-dirty
-if git rev-parse -q --verify "refs/tags/$release" >/dev/null; then
-  git describe --tags --match "$release" --abbrev=7 --long 2>/dev/null |
-    sed -e 's/-0-g[0-9a-f]*$//' -e "s/\$/$dirty/"
+# A changed tracked file or an untracked one that is not ignored (a new
+# source file is compiled in as much as a changed one; Go's vcs.modified
+# counts it too). Build outputs and caches (bin/, dist/, .cache/) are
+# ignored. No optional locks: a version asked during another git command
+# must not take the index lock. A status that fails cannot say clean.
+status=$(git --no-optional-locks status --porcelain --untracked-files=normal 2>/dev/null) || status=unknown
+[[ -z $status ]] || dirty=-dirty
+# A tag HEAD's history does not reach (the release tagged on a release
+# branch) says nothing about HEAD: count from VERSION's commit then.
+if git rev-parse -q --verify "refs/tags/$release" >/dev/null &&
+  described=$(git describe --tags --match "$release" --abbrev=7 --long 2>/dev/null); then
+  sed -e 's/-0-g[0-9a-f]*$//' -e "s/\$/$dirty/" <<<"$described"
   exit 0
 fi
 head=$(git rev-parse --short=7 HEAD)

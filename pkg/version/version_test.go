@@ -81,9 +81,13 @@ func TestVersionScriptNamesTheReleaseOrTheBuildAfterIt(t *testing.T) {
 		t.Errorf("with a changed tracked file: %q, want %q", got, want)
 	}
 	run(t, repo, "git", "checkout", "-q", "a")
-	write(repo, "untracked", "x")
+	write(repo, ".git/info/exclude", "bin/\n")
+	if err := os.MkdirAll(filepath.Join(repo, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(repo, "bin/output", "x")
 	if got, want := version(repo), "v0.1.0-2-g"+head; got != want {
-		t.Errorf("with an untracked file (a build output): %q, want %q", got, want)
+		t.Errorf("with an ignored file (a build output): %q, want %q", got, want)
 	}
 	// The next release: VERSION changes in its commit.
 	write(repo, "VERSION", "v0.2.0\n")
@@ -127,6 +131,111 @@ func TestVersionScriptNamesTheReleaseOrTheBuildAfterIt(t *testing.T) {
 	cmd.Dir = plain
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "not vMAJOR.MINOR.PATCH") {
 		t.Errorf("VERSION 0.2: %v, %q; want a refusal naming the format", err, out)
+	}
+}
+
+// versionRepo is a git repository of its own holding hack/version.sh
+// and VERSION (v0.2.0, committed as the release's commit), with helpers
+// to write files, run git and ask the script.
+type versionRepo struct {
+	t   *testing.T
+	dir string
+}
+
+func newVersionRepo(t *testing.T) *versionRepo {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(repoRoot(t), "hack", "version.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &versionRepo{t: t, dir: filepath.Join(t.TempDir(), "repo")}
+	if err := os.MkdirAll(filepath.Join(r.dir, "hack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.write("hack/version.sh", string(script))
+	r.git("init", "-q", "-b", "main")
+	r.write("VERSION", "v0.2.0\n")
+	r.write("a", "1")
+	r.git("add", ".")
+	r.git("commit", "-q", "-m", "release v0.2.0")
+	return r
+}
+
+func (r *versionRepo) write(name, text string) {
+	r.t.Helper()
+	if err := os.WriteFile(filepath.Join(r.dir, name), []byte(text), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *versionRepo) git(args ...string) string {
+	r.t.Helper()
+	return run(r.t, r.dir, "git", args...)
+}
+
+// version runs hack/version.sh; it must succeed and print a version.
+func (r *versionRepo) version() string {
+	r.t.Helper()
+	cmd := exec.Command("bash", "hack/version.sh")
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		r.t.Fatalf("hack/version.sh printed %q (%v) %s; every make target stops on an empty version", out, err, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A tag named as VERSION that is not in HEAD's history (the release
+// tagged on a release branch after a fix there, while main goes on from
+// the commit that set VERSION): git describe cannot reach it, and the
+// version is counted from VERSION's commit as without the tag. Before,
+// hack/version.sh printed nothing and exited 128, and every make target
+// (make build, make test, make release) stopped with "hack/version.sh
+// printed no version".
+func TestVersionScriptCountsFromVERSIONWhenTheTagIsNotInTheHistory(t *testing.T) {
+	r := newVersionRepo(t)
+	r.git("checkout", "-q", "-b", "release-0.2")
+	r.write("a", "fix")
+	r.git("commit", "-q", "-am", "fix on the release branch")
+	r.git("tag", "v0.2.0")
+	r.git("checkout", "-q", "main")
+	r.write("b", "work")
+	r.git("add", "b")
+	r.git("commit", "-q", "-m", "work on main")
+	head := r.git("rev-parse", "--short=7", "HEAD")
+	if got, want := r.version(), "v0.2.0-1-g"+head; got != want {
+		t.Errorf("main, one commit after VERSION's, the tag v0.2.0 on a release branch: %q, want %q", got, want)
+	}
+}
+
+// A source file that is in no commit is in the binary as much as a
+// changed tracked one: a build with one must not claim to be the commit.
+// Go's own VCS stamp counts it (vcs.modified from git status
+// --porcelain), and make release refuses such a tree for that reason ("a
+// changed or new file would be in the release and in no commit"); with
+// RELEASE_ALLOW_DIRTY=1 it was released under the clean version. Ignored
+// files (bin/, .cache/, dist/: build outputs) are not part of the build.
+func TestVersionScriptCallsAnUntrackedSourceDirty(t *testing.T) {
+	r := newVersionRepo(t)
+	r.write(".gitignore", "bin/\n")
+	r.git("add", ".gitignore")
+	r.git("commit", "-q", "-m", "ignore bin/")
+	head := r.git("rev-parse", "--short=7", "HEAD")
+	if err := os.MkdirAll(filepath.Join(r.dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.write("bin/rds-csi-driver", "a build output")
+	if got, want := r.version(), "v0.2.0-1-g"+head; got != want {
+		t.Errorf("with an ignored build output: %q, want %q", got, want)
+	}
+	r.write("extra.go", "package main\n")
+	if got, want := r.version(), "v0.2.0-1-g"+head+"-dirty"; got != want {
+		t.Errorf("with an untracked source file extra.go, built into the binary: %q, want %q", got, want)
 	}
 }
 
