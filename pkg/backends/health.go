@@ -1,0 +1,78 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/srvlab/rds-csi/pkg/rds"
+)
+
+// Health is a box's reachability as last seen, by its own probes and by
+// every command sent to it: what placement reads to pass a box over
+// without waiting on it. It starts up (a box nobody has tried yet is
+// tried).
+type Health struct {
+	name string
+	mu   sync.Mutex
+	err  error
+	at   time.Time
+}
+
+// NewHealth is the health of the box named name.
+func NewHealth(name string) *Health { return &Health{name: name} }
+
+// Unreachable reports whether err says the box cannot be used now: the
+// transport failed or timed out, its host key is not the pinned one, or
+// it answers what cannot be read. A refusal (no space, no such disk) is an
+// answer: the box is up.
+func Unreachable(err error) bool {
+	return errors.Is(err, rds.ErrTransient) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, rds.ErrHostKey) || errors.Is(err, rds.ErrBadOutput)
+}
+
+// Observe records the outcome of a command or probe.
+func (h *Health) Observe(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if Unreachable(err) {
+		h.err = err
+	} else {
+		h.err = nil
+	}
+	h.at = time.Now()
+}
+
+// Err is nil while the box is up, else the failure that took it down.
+func (h *Health) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil {
+		return nil
+	}
+	return fmt.Errorf("RDS %s unreachable since %s: %w", h.name, h.at.Format(time.RFC3339), h.err)
+}
+
+// Run probes the box every interval, each probe bounded by timeout, until
+// ctx is done: a box that is passed over gets no commands, so only the
+// probe brings it back.
+func (h *Health) Run(ctx context.Context, probe func(context.Context) error, interval, timeout time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		h.Observe(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
