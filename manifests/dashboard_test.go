@@ -60,7 +60,8 @@ func TestDashboard(t *testing.T) {
 	}
 	known := map[string]bool{}
 	m := metrics.New()
-	m.ObserveRDSCommand("disk print", time.Millisecond, nil)
+	m.ObserveRDSCommand("rds-a", "disk print", time.Millisecond, nil)
+	m.AddRDS("rds-a")
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

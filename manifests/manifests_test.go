@@ -818,7 +818,8 @@ func TestPrometheusRules(t *testing.T) {
 	// Every family pkg/metrics exports; the command histogram has no series
 	// (and so is not gathered) until a command is observed.
 	m := metrics.New()
-	m.ObserveRDSCommand("disk print", time.Millisecond, nil)
+	m.ObserveRDSCommand("rds-a", "disk print", time.Millisecond, nil)
+	m.AddRDS("rds-a")
 	m.ReportMalformed(informers.NewMalformedSet(nil).Counts) // registered by the controller process
 	families, err := m.Registry().Gather()
 	if err != nil {

@@ -108,7 +108,7 @@ func TestOnlyTheLeaderPollsRDSHealth(t *testing.T) {
 		o := dopts
 		o.NodeID = name
 		m := metrics.New()
-		proc, err := newControllerProcess(opts, o, client, nil, m, func(context.Context) error { return nil }, nil)
+		proc, err := newControllerProcess(opts, o, client, clientless(o), m, func(context.Context) error { return nil }, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
