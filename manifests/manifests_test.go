@@ -175,6 +175,8 @@ func env(t *testing.T, s *set, c *corev1.Container) map[string]string {
 				out[e.Name] = namespace
 			case "spec.nodeName":
 				out[e.Name] = "worker-1"
+			case "metadata.name":
+				out[e.Name] = "rds-csi-controller-5d8f9c7b6-x2x4q"
 			default:
 				t.Errorf("container %s env %s: unexpected fieldRef %s", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
@@ -774,6 +776,17 @@ func TestRBACIsSplitAndSufficient(t *testing.T) {
 	for _, v := range []string{"get", "list", "watch", "create", "update"} {
 		if !allows(grantedNS[controller], "coordination.k8s.io", "leases", v) {
 			t.Errorf("the controller may not %s leases in %s (leader election)", v, namespace)
+		}
+	}
+	// csi-provisioner's capacity tracking: its objects, and the walk up
+	// to the Deployment that owns them.
+	for _, n := range []struct{ group, resource, verb string }{
+		{"storage.k8s.io", "csistoragecapacities", "create"}, {"storage.k8s.io", "csistoragecapacities", "update"},
+		{"storage.k8s.io", "csistoragecapacities", "delete"}, {"storage.k8s.io", "csistoragecapacities", "watch"},
+		{"", "pods", "get"}, {"apps", "replicasets", "get"},
+	} {
+		if !allows(grantedNS[controller], n.group, n.resource, n.verb) {
+			t.Errorf("the controller may not %s %s.%s in %s (csi-provisioner --enable-capacity)", n.verb, n.resource, n.group, namespace)
 		}
 	}
 	// No Secrets for anyone: the SSH key reaches the driver as a mounted
