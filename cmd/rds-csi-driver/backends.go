@@ -68,8 +68,13 @@ func newRDSBoxes(cfgs []backends.Backend, m *metrics.Metrics) (*rdsBoxes, error)
 		m.AddRDS(name)
 		cfg.Observer = func(rec rds.CommandRecord) {
 			m.ObserveRDSCommand(name, rec.Command, rec.Duration, rec.Err)
+			if errors.Is(rec.Err, context.Canceled) {
+				return // its caller gave up: nothing learnt of the box
+			}
 			m.SetRDSConnected(name, rec.Err == nil || !errors.Is(rec.Err, rds.ErrTransient))
-			h.Observe(rec.Err)
+			if rec.Err == nil {
+				h.Answered() // a failure is the probe's to judge (backends.Health)
+			}
 		}
 		c, err := rds.NewClient(cfg)
 		if err != nil {

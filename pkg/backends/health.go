@@ -10,10 +10,14 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
-// Health is a box's reachability as last seen, by its own probes and by
-// every command sent to it: what placement reads to pass a box over
-// without waiting on it. It starts up (a box nobody has tried yet is
-// tried).
+// Health is a box's reachability as last seen by its own probe (Run),
+// and by every command that got an answer from it (Answered): what
+// placement reads to pass a box over without waiting on it. A command
+// that failed does not take the box down by itself: it may have failed
+// because its caller gave up (a CO's deadline, another box answering
+// first), which the client's error does not always tell apart from a
+// timeout; the probe, which nobody cancels, decides. It starts up (a box
+// nobody has tried yet is tried).
 type Health struct {
 	name string
 	mu   sync.Mutex
@@ -33,8 +37,13 @@ func Unreachable(err error) bool {
 		errors.Is(err, rds.ErrHostKey) || errors.Is(err, rds.ErrBadOutput)
 }
 
-// Observe records the outcome of a command or probe.
+// Observe records the outcome of a command or probe. A command its
+// caller gave up on (context.Canceled: another box answered first, the
+// RPC ended) says nothing about the box and changes nothing.
 func (h *Health) Observe(err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if Unreachable(err) {
@@ -44,6 +53,9 @@ func (h *Health) Observe(err error) {
 	}
 	h.at = time.Now()
 }
+
+// Answered records that the box answered a command: it is up.
+func (h *Health) Answered() { h.Observe(nil) }
 
 // Err is nil while the box is up, else the failure that took it down.
 func (h *Health) Err() error {
