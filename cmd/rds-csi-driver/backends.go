@@ -12,6 +12,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/informers"
+	"github.com/srvlab/rds-csi/pkg/inventory"
 	"github.com/srvlab/rds-csi/pkg/metrics"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -203,4 +204,18 @@ func (b boxIndex) Retiring() []*informers.Volume {
 // talks to an RDS (storage fencing off, as in tests of the index).
 func clientless(opts csi.Options) *rdsBoxes {
 	return &rdsBoxes{cfgs: []backends.Backend{opts.DefaultBackend()}, clients: []*rds.Client{nil}, health: []*backends.Health{backends.NewHealth(opts.RDSName)}}
+}
+
+// inventory is the /inventory handler: the default box's disks as
+// before with one box, every box's (each disk under its ID, a box that
+// does not answer named as such) with several.
+func (r *rdsBoxes) inventory(volumePath string) *inventory.Handler {
+	if len(r.cfgs) == 1 {
+		return inventory.NewHandler(r.clients[0], volumePath)
+	}
+	var sources []inventory.Source
+	for i, v := range r.views() {
+		sources = append(sources, inventory.Source{Name: r.cfgs[i].Name, Default: r.cfgs[i].Default, VolumePath: r.cfgs[i].VolumePath, Lister: v})
+	}
+	return inventory.NewBoxesHandler(sources)
 }

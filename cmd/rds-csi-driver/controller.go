@@ -282,9 +282,9 @@ type controllerProcess struct {
 	Ready     csi.ReadinessCheck
 	// httpLis is --http-endpoint, opened at start (nil: none).
 	httpLis net.Listener
-	// rdsHealth polls the RDS's health while this replica leads (nil:
-	// --rds-health-interval=0).
-	rdsHealth *rdshealth.Poller
+	// rdsHealth polls each box's health while this replica leads, one
+	// poller per box (none: --rds-health-interval=0).
+	rdsHealth []*rdshealth.Poller
 }
 
 // newControllerProcess builds everything the controller runs beside the
@@ -392,26 +392,36 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	}
 	p.health.Handle("/metrics", m.Handler())
 	if opts.RDSHealthInterval > 0 {
-		// Its own SSH connection (dialled by the leader only), so that a
-		// poll never holds a session the volume operations need.
-		def := boxes.cfgs[0]
-		cfg := def.RDSConfig()
-		cfg.CommandTimeout, cfg.MaxSessions = opts.RDSCommandTimeout, 1
-		cfg.Observer = func(r rds.CommandRecord) { m.ObserveRDSCommand(def.Name, r.Command, r.Duration, r.Err) }
-		client, err := rds.NewClient(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("RDS client for health polls: %w", err)
-		}
-		pvName := func(slot string) (string, bool) {
-			if v := p.index.Volume(slot); v != nil && v.PVName != "" {
-				return v.PVName, true
+		// Per box, its own SSH connection (dialled by the leader only), so
+		// that a poll never holds a session the volume operations need.
+		var sources []metrics.RDSHealthSource
+		for _, b := range boxes.cfgs {
+			cfg := b.RDSConfig()
+			cfg.MaxSessions = 1
+			if cfg.CommandTimeout == 0 {
+				cfg.CommandTimeout = opts.RDSCommandTimeout
 			}
-			return "", false
+			name := b.Name
+			cfg.Observer = func(r rds.CommandRecord) { m.ObserveRDSCommand(name, r.Command, r.Duration, r.Err) }
+			client, err := rds.NewClient(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("RDS client of %s for health polls: %w", describeBox(b), err)
+			}
+			view := backends.NewView(&b, nil)
+			pvName := func(slot string) (string, bool) {
+				if v := p.index.Volume(view.ID(slot)); v != nil && v.PVName != "" {
+					return v.PVName, true
+				}
+				return "", false
+			}
+			poller, err := rdshealth.New(client, rdshealth.Config{Pool: b.Pool, Interval: opts.RDSHealthInterval, PVName: pvName})
+			if err != nil {
+				return nil, err
+			}
+			p.rdsHealth = append(p.rdsHealth, poller)
+			sources = append(sources, metrics.RDSHealthSource{RDS: name, View: poller.View})
 		}
-		if p.rdsHealth, err = rdshealth.New(client, rdshealth.Config{Pool: driverOpts.RDSPool, Interval: opts.RDSHealthInterval, PVName: pvName}); err != nil {
-			return nil, err
-		}
-		m.ReportRDSHealth(p.rdsHealth.View)
+		m.ReportRDSHealth(sources...)
 	}
 	return p, nil
 }
@@ -419,9 +429,15 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 // pollRDSHealth polls the RDS's health while ctx (the leadership's) lasts,
 // once the index has synced (per-volume series are labelled by PV name).
 func (p *controllerProcess) pollRDSHealth(ctx context.Context) {
-	if p.rdsHealth != nil && p.ctrl.WaitForSync(ctx) {
-		p.rdsHealth.Run(ctx)
+	if len(p.rdsHealth) == 0 || !p.ctrl.WaitForSync(ctx) {
+		return
 	}
+	var wg sync.WaitGroup
+	for _, poller := range p.rdsHealth {
+		wg.Add(1)
+		go func() { defer wg.Done(); poller.Run(ctx) }()
+	}
+	wg.Wait()
 }
 
 func (p *controllerProcess) isLeader() bool { return p.leader.Load() }

@@ -202,7 +202,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			diag.servedByController = true
 			// Read-only, cached, no credentials: docs/kubectl-rds.md.
-			proc.health.Handle(inventory.Path, inventory.NewHandler(boxes.clients[0], opts.VolumePath))
+			proc.health.Handle(inventory.Path, boxes.inventory(opts.VolumePath))
 			pub, ready = proc.Publisher, []csi.ReadinessCheck{proc.Ready}
 		}
 		if d, err = csi.NewDriverBoxes(opts, boxes.csiBoxes(), ready...); err != nil {
