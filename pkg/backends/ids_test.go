@@ -2,10 +2,12 @@ package backends
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -62,11 +64,50 @@ func TestTheRouterNeverSendsAnotherBoxsIDToTheDefault(t *testing.T) {
 	}
 }
 
+// DH-HMAC-CHAP per box: an authenticated export swap of a box's volume
+// goes to that box alone, under the slot the box knows, and the secret
+// it prints comes back; an unknown box's goes nowhere.
+func TestAnAuthenticatedSwapGoesToItsVolumesBox(t *testing.T) {
+	secret, err := nvme.NewDHCHAPSecret(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &recordingRDS{}
+	b := &recordingRDS{secret: secret}
+	r, err := NewRouter(NewView(&Backend{Name: "rack-a", Default: true}, a), NewView(&Backend{Name: "rack-b"}, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	to := rds.ExportState{Open: true, Host: "nqn.2014-08.org.nvmexpress:uuid:5459cdc1-af07-497b-8b8e-7ed04e2b1d5a"}
+	got, sec, err := r.SwapExportAuth(ctx, "rack-b/pvc-1", rds.ExportState{}, to, rds.ExportPassword{})
+	if err != nil || got != to || !sec.Equal(secret) || b.last != "pvc-1" || a.last != "" {
+		t.Fatalf("rack-b's volume: state %+v, secret from rack-b %t, err %v; rack-b got %q, rack-a got %q", got, sec.Equal(secret), err, b.last, a.last)
+	}
+	b.last = ""
+	if _, _, err := r.SwapExportAuth(ctx, "pvc-2", rds.ExportState{}, to, rds.ExportPassword{}); err != nil || a.last != "pvc-2" || b.last != "" {
+		t.Fatalf("the default box's volume: err %v; rack-a got %q, rack-b got %q", err, a.last, b.last)
+	}
+	a.last = ""
+	if _, _, err := r.SwapExportAuth(ctx, "rack-z/pvc-3", rds.ExportState{}, to, rds.ExportPassword{}); !errors.Is(err, ErrUnknownBox) || a.last != "" || b.last != "" {
+		t.Fatalf("an unknown box's volume: err %v; rack-a got %q, rack-b got %q", err, a.last, b.last)
+	}
+}
+
 // recordingRDS remembers the last slot it was asked for.
 type recordingRDS struct {
 	RDS
-	last string
-	err  error
+	last   string
+	err    error
+	secret nvme.DHCHAPSecret
+}
+
+func (r *recordingRDS) SwapExportAuth(_ context.Context, slot string, _, to rds.ExportState, _ rds.ExportPassword) (rds.ExportState, nvme.DHCHAPSecret, error) {
+	r.last = slot
+	if r.err != nil {
+		return rds.ExportState{}, nvme.DHCHAPSecret{}, r.err
+	}
+	return to, r.secret, nil
 }
 
 func (r *recordingRDS) GetDisk(_ context.Context, slot string) (*rds.Disk, error) {
