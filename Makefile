@@ -25,7 +25,7 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/version.Version=$(VERSION)
 FUZZCOUNT ?= 20000
 PKGS := ./...
 
-.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme
+.PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme e2e-kubelet
 
 all: build
 
@@ -37,10 +37,11 @@ build:
 # commands, ./docs), csi-sanity
 # against the shipped binaries, then each fuzz target briefly, then the e2e
 # suite on a real control plane (the release and upgrade tests among it),
-# then the NVMe/TCP tier in a VM. test-host is all of it but the VM tier:
-# what the pull request workflow runs on every runner (docs/release.md).
+# then the kubelet tier on real nodes, then the NVMe/TCP tier in a VM.
+# test-host is all of it but the VM tier: what the pull request workflow
+# runs on every runner (docs/release.md).
 test: test-host e2e-nvme
-test-host: lint unit packaging sanity-loop model fuzz e2e
+test-host: lint unit packaging sanity-loop model fuzz e2e e2e-kubelet
 .PHONY: test-host
 
 unit:
@@ -109,6 +110,21 @@ e2e:
 	./hack/build-controlplane.sh
 	$(GO) vet -tags e2e ./e2e/... ./docs
 	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/... ./docs
+
+# The kubelet tier (e2e/kubelet, build tag kubelet): the driver as users
+# run it, installed from the chart's render with the image of `make image`
+# (the test runs it once)
+# on two real nodes of this machine (kubelet and containerd built from
+# their Go modules, Debian's runc and CNI plugins; hack/build-kubelet-tier.sh,
+# e2e/README.md), against the RDS simulator with the loop connector, and
+# Kubernetes' storage e2e suite for external drivers there (e2e.test with
+# e2e/kubelet/testdata/storage-testdriver.yaml). Needs root; skips with
+# the reason outside CI, fails in CI.
+e2e-kubelet: deps
+	$(GO) vet -tags kubelet ./e2e/kubelet
+	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
+	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images e2e.test ginkgo" ./hack/build-kubelet-tier.sh && \
+	  $(GO) test -tags kubelet -count=1 -timeout 60m -v ./e2e/kubelet; fi
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -608,7 +609,7 @@ func rollThrough(t *testing.T, from, to releaseBuild) {
 	for _, r := range w.replicas {
 		probe(r)
 	}
-	noAttachError(ctx, t, c, w.vols)
+	noAttachError(ctx, t, tl, c, w.vols)
 	done()
 
 	done = tl.Step(toVersion + " at work: unpublish, the migration's end, a publish, a fence and a failover, the old fence lifted")
@@ -679,17 +680,34 @@ func rollThrough(t *testing.T, from, to releaseBuild) {
 
 // noAttachError: no VolumeAttachment of the scenario carries an attach
 // error (a refusal of the new build to serve an old attachment).
-func noAttachError(ctx context.Context, t *testing.T, c kubernetes.Interface, vols map[string]*releaseVolume) {
+func noAttachError(ctx context.Context, t *testing.T, tl *framework.Timeline, c kubernetes.Interface, vols map[string]*releaseVolume) {
 	t.Helper()
-	for _, v := range vols {
-		vas, err := framework.VolumeAttachmentsFor(ctx, c, v.pv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, va := range vas {
-			if va.Status.AttachError != nil {
-				t.Errorf("%s on %s: attach error %q", v.claim, va.Spec.NodeName, va.Status.AttachError.Message)
+	// An attach error the attacher retries away (a call ABORTED because
+	// another one on the volume was in flight, as a replica's restart
+	// makes two) clears with its next success; one that stays is a
+	// failure, and so is a refusal at once.
+	_, err := framework.WaitFor(ctx, tl, 2*time.Minute, "no VolumeAttachment with an attach error", func(ctx context.Context) (bool, string, error) {
+		var left []string
+		for _, v := range vols {
+			vas, err := framework.VolumeAttachmentsFor(ctx, c, v.pv)
+			if err != nil {
+				return false, "", err
+			}
+			for _, va := range vas {
+				e := va.Status.AttachError
+				if e == nil {
+					continue
+				}
+				msg := fmt.Sprintf("%s on %s: attach error %q", v.claim, va.Spec.NodeName, e.Message)
+				if !strings.Contains(e.Message, "code = Aborted") && !strings.Contains(e.Message, "code = Unavailable") {
+					return false, "", errors.New(msg)
+				}
+				left = append(left, msg)
 			}
 		}
+		return len(left) == 0, strings.Join(left, "; "), nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

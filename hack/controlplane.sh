@@ -23,13 +23,17 @@
 #   NODE_MONITOR_PERIOD     [2s] --node-monitor-period
 #   NODE_MONITOR_GRACE      [20s] --node-monitor-grace-period
 #   ATTACH_DETACH_SYNC      [10s] --attach-detach-reconcile-sync-period
-#   READY_TIMEOUT           [120] seconds to wait for readiness
+#   READY_TIMEOUT           [120] seconds to wait for readiness (whole seconds, 1 to 999999)
 #   APISERVER_FEATURE_GATES [WatchList=true] --feature-gates of kube-apiserver: watch-list
 #                                (informers stream their initial sync instead of one LIST;
 #                                on by default since 1.34, stated here because the driver's
 #                                scale benchmarks depend on it; it also needs an etcd with
 #                                RequestWatchProgress, 3.4.31+/3.5.13+/3.6: build-controlplane.sh)
 #   KCM_EXTRA_ARGS, APISERVER_EXTRA_ARGS   appended verbatim (word-split)
+#   APISERVER_AUTHORIZATION_MODE [RBAC] --authorization-mode (Node,RBAC with real kubelets)
+#   APISERVER_KUBELET_CLIENT [0] 1: kube-apiserver presents the admin certificate to
+#                                kubelets (--kubelet-client-certificate), for real nodes
+#                                whose kubelets authenticate it (the kubelet tier)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,6 +48,8 @@ NODE_MONITOR_PERIOD="${NODE_MONITOR_PERIOD:-2s}"
 NODE_MONITOR_GRACE="${NODE_MONITOR_GRACE:-20s}"
 ATTACH_DETACH_SYNC="${ATTACH_DETACH_SYNC:-10s}"
 READY_TIMEOUT="${READY_TIMEOUT:-120}"
+APISERVER_KUBELET_CLIENT="${APISERVER_KUBELET_CLIENT:-0}"
+APISERVER_AUTHORIZATION_MODE="${APISERVER_AUTHORIZATION_MODE:-RBAC}"
 APISERVER_FEATURE_GATES="${APISERVER_FEATURE_GATES-WatchList=true}"
 SERVICE_CIDR="10.0.0.0/24"
 SERVICE_IP="10.0.0.1"
@@ -54,6 +60,9 @@ die() { log "ERROR: $*"; exit 1; }
 
 usage() { echo "usage: $0 start|stop|status|env <dir>" >&2; exit 2; }
 [[ $# -eq 2 ]] || usage
+# READY_TIMEOUT goes into shell arithmetic, which would evaluate any
+# expression in it (a name reads as 0, so "abc" timed out at once).
+[[ "$READY_TIMEOUT" =~ ^[1-9][0-9]{0,5}$ ]] || { echo "$0: READY_TIMEOUT=$READY_TIMEOUT: want whole seconds, 1 to 999999 (default 120)" >&2; exit 2; }
 CMD=$1
 mkdir -p "$2"
 DIR="$(cd "$2" && pwd)"
@@ -371,6 +380,8 @@ start_once() {
   wait_for etcd "etcd /health" etcd_healthy
 
   # ---- kube-apiserver
+  local kubelet_client=()
+  [[ "$APISERVER_KUBELET_CLIENT" == 1 ]] && kubelet_client=(--kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key")
   # shellcheck disable=SC2086
   launch kube-apiserver "$KUBE_APISERVER_BIN" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
@@ -380,7 +391,7 @@ start_once() {
     --tls-cert-file="$PKI/apiserver.crt" \
     --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" \
-    --authorization-mode=RBAC \
+    --authorization-mode="$APISERVER_AUTHORIZATION_MODE" \
     --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
     --requestheader-allowed-names=front-proxy-client \
     --requestheader-username-headers=X-Remote-User \
@@ -395,6 +406,7 @@ start_once() {
     --allow-privileged=true \
     --profiling=false \
     ${APISERVER_FEATURE_GATES:+--feature-gates="$APISERVER_FEATURE_GATES"} \
+    "${kubelet_client[@]}" \
     --v=1 \
     ${APISERVER_EXTRA_ARGS:-}
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready

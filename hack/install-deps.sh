@@ -3,7 +3,9 @@
 # mkfs.ext4/resize2fs (e2fsprogs), mkfs.xfs/xfs_growfs (xfsprogs), losetup,
 # blkid and mount (util-linux, mount), and promtool (prometheus) for the
 # alert tests, QEMU, busybox-static and fio for the NVMe/TCP VM tier
-# (hack/nvme-vm.sh), and shellcheck for the workflows' lint. Idempotent: a machine that has them
+# (hack/nvme-vm.sh), shellcheck for the workflows' lint, and what the
+# kubelet tier's nodes and its pause image need (util-linux, iproute2,
+# gcc). Idempotent: a machine that has them
 # all is left alone. Installing needs root and Debian's apt; without root
 # it only says what is missing (the root-only tests then skip and say why).
 set -euo pipefail
@@ -28,6 +30,12 @@ declare -A pkg=(
   [ssh]=openssh-client
   # make lint-workflows: actionlint checks the workflows' scripts with it.
   [shellcheck]=shellcheck
+  # The kubelet tier (e2e/kubelet): each node's namespaces (unshare,
+  # nsenter), its loopback addresses (ip), and the pause image's static
+  # build from k8s.io/kubernetes' pause.c (gcc, libc's static archive).
+  [unshare]=util-linux [nsenter]=util-linux
+  [ip]=iproute2
+  [gcc]=gcc
 )
 missing=()
 for tool in "${!pkg[@]}"; do

@@ -117,6 +117,10 @@ wait "$driver_pid" || die "rds-csi-driver exited with $? after SIGTERM: $(tail -
 driver_pid=""
 left=$(awk -v d="$dir" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo; losetup --list --noheadings -O NAME,BACK-FILE | awk -v d="$dir" 'index($2, d) == 1')
 [[ -z "$left" ]] || die "left behind after csi-sanity: $left"
+# Every unstage and unpublish removed the node's record of that mount
+# (--node-state-dir, by default node-state beside the socket).
+records=$(find "$dir/node-state" -type f 2>/dev/null || true)
+[[ -z "$records" ]] || die "mount records left behind after csi-sanity: $records"
 disks=$("$BIN/rdsctl" --address 127.0.0.1 --port "${addr##*:}" --user admin --key "$dir/id_ed25519" --known-hosts "$dir/known_hosts" list 2>&1 | grep -c 'pvc-' || true)
 [[ "$disks" == 0 ]] || die "csi-sanity left $disks volumes on the simulator"
-log "ok: no mounts, loop devices or volumes left"
+log "ok: no mounts, mount records, loop devices or volumes left"

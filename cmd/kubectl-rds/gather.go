@@ -83,6 +83,13 @@ func gatherAll(ctx context.Context, cl clients, g globalOptions) (*diagnose.Clus
 	if err := gatherAttachmentsAndNodes(ctx, cl, c); err != nil {
 		return nil, err
 	}
+	// The driver's own pods, wherever it is installed: a container that
+	// cannot pull its image is a finding.
+	pods, err := cl.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: diagnose.DriverPodsSelector})
+	if err != nil {
+		return nil, fmt.Errorf("listing the driver's pods (%s): %w", diagnose.DriverPodsSelector, err)
+	}
+	c.DriverPods = pods.Items
 	gatherSnapshots(ctx, cl, c)
 	gatherInventory(ctx, g, c)
 	return c, nil

@@ -105,6 +105,11 @@ func (o *globalOptions) connect() (clients, error) {
 	rules.ExplicitPath = o.kubeconfig
 	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
 	rc, err := cfg.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		// client-go would say "try setting KUBERNETES_MASTER", naming
+		// none of the files it looked for.
+		return clients{}, noKubeconfig(rules)
+	}
 	if err != nil {
 		return clients{}, fmt.Errorf("kubeconfig: %w", err)
 	}
@@ -123,6 +128,31 @@ func (o *globalOptions) connect() (clients, error) {
 		return clients{}, err
 	}
 	return clients{kube: kube, dynamic: dyn}, nil
+}
+
+// noKubeconfig says which kubeconfig files were looked for and what was
+// wrong with them, when none gave a cluster.
+func noKubeconfig(rules *clientcmd.ClientConfigLoadingRules) error {
+	var missing, empty []string
+	for _, f := range rules.Precedence {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f)
+		} else {
+			empty = append(empty, f)
+		}
+	}
+	const how = "kubectl rds reads the kubeconfig as kubectl does: --kubeconfig FILE, else the files in $KUBECONFIG, else ~/.kube/config"
+	var what []string
+	if len(missing) > 0 {
+		what = append(what, strings.Join(missing, ", ")+" does not exist")
+	}
+	if len(empty) > 0 {
+		what = append(what, strings.Join(empty, ", ")+" names no cluster")
+	}
+	if env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); env != "" {
+		return fmt.Errorf("no kubeconfig: $KUBECONFIG is %q, and %s (%s)", env, strings.Join(what, "; "), how)
+	}
+	return fmt.Errorf("no kubeconfig: %s, and $KUBECONFIG is not set (%s)", strings.Join(what, "; "), how)
 }
 
 func main() {
@@ -206,6 +236,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 var errUnknownCommand = errors.New("unknown command")
 
+// minTimeout is the shortest --timeout: a command makes several API calls,
+// and less would fail every one.
+const minTimeout = time.Second
+
 // invocation is a command line, checked.
 type invocation struct {
 	cmd  string
@@ -255,8 +289,8 @@ func (inv *invocation) check(pos []string, g *globalOptions, given map[string][]
 	if g.output != "text" && g.output != "json" {
 		return fmt.Errorf("-o must be text or json, not %q", g.output)
 	}
-	if g.timeout <= 0 {
-		return fmt.Errorf("--timeout must be positive, not %v", g.timeout)
+	if g.timeout < minTimeout {
+		return fmt.Errorf("--timeout must be at least %v (the API calls of one command), not %v", minTimeout, g.timeout)
 	}
 	// A CSIDriver's name: a DNS subdomain of at most 63 characters.
 	if errs := validation.IsDNS1123Subdomain(g.driver); len(errs) > 0 || len(g.driver) > 63 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/diagnose"
@@ -234,8 +236,9 @@ func TestUsageErrorsSayWhatIsMissing(t *testing.T) {
 		{[]string{"release", "pv-1", "--yes"}, []string{"--node is required"}},
 		{[]string{"why", "pod", "shop/"}, []string{"the name is empty"}},
 		{[]string{"why", "pvc", ""}, []string{"the name is empty"}},
-		{[]string{"check", "--timeout=0"}, []string{"--timeout must be positive"}},
-		{[]string{"check", "--timeout=-1s"}, []string{"--timeout must be positive"}},
+		{[]string{"check", "--timeout=0"}, []string{"--timeout must be at least 1s"}},
+		{[]string{"check", "--timeout=-1s"}, []string{"--timeout must be at least 1s"}},
+		{[]string{"check", "--timeout=1ns"}, []string{"--timeout must be at least 1s", "not 1ns"}},
 	}
 	for _, tc := range tests {
 		for _, fake := range []*clients{cl, nil} { // nil: the kubeconfig, absent here
@@ -248,6 +251,43 @@ func TestUsageErrorsSayWhatIsMissing(t *testing.T) {
 				if !strings.Contains(errOut.String(), s) || strings.Contains(errOut.String(), "kubeconfig") {
 					t.Errorf("%q (fake clients %v): %q does not say %q (or blames the kubeconfig)", tc.args, fake != nil, errOut.String(), s)
 				}
+			}
+		}
+	}
+}
+
+// KUBECONFIG naming a file that does not exist (or none set and no
+// ~/.kube/config) is said with the files looked for, not as client-go's
+// "try setting KUBERNETES_MASTER".
+func TestMissingKubeconfigNamed(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod: no in-cluster fallback
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "absent")
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		env  string
+		says []string
+	}{
+		{missing, []string{`$KUBECONFIG is "` + missing + `"`, missing + " does not exist"}},
+		{missing + string(filepath.ListSeparator) + empty, []string{missing + " does not exist", empty + " names no cluster"}},
+	}
+	// ~/.kube/config as client-go found it at start (its HOME then).
+	if _, err := os.Stat(clientcmd.RecommendedHomeFile); err != nil {
+		cases = append(cases, struct {
+			env  string
+			says []string
+		}{"", []string{clientcmd.RecommendedHomeFile + " does not exist", "$KUBECONFIG is not set"}})
+	}
+	for _, tc := range cases {
+		t.Setenv("KUBECONFIG", tc.env)
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), []string{"check"}, strings.NewReader(""), &out, &errOut, nil)
+		for _, s := range tc.says {
+			if code != exitError || !strings.Contains(errOut.String(), s) || strings.Contains(errOut.String(), "KUBERNETES_MASTER") {
+				t.Errorf("KUBECONFIG=%q: exit %d, stderr %q; want exit %d saying %q", tc.env, code, errOut.String(), exitError, s)
 			}
 		}
 	}

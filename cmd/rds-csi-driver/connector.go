@@ -29,6 +29,9 @@ type connectorOptions struct {
 	Kind        string
 	LoopDataDir string
 	NVMeDir     string // the host's /etc/nvme: hostnqn, hostid
+	// StateDir: where the node service records the mounts it makes
+	// ("": beside a unix --endpoint's socket; stateDir).
+	StateDir string
 	// CtrlLoss: nvme-tcp's ctrl_loss_tmo, how long a lost connection is
 	// reconnected before the device goes.
 	CtrlLoss time.Duration
@@ -52,11 +55,12 @@ const (
 const defaultNVMeDir = "/etc/nvme"
 
 func (o *connectorOptions) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node service connects volumes: tcp (NVMe/TCP, the only choice for real clusters) or loop (labs and demos: a loop device over the RDS simulator's backing file on this machine; needs --node-loop-data-dir)")
-	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir on this machine")
-	fs.DurationVar(&o.CtrlLoss, "nvme-ctrl-loss-timeout", nvme.DefaultCtrlLossTimeout, "with --node-connector=tcp: how long the kernel keeps reconnecting a volume's lost NVMe/TCP connection (ctrl_loss_tmo) before it gives up and the device goes; it must outlast an RDS reboot, which docs/node.md assumes takes 1-3 min ("+minCtrlLoss.String()+" to "+maxCtrlLoss.String()+", rounded up to whole seconds)")
-	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", nvme.DefaultFastIOFailTimeout, "with --node-connector=tcp: fail I/O this long after a volume's connection is lost instead of holding it until the reconnect (fast_io_fail_tmo): an attachment cut off by storage fencing then gets I/O errors rather than writes hung until --nvme-ctrl-loss-timeout, at the cost of failing I/O in any RDS outage longer than this, such as a reboot (0: off, I/O waits up to --nvme-ctrl-loss-timeout, needed on kernels before 5.10; else at least "+minFastIOFail.String()+" and shorter than --nvme-ctrl-loss-timeout, rounded up to whole seconds)")
-	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the directory of this host's NVMe identity (hostnqn, hostid), created there at start when missing; it must be the host's and persist across restarts, since the host NQN is the node's identity on the RDS")
+	fs.StringVar(&o.Kind, "node-connector", connectorTCP, "how the node connects volumes: tcp (NVMe/TCP) or loop (labs: the simulator's files)")
+	fs.StringVar(&o.LoopDataDir, "node-loop-data-dir", "", "with --node-connector=loop: the RDS simulator's --data-dir, an absolute path")
+	fs.DurationVar(&o.CtrlLoss, "nvme-ctrl-loss-timeout", nvme.DefaultCtrlLossTimeout, "with --node-connector=tcp: how long a lost connection is reconnected (ctrl_loss_tmo)")
+	fs.DurationVar(&o.FastIOFail, "nvme-fast-io-fail-timeout", nvme.DefaultFastIOFailTimeout, "with --node-connector=tcp: fail I/O this long after a connection is lost (0: off)")
+	fs.StringVar(&o.StateDir, "node-state-dir", "", "where the node records its mounts (default: node-state beside a unix --endpoint)")
+	fs.StringVar(&o.NVMeDir, "node-nvme-dir", defaultNVMeDir, "with --node-connector=tcp: the host's NVMe identity directory (hostnqn, hostid)")
 }
 
 // validate refuses the loop connector unless it is chosen explicitly with
@@ -96,6 +100,11 @@ func (o *connectorOptions) validate(mode string) error {
 		if o.NVMeDir != defaultNVMeDir {
 			return errors.New("invalid configuration: --node-nvme-dir is for --node-connector=tcp; the loop connector presents no host NQN")
 		}
+		// Every volume's file is resolved in it, and a relative file
+		// would make every NodeStage fail.
+		if !filepath.IsAbs(o.LoopDataDir) {
+			return fmt.Errorf("invalid configuration: --node-loop-data-dir %q must be an absolute path (the RDS simulator's --data-dir, e.g. \"$PWD/%s\")", o.LoopDataDir, filepath.Clean(o.LoopDataDir))
+		}
 		if fi, err := os.Stat(o.LoopDataDir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("invalid configuration: --node-loop-data-dir %s is not a directory (start the RDS simulator with --data-dir first)", o.LoopDataDir)
 		}
@@ -103,6 +112,27 @@ func (o *connectorOptions) validate(mode string) error {
 		return fmt.Errorf("invalid configuration: --node-connector must be %s or %s, not %q", connectorTCP, connectorLoop, o.Kind)
 	}
 	return nil
+}
+
+// defaultStateDirName is the node state directory beside the socket: in
+// the chart the socket's directory is the host's kubelet plugin directory
+// of the driver, which persists across restarts of the node plugin.
+const defaultStateDirName = "node-state"
+
+// stateDir is where the node service records its mounts: --node-state-dir,
+// or node-state beside a unix endpoint's socket; "" with a tcp endpoint.
+func (o *connectorOptions) stateDir(endpoint string) string {
+	if o.StateDir != "" {
+		return o.StateDir
+	}
+	if network, address, err := csi.ParseEndpoint(endpoint); err == nil && network == "unix" {
+		dir, err := filepath.Abs(filepath.Join(filepath.Dir(address), defaultStateDirName))
+		if err != nil {
+			return ""
+		}
+		return dir
+	}
+	return ""
 }
 
 // connector builds the node's connector.
@@ -155,7 +185,7 @@ func (o *connectorOptions) nodeServer(ctx context.Context, d *csi.Driver, opts c
 	if err != nil {
 		return nil, err
 	}
-	ns := csi.NewNodeServer(d, c, nil)
+	ns := csi.NewNodeServer(d, c, o.stateDir(opts.Endpoint))
 	if err := o.nodeKey(ctx, ns, c, opts); err != nil {
 		return nil, err
 	}

@@ -125,3 +125,23 @@ func TestNVMeTimerFlags(t *testing.T) {
 			nvme.DefaultFastIOFailTimeout, nvme.DefaultCtrlLossTimeout)
 	}
 }
+
+// The node's mount records go where --node-state-dir says, by default
+// beside a unix endpoint's socket (in the chart: the host's kubelet plugin
+// directory of the driver, which outlives the node plugin's pod); a tcp
+// endpoint has no such place.
+func TestNodeStateDir(t *testing.T) {
+	for _, tc := range []struct {
+		flag, endpoint, want string
+	}{
+		{"", "unix:///csi/csi.sock", "/csi/node-state"},
+		{"", "unix:///var/lib/kubelet/plugins/rds.csi.srvlab.io/csi.sock", "/var/lib/kubelet/plugins/rds.csi.srvlab.io/node-state"},
+		{"/var/lib/rds-csi", "unix:///csi/csi.sock", "/var/lib/rds-csi"},
+		{"/var/lib/rds-csi", "tcp://127.0.0.1:10000", "/var/lib/rds-csi"},
+		{"", "tcp://127.0.0.1:10000", ""},
+	} {
+		if got := (&connectorOptions{StateDir: tc.flag}).stateDir(tc.endpoint); got != tc.want {
+			t.Errorf("--node-state-dir=%q --endpoint=%s: %q, want %q", tc.flag, tc.endpoint, got, tc.want)
+		}
+	}
+}

@@ -88,25 +88,25 @@ type controllerOptions struct {
 func (o *controllerOptions) addFlags(fs *flag.FlagSet) {
 	def := fencing.DefaultConfig()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API (default: in-cluster configuration)")
-	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", contentTypeProtobuf, "how requests to the Kubernetes API and its answers are encoded: "+contentTypeProtobuf+" (the default, as kube-controller-manager's: kube-apiserver encodes and the controller decodes each PV, VolumeAttachment and Node several times faster, so it starts sooner at scale) or "+contentTypeJSON+" (for a proxy in front of kube-apiserver that passes JSON only)")
-	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address of the /healthz, /readyz and /metrics endpoint, e.g. :8080 (empty: none); opened at start: an address that cannot be listened on stops the driver")
-	fs.BoolVar(&o.LeaderElection, "leader-election", false, "elect one controller replica to run background actions (node-failure fencing); every replica serves publishes")
+	fs.StringVar(&o.KubeAPIContentType, "kube-api-content-type", contentTypeProtobuf, "encoding of Kubernetes API requests: "+contentTypeProtobuf+" or "+contentTypeJSON)
+	fs.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "address of /healthz, /readyz and /metrics, e.g. :8080 (empty: none)")
+	fs.BoolVar(&o.LeaderElection, "leader-election", false, "elect one controller replica to run the background actions")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
-	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a leader's Lease is valid without renewal")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a leader's Lease is valid without renewal (whole seconds)")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "how often candidates try to acquire or renew the Lease")
-	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored: a volume moves to another node once its detach has completed (docs/attachments.md)")
-	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node's attachments once it has been NotReady this long (0: never; NotReady alone may be a partition with the node still writing). Default with --storage-fencing=allow-host: 20s, since the fence then cuts the node off the RDS first")
-	fs.DurationVar(&o.HeartbeatThreshold, "heartbeat-threshold", 0, "with --storage-fencing=allow-host: fence a node's attachments once this controller has not seen its kubelet's Lease (kube-node-lease) renewed for this long, on its own clock (0: never). Default with storage fencing: "+StorageFencedHeartbeatThreshold.String()+"; refused without it. Never shorter, for a node, than two of its kubelet's renewals (a quarter of its Lease's leaseDurationSeconds each; 20s for the kubelet's default 40): a shorter value is raised for that node and logged. Below 20s only with kubelets set to renew faster (nodeLeaseDurationSeconds; docs/attachments.md), at least "+minHeartbeatThreshold.String())
-	fs.Float64Var(&o.FenceGuardShare, "fence-guard-share", fencing.DefaultGuardShare, "mass-outage guard: while at least two nodes and more than this share of all are unhealthy together (an API server outage, a partition), no node is fenced for NotReady or a lost heartbeat (0 < share <= 1)")
-	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes (KubeVirt live migration)")
-	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim that no VolumeAttachment has stood on for this long (event OrphanedClaim, metric rds_csi_orphaned_claims; 0: never); it is never released automatically")
-	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch on the API server has been disconnected for longer than this")
-	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with --storage-fencing=allow-host: once a node NotReady past --not-ready-threshold, or whose heartbeat was lost past --heartbeat-threshold, is cut off every volume it held, taint it node.kubernetes.io/out-of-service (value "+fencing.DriverOutOfServiceValue+") so Kubernetes moves its pods and volumes at once; the taint is removed when the node is Ready again. Not done while the node has volumes of other drivers")
-	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with --storage-fencing=allow-host: how often the leader compares every export on the RDS with its volume's live claims and fixes a mismatch (also at start and after each takeover); one /disk print plus, per mismatch only, a PV read")
-	fs.DurationVar(&o.RDSHealthInterval, "rds-health-interval", 30*time.Second, "how often the leader polls the RDS's own health and load for /metrics (RAID arrays, drives' S.M.A.R.T., pool use and rates, each volume's I/O): three commands a poll whatever the number of volumes, over an SSH connection of its own (0: off; "+rdshealth.MinInterval.String()+" to "+rdshealth.MaxInterval.String()+"; docs/operations.md)")
-	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes (retried with backoff)")
-	fs.DurationVar(&o.RDSCommandTimeout, "rds-command-timeout", DefaultRDSCommandTimeout, "how long the controller waits for the RDS to answer one attempt of one command before it gives up on it (the command may still take effect later; a transport failure is retried up to 4 attempts); /disk add copy-from has its own 1h ("+minRDSCommandTimeout.String()+" to "+maxRDSCommandTimeout.String()+")")
+	fs.DurationVar(&o.GracePeriod, "attach-grace-period", 0, "deprecated, ignored")
+	fs.DurationVar(&o.NotReadyThreshold, "not-ready-threshold", 0, "fence a node NotReady this long (0: never; default with storage fencing: 20s)")
+	fs.DurationVar(&o.HeartbeatThreshold, "heartbeat-threshold", 0, "with storage fencing: fence a node whose heartbeat is lost this long (default 20s; 0: never)")
+	fs.Float64Var(&o.FenceGuardShare, "fence-guard-share", fencing.DefaultGuardShare, "mass-outage guard: no heartbeat or NotReady fence while more than this share are unhealthy")
+	fs.DurationVar(&o.MigrationTimeout, "migration-timeout", def.MigrationTimeout, "how long a raw-block ReadWriteMany volume may stay on two nodes")
+	fs.DurationVar(&o.OrphanedClaimThreshold, "orphaned-claim-threshold", 5*time.Minute, "report a claim no VolumeAttachment stood on for this long (0: never)")
+	fs.DurationVar(&o.WatchStallThreshold, "watch-disconnect-threshold", 30*time.Second, "/readyz and Probe fail while a watch is disconnected this long")
+	fs.BoolVar(&o.OutOfServiceTaint, "out-of-service-taint", false, "with storage fencing: taint a fenced node node.kubernetes.io/out-of-service")
+	fs.DurationVar(&o.ExportReconcilePeriod, "export-reconcile-period", time.Minute, "with storage fencing: how often the leader reconciles exports with claims")
+	fs.DurationVar(&o.RDSHealthInterval, "rds-health-interval", 30*time.Second, "how often the leader polls the RDS's health for /metrics (0: off)")
+	fs.DurationVar(&o.ReactionTimeout, "fence-call-timeout", 15*time.Second, "timeout of each API call a fence reaction makes")
+	fs.DurationVar(&o.RDSCommandTimeout, "rds-command-timeout", DefaultRDSCommandTimeout, "how long one attempt of one RDS command is waited for")
 }
 
 // DefaultRDSCommandTimeout is --rds-command-timeout's default (rds.Config's).
@@ -157,48 +157,117 @@ func (o *controllerOptions) storageFencingDefaults(d csi.Options, fs *flag.FlagS
 
 func (o *controllerOptions) validate() error {
 	var problems []string
-	if o.LeaderElection && (o.LeaseDuration <= o.RenewDeadline || o.RenewDeadline <= o.RetryPeriod || o.RetryPeriod <= 0) {
-		problems = append(problems, fmt.Sprintf("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	if o.LeaderElection {
+		o.validateLeaderElection(add)
 	}
 	if ct := o.contentType(); ct != contentTypeProtobuf && ct != contentTypeJSON {
-		problems = append(problems, fmt.Sprintf("--kube-api-content-type=%q is neither %s nor %s", o.KubeAPIContentType, contentTypeProtobuf, contentTypeJSON))
+		add("--kube-api-content-type=%q is neither %s nor %s", o.KubeAPIContentType, contentTypeProtobuf, contentTypeJSON)
 	}
-	if o.NotReadyThreshold < 0 || o.MigrationTimeout <= 0 || o.OrphanedClaimThreshold < 0 {
-		problems = append(problems, "--not-ready-threshold and --orphaned-claim-threshold must not be negative, --migration-timeout must be positive")
+	// Each duration has the floor its meaning needs: below it the flag
+	// is taken and quietly does something else than what it says.
+	switch {
+	case o.NotReadyThreshold < 0:
+		add("--not-ready-threshold must not be negative (have %s; 0: never)", o.NotReadyThreshold)
+	case o.NotReadyThreshold > 0 && o.NotReadyThreshold < minNotReadyThreshold:
+		add("--not-ready-threshold=%s is shorter than %s: a node NotReady for less is a status flapping (a kubelet restart posts NotReady, then Ready), not a node gone (0: never)", o.NotReadyThreshold, minNotReadyThreshold)
 	}
-	if o.ExportReconcilePeriod < time.Second {
-		problems = append(problems, fmt.Sprintf("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod))
+	switch {
+	case o.OrphanedClaimThreshold < 0:
+		add("--orphaned-claim-threshold must not be negative (have %s; 0: never)", o.OrphanedClaimThreshold)
+	case o.OrphanedClaimThreshold > 0 && o.OrphanedClaimThreshold < minOrphanedClaimThreshold:
+		add("--orphaned-claim-threshold=%s is shorter than %s: a claim is briefly without its VolumeAttachment while the index catches up with a detach, which is no orphan (0: never)", o.OrphanedClaimThreshold, minOrphanedClaimThreshold)
+	}
+	// And the ceiling where a larger value quietly turns off what the
+	// flag bounds.
+	switch {
+	case o.MigrationTimeout < minMigrationTimeout:
+		add("--migration-timeout=%s is shorter than %s: a live migration copies a VM's memory, and the holders' times have one-second resolution", o.MigrationTimeout, minMigrationTimeout)
+	case o.MigrationTimeout > maxMigrationTimeout:
+		add("--migration-timeout=%s is longer than %s: it bounds how long two nodes may write one volume, and a longer one is no bound", o.MigrationTimeout, maxMigrationTimeout)
+	}
+	switch {
+	case o.ExportReconcilePeriod < time.Second:
+		add("--export-reconcile-period must be at least 1s (have %s)", o.ExportReconcilePeriod)
+	case o.ExportReconcilePeriod > maxExportReconcilePeriod:
+		add("--export-reconcile-period=%s is longer than %s: an export a late RDS command left open to the wrong host would stand that long", o.ExportReconcilePeriod, maxExportReconcilePeriod)
 	}
 	if o.RDSCommandTimeout < minRDSCommandTimeout || o.RDSCommandTimeout > maxRDSCommandTimeout {
-		problems = append(problems, fmt.Sprintf("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout))
+		add("--rds-command-timeout=%s is outside %s..%s (default %s)", o.RDSCommandTimeout, minRDSCommandTimeout, maxRDSCommandTimeout, DefaultRDSCommandTimeout)
 	}
 	if err := rdshealth.ValidateInterval(o.RDSHealthInterval); err != nil {
-		problems = append(problems, err.Error())
+		add("%v", err)
 	}
-	if o.WatchStallThreshold <= 0 || o.ReactionTimeout <= 0 {
-		problems = append(problems, "--watch-disconnect-threshold and --fence-call-timeout must be positive")
+	switch {
+	case o.WatchStallThreshold < minWatchStallThreshold:
+		add("--watch-disconnect-threshold=%s is shorter than %s: a watch the API server ends (every few minutes) takes about a second to reconnect, and readiness would drop each time", o.WatchStallThreshold, minWatchStallThreshold)
+	case o.WatchStallThreshold > maxWatchStallThreshold:
+		add("--watch-disconnect-threshold=%s is longer than %s: the replica would stay ready that long deciding from a cache that stopped following the API server", o.WatchStallThreshold, maxWatchStallThreshold)
+	}
+	switch {
+	case o.ReactionTimeout < minReactionTimeout:
+		add("--fence-call-timeout=%s is shorter than %s: an API call does not answer sooner, so every fence would time out", o.ReactionTimeout, minReactionTimeout)
+	case o.ReactionTimeout > maxReactionTimeout:
+		add("--fence-call-timeout=%s is longer than %s: one API call that hangs would hold a dead node's fence that long", o.ReactionTimeout, maxReactionTimeout)
 	}
 	if o.OutOfServiceTaint && (!o.storageFencing || (o.NotReadyThreshold <= 0 && o.HeartbeatThreshold <= 0)) {
-		problems = append(problems, "--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold or --heartbeat-threshold: without storage fencing a NotReady node may still be writing")
+		add("--out-of-service-taint needs --storage-fencing=allow-host and a positive --not-ready-threshold or --heartbeat-threshold: without storage fencing a NotReady node may still be writing")
 	}
 	switch {
 	case o.HeartbeatThreshold < 0:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold must not be negative (have %s)", o.HeartbeatThreshold))
+		add("--heartbeat-threshold must not be negative (have %s)", o.HeartbeatThreshold)
 	case o.HeartbeatThreshold > 0 && !o.storageFencing:
-		problems = append(problems, "--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
+		add("--heartbeat-threshold needs --storage-fencing=allow-host: without it a node whose heartbeat stopped may still be writing, and nothing cuts it off the RDS")
 	case o.HeartbeatThreshold > maxFenceThreshold || o.NotReadyThreshold > maxFenceThreshold:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold and --not-ready-threshold must be at most %s (have %s, %s): a longer wait is no fence at all (0 turns it off)", maxFenceThreshold, o.HeartbeatThreshold, o.NotReadyThreshold))
+		add("--heartbeat-threshold and --not-ready-threshold must be at most %s (have %s, %s): a longer wait is no fence at all (0 turns it off)", maxFenceThreshold, o.HeartbeatThreshold, o.NotReadyThreshold)
 	case o.HeartbeatThreshold > 0 && o.HeartbeatThreshold < minHeartbeatThreshold:
-		problems = append(problems, fmt.Sprintf("--heartbeat-threshold=%s is shorter than %s: that needs kubelets renewing their Leases more often than every %s (nodeLeaseDurationSeconds below %ds), a heartbeat write load no cluster should carry for it (docs/attachments.md)", o.HeartbeatThreshold, minHeartbeatThreshold, minHeartbeatThreshold/2, int(2*minHeartbeatThreshold/time.Second)))
+		add("--heartbeat-threshold=%s is shorter than %s: that needs kubelets renewing their Leases more often than every %s (nodeLeaseDurationSeconds below %ds), a heartbeat write load no cluster should carry for it (docs/attachments.md)", o.HeartbeatThreshold, minHeartbeatThreshold, minHeartbeatThreshold/2, int(2*minHeartbeatThreshold/time.Second))
 	}
-	if o.FenceGuardShare < 0 || o.FenceGuardShare > 1 || (o.guardShareSet && o.FenceGuardShare == 0) {
-		problems = append(problems, fmt.Sprintf("--fence-guard-share must be in (0, 1] (have %g)", o.FenceGuardShare))
+	// NaN compares false with everything: written as "inside", not as
+	// "not outside", so that it is refused with the rest.
+	if !(o.FenceGuardShare > 0 && o.FenceGuardShare <= 1) && (o.guardShareSet || o.FenceGuardShare != 0) {
+		add("--fence-guard-share must be a number in (0, 1] (have %g)", o.FenceGuardShare)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
+
+// validateLeaderElection checks the election's timings as client-go's
+// elector needs them, which otherwise refuses them only once running (the
+// replica then never leads, and says so in its log only): the Lease states
+// its duration in whole seconds, and renewals are retried with a jitter.
+func (o *controllerOptions) validateLeaderElection(add func(string, ...any)) {
+	switch {
+	case o.RetryPeriod < minLeaderElectionRetry:
+		add("--leader-election-retry-period=%s is shorter than %s: each retry reads or writes the Lease on the API server, which records its times to the second", o.RetryPeriod, minLeaderElectionRetry)
+	case o.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.RetryPeriod)):
+		add("leader election needs --leader-election-renew-deadline above %g times --leader-election-retry-period (have %s, %s): renewals are retried with that jitter, and client-go's elector refuses less once running", leaderelection.JitterFactor, o.RenewDeadline, o.RetryPeriod)
+	case o.LeaseDuration <= o.RenewDeadline:
+		add("leader election needs lease-duration > renew-deadline > retry-period > 0 (have %s, %s, %s)", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	case o.LeaseDuration%time.Second != 0:
+		add("--leader-election-lease-duration=%s must be whole seconds: the Lease states it in seconds, and the other replicas would read %s", o.LeaseDuration, o.LeaseDuration.Truncate(time.Second))
+	case o.LeaseDuration > maxLeaderElectionLease:
+		add("--leader-election-lease-duration=%s is longer than %s: a leader that dies holds every background action (the fences of dead nodes, the export reconcile) off that long", o.LeaseDuration, maxLeaderElectionLease)
+	}
+}
+
+// Floors and ceilings of the controller's durations (validate says why
+// each).
+const (
+	minNotReadyThreshold      = 5 * time.Second
+	minOrphanedClaimThreshold = time.Minute
+	minMigrationTimeout       = 10 * time.Second
+	maxMigrationTimeout       = 24 * time.Hour
+	maxExportReconcilePeriod  = time.Hour
+	minWatchStallThreshold    = 5 * time.Second
+	maxWatchStallThreshold    = 10 * time.Minute
+	minReactionTimeout        = time.Second
+	maxReactionTimeout        = 10 * time.Minute
+	minLeaderElectionRetry    = time.Second
+	maxLeaderElectionLease    = 5 * time.Minute
+)
 
 // The encodings --kube-api-content-type accepts.
 const (

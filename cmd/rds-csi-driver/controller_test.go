@@ -66,7 +66,7 @@ func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
 	t.Helper()
 	opts := controllerOptions{
 		LeaderElection: true, LeaderElectionNamespace: "rds-csi",
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: time.Second,
 		MigrationTimeout: 5 * time.Minute, WatchStallThreshold: 30 * time.Second, ReactionTimeout: 15 * time.Second, ExportReconcilePeriod: time.Minute,
 		RDSCommandTimeout: DefaultRDSCommandTimeout,
 	}
@@ -240,8 +240,8 @@ func TestHeartbeatFlags(t *testing.T) {
 		{[]string{"--storage-fencing=allow-host", "--heartbeat-threshold=24h"}, 24 * time.Hour, ""},
 		{[]string{"--storage-fencing=allow-host", "--heartbeat-threshold=2562047h"}, 2562047 * time.Hour, "must be at most 24h0m0s"},
 		{[]string{"--storage-fencing=allow-host", "--not-ready-threshold=25h"}, StorageFencedHeartbeatThreshold, "must be at most 24h0m0s"},
-		{[]string{"--fence-guard-share=0"}, 0, "--fence-guard-share must be in (0, 1]"},
-		{[]string{"--fence-guard-share=1.5"}, 0, "--fence-guard-share must be in (0, 1]"},
+		{[]string{"--fence-guard-share=0"}, 0, "--fence-guard-share must be a number in (0, 1]"},
+		{[]string{"--fence-guard-share=1.5"}, 0, "--fence-guard-share must be a number in (0, 1]"},
 		{[]string{"--fence-guard-share=1"}, 0, ""},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)

@@ -10,13 +10,13 @@ import (
 	"testing"
 )
 
-// Fixed HOLE (issue 25 review): --endpoint=unix://<path of an existing regular file>: csi.Listen
-// removes whatever is at the path ("stale socket") without checking that
-// it is a socket, so a typo such as --endpoint=unix:///etc/nvme/hostnqn or
-// a path to a data file deletes that file, even when the driver then stops
-// with a configuration error (here: the controller has no Kubernetes API).
-// Consequence: data loss on the host from a bad flag.
-func TestReview25EndpointRemovesRegularFile(t *testing.T) {
+// --endpoint=unix://<path of an existing regular file> never removes that
+// file: csi.Listen removes a stale socket at the path only once it has
+// checked that it is a socket. A typo such as
+// --endpoint=unix:///etc/nvme/hostnqn, or a path to a data file, loses no
+// data on the host, also when the driver then stops with a configuration
+// error (here: the controller has no Kubernetes API).
+func TestEndpointNeverRemovesARegularFile(t *testing.T) {
 	dir := t.TempDir()
 	victim := filepath.Join(dir, "hostnqn")
 	if err := os.WriteFile(victim, []byte("nqn.2014-08.org.nvmexpress:uuid:keep-me\n"), 0o600); err != nil {
@@ -35,14 +35,13 @@ func TestReview25EndpointRemovesRegularFile(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): a second start on the socket
-// of a driver that is serving took the live driver off it. csi.Listen
-// removed whatever socket was at --endpoint, and a configuration error
-// found after it (here an unreadable --rds-key-file) closed that listener,
-// unlinking the path: kubelet and the sidecars lost the live driver. Now
-// the files are read before the endpoint is opened, and a socket that
-// answers is refused, not replaced, even when every flag and file is good
-// (the node case).
+// A second start on the socket of a driver that is serving leaves the live
+// driver on it. Were csi.Listen to remove whatever socket is at
+// --endpoint, a configuration error found after it (here an unreadable
+// --rds-key-file) would close that listener, unlinking the path: kubelet
+// and the sidecars would lose the live driver. The files are read before
+// the endpoint is opened, and a socket that answers is refused, not
+// replaced, even when every flag and file is good (the node case).
 func TestBadStartKeepsALiveSocket(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -100,11 +99,10 @@ func liveSocket(t *testing.T, sock string) net.Listener {
 	return live
 }
 
-// Fixed HOLE (issue 25 review, second pass): the socket's parent
-// directories were created before the RDS key was read, and stayed when
-// the start then failed. Now the key is read first; and a start that fails
-// after the socket is opened (here: the node identity directory is a file)
-// removes the directories it created with the socket.
+// A failed start leaves no directories behind: the RDS key is read before
+// the socket's parent directories are created, and a start that fails
+// after the socket is opened (here: the node identity directory is a
+// file) removes the directories it created with the socket.
 func TestBadStartCreatesNoDirectories(t *testing.T) {
 	dir := t.TempDir()
 	notADir := filepath.Join(dir, "a-file")

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/health"
@@ -63,14 +64,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nopts.addFlags(fs)
 	var lopts nodeLeaseOptions
 	lopts.addFlags(fs)
-	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (needs the Kubernetes API); false only for deployments without attach (CSIDriver attachRequired: false) and local tests, and never with --storage-fencing=allow-host, which opens exports only in ControllerPublish")
+	publish := fs.Bool("publish", true, "serve ControllerPublish/Unpublish on the attachment index (false: without attach)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	// A flag error is one line (the flag package would add the whole
 	// usage, burying it in a pod's log); -h prints the usage.
 	fs.SetOutput(io.Discard)
 	if err := flagonce.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once")
+			fmt.Fprintln(stdout, "usage: rds-csi-driver [flags]; every setting is a flag, given once (docs/flags.md says each in full)")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0
@@ -227,6 +228,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// logged and retried.
 		defer runInBackground(ctx, renewer.Run)()
 	}
+	if boxes != nil {
+		// Beside it too: the first contact with each RDS box, said in the
+		// log at start rather than first by a /readyz or Probe; each box
+		// on its own, so that one that hangs delays no other's line.
+		for i := range boxes.cfgs {
+			defer runInBackground(ctx, func(ctx context.Context) { logFirstRDSContact(ctx, boxes.clients[i], boxes.cfgs[i]) })()
+		}
+	}
 	if proc != nil {
 		procCtx, stopProc := context.WithCancel(ctx)
 		procDone := make(chan struct{})
@@ -251,6 +260,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// logFirstRDSContact probes one RDS box once at start and logs the outcome:
+// a box that does not answer (a wrong address, a firewall, a host key
+// that is not the pinned one) is named with its name, address and the reason,
+// once; later failures are the /readyz and Probe answers' and the
+// metrics'.
+func logFirstRDSContact(ctx context.Context, client *rds.Client, box backends.Backend) {
+	address := net.JoinHostPort(box.Address, strconv.Itoa(box.Port))
+	info, err := client.Probe(ctx)
+	if ctx.Err() != nil {
+		return // stopping before it answered: nothing learnt
+	}
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		logger.Error(err, "the RDS does not answer: volume operations fail until it does (readiness and Probe report it)", "rds", box.Name, "address", address, "user", box.User)
+		return
+	}
+	logger.Info("the RDS answers", "rds", box.Name, "address", address, "board", info.BoardName, "version", info.Version)
 }
 
 // missingSocketDirs lists the directories of a unix endpoint's socket that
@@ -303,7 +331,10 @@ func validateFlags(opts *csi.Options, copts controllerOptions, nopts connectorOp
 
 // Bounds of --shutdown-grace: in-flight RPCs need some time to finish; a
 // kubelet or attacher waits far less than ten minutes for an answer.
-const maxShutdownGrace = 10 * time.Minute
+const (
+	minShutdownGrace = time.Second
+	maxShutdownGrace = 10 * time.Minute
+)
 
 // validateProcess checks what csi.Options.Validate, the controller's and
 // the connector's options leave to the binary: the combinations of flags
@@ -347,6 +378,14 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 			add("--storage-fencing=allow-host needs --publish: with allow-host a volume's export is opened only by ControllerPublish, to the host of the attachment that holds it, so without publish no volume would ever be opened to anyone (use --storage-fencing=off without attach)")
 		}
 	}
+	if opts.Mode != csi.ModeController {
+		switch {
+		case nopts.StateDir != "" && !filepath.IsAbs(nopts.StateDir):
+			add("--node-state-dir %q must be an absolute path: the node's records of its mounts must stay where the next start of the node plugin finds them", nopts.StateDir)
+		case nopts.stateDir(opts.Endpoint) == "":
+			add("--node-state-dir is required with a tcp:// --endpoint (with a unix:// one it defaults to %s beside the socket)", defaultStateDirName)
+		}
+	}
 	if network, address, err := csi.ParseEndpoint(opts.Endpoint); err == nil && network == "tcp" {
 		if err := validateListenAddress(address); err != nil {
 			add("--endpoint %s: %v", opts.Endpoint, err)
@@ -364,8 +403,8 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 			add("--http-endpoint %q: %v (want host:port or :port, e.g. :8080)", copts.HTTPEndpoint, err)
 		}
 	}
-	if opts.ShutdownGrace <= 0 || opts.ShutdownGrace > maxShutdownGrace {
-		add("--shutdown-grace=%s is outside (0..%s]", opts.ShutdownGrace, maxShutdownGrace)
+	if opts.ShutdownGrace < minShutdownGrace || opts.ShutdownGrace > maxShutdownGrace {
+		add("--shutdown-grace=%s is outside %s..%s: in-flight RPCs (a stage's mkfs, a publish's API writes) need that long to finish", opts.ShutdownGrace, minShutdownGrace, maxShutdownGrace)
 	}
 	// A volume's NQN is the prefix and its ID: a prefix that leaves no
 	// room for the provisioner's IDs would fail every CreateVolume, far
@@ -379,6 +418,9 @@ func validateProcess(opts csi.Options, copts controllerOptions, nopts connectorO
 				add("--%s needs %s: %s", f, n.feature, n.why)
 			}
 		}
+	}
+	for _, f := range otherModesFlags(opts.Mode, nopts.Kind, given) {
+		add("%s", f)
 	}
 	if copts.GracePeriod < 0 {
 		add("--attach-grace-period must not be negative (it is deprecated and ignored; drop it)")
@@ -404,9 +446,8 @@ type featureFlags struct {
 }
 
 // needs lists the flags that are refused when given, because their
-// feature is off and they would be taken and silently ignored. In node
-// mode the controller's flags are tolerated (one set of flags for both),
-// but not a flag whose own feature flag is missing beside it.
+// feature is off and they would be taken and silently ignored (a flag of
+// the other mode: otherModesFlags).
 func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, publish bool) []featureFlags {
 	var n []featureFlags
 	if !copts.LeaderElection {
@@ -429,6 +470,53 @@ func needs(opts csi.Options, copts controllerOptions, nopts connectorOptions, pu
 			[]string{"nvme-ctrl-loss-timeout", "nvme-fast-io-fail-timeout"}})
 	}
 	return n
+}
+
+// controllerFlags are read by the controller only: given to a node plugin
+// (--mode=node) each would be taken and ignored. The loop connector reads
+// the RDS's layout (--rds-pool, --rds-volume-path) to find the
+// simulator's files, and --node-lease reads --kubeconfig; the RDS address
+// names the RDS in topology and --nvme-address and --nvme-port are a
+// node's fallbacks, so those are flags of both.
+var controllerFlags = []string{
+	"rds-port", "rds-user", "rds-key-file", "rds-known-hosts-file", "rds-insecure-skip-host-key-check", "rds-login-options",
+	"rds-pool", "rds-volume-path", "rds-command-timeout", "rds-health-interval",
+	"storage-fencing", "attachment-key-file", "export-auth", "copy-from-data", "publish", "kubeconfig", "kube-api-content-type",
+	"leader-election", "leader-election-namespace", "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period",
+	"attach-grace-period", "not-ready-threshold", "heartbeat-threshold", "fence-guard-share", "migration-timeout", "orphaned-claim-threshold",
+	"watch-disconnect-threshold", "fence-call-timeout", "out-of-service-taint", "export-reconcile-period",
+}
+
+// nodeFlags are read by the node plugin only (--node-lease and
+// --node-lease-duration have their own rule: nodeLeaseOptions.validate).
+var nodeFlags = []string{
+	"node-connector", "node-loop-data-dir", "node-nvme-dir", "node-state-dir", "nvme-ctrl-loss-timeout", "nvme-fast-io-fail-timeout",
+	"max-volumes-per-node",
+}
+
+// otherModesFlags are the problems of flags given to a mode that does not
+// read them: refused, not ignored.
+func otherModesFlags(mode, connector string, given map[string]bool) []string {
+	var problems []string
+	switch mode {
+	case csi.ModeNode:
+		for _, f := range controllerFlags {
+			switch {
+			case !given[f]:
+			case (f == "rds-pool" || f == "rds-volume-path") && connector == connectorLoop:
+			case f == "kubeconfig" && given["node-lease"]:
+			default:
+				problems = append(problems, fmt.Sprintf("--%s is a flag of the controller (--mode=controller or all); the node plugin does not read it", f))
+			}
+		}
+	case csi.ModeController:
+		for _, f := range nodeFlags {
+			if given[f] {
+				problems = append(problems, fmt.Sprintf("--%s is a flag of the node plugin (--mode=node or all); the controller does not read it", f))
+			}
+		}
+	}
+	return problems
 }
 
 // maxDriverNameLength is CSI's limit on a plugin name (and Kubernetes' on

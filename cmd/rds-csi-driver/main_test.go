@@ -41,6 +41,8 @@ func TestConfigErrorIsOneLine(t *testing.T) {
 		{"node mode without RDS name", []string{"--mode=node", "--node-id=n1"}, 2, []string{"--rds-name (or --rds-address) is required in node mode"}},
 		{"node mode with a bad RDS name", []string{"--mode=node", "--node-id=n1", "--rds-name=rds 1"}, 2, []string{"--rds-name \"rds 1\" must be a Kubernetes label value"}},
 		{"node mode with a bad NQN prefix", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--nqn-prefix=mikrotik:"}, 2, []string{"--nqn-prefix"}},
+		{"node mode with a relative state directory", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-state-dir=state"}, 2, []string{"--node-state-dir \"state\" must be an absolute path"}},
+		{"node mode on a tcp endpoint without a state directory", []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--endpoint=tcp://127.0.0.1:10000"}, 2, []string{"--node-state-dir is required with a tcp:// --endpoint"}},
 		{"missing key file", []string{"--mode=controller", "--publish=false", "--rds-address=10.0.0.1", "--rds-key-file=" + dir + "/nope", "--rds-known-hosts-file=" + dir + "/kh"}, 1, []string{"RDS client", "nope"}},
 		{"bad storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--storage-fencing=on"}, 2, []string{"--storage-fencing must be off or allow-host"}},
 		{"taint without storage fencing", []string{"--mode=controller", "--rds-address=10.0.0.1", "--not-ready-threshold=30s", "--out-of-service-taint"}, 2, []string{"--out-of-service-taint needs --storage-fencing=allow-host"}},
@@ -177,7 +179,7 @@ func TestServeNodeMode(t *testing.T) {
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"--mode=node", "--endpoint=" + endpoint, "--node-id=worker-1", "--rds-name=rds1",
-			"--max-volumes-per-node=20", "--rds-key-file=" + dir + "/absent", "--node-nvme-dir=" + dir}, &stdout, &stderr)
+			"--max-volumes-per-node=20", "--node-nvme-dir=" + dir}, &stdout, &stderr)
 	}()
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -442,10 +444,10 @@ func TestFlagErrorsAndHelp(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): one class of error had two
-// exit statuses: a value the flag package could not parse exited 2, a
-// value the driver's checks refused and a stray argument exited 1, and
-// --mode foo blamed a missing --node-id. Every usage error exits 2.
+// Every usage error exits 2, one class of error with one exit status: a
+// value the flag package cannot parse, a value the driver's checks refuse
+// and a stray argument alike; --mode foo names the unknown mode, not a
+// missing --node-id.
 func TestFlagErrorsShareOneExitStatus(t *testing.T) {
 	for _, args := range [][]string{
 		{"--mode=controller", "--rds-address=x", "--rds-port=abc"},
@@ -463,10 +465,10 @@ func TestFlagErrorsShareOneExitStatus(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): --nqn-prefix was checked by
-// forming prefix+"x" only, so a prefix that leaves no room under the
-// 223-byte NQN limit for a volume ID (the provisioner's pvc-<uuid>, 40
-// bytes) was accepted and every CreateVolume failed, far from the flag.
+// --nqn-prefix leaves room under the 223-byte NQN limit for a volume ID
+// (the provisioner's pvc-<uuid>, 40 bytes): checked by forming prefix+"x"
+// only, a longer prefix would be accepted and every CreateVolume fail, far
+// from the flag.
 func TestNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 	dir := t.TempDir()
 	const base = "nqn.2000-02.com.mikrotik:" // 25 bytes
@@ -492,11 +494,11 @@ func TestNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review, second pass): flags documented as "with
-// --storage-fencing=allow-host" or as leader election's were taken and
-// ignored without their feature (the operator believes them in force),
-// although --heartbeat-threshold and --out-of-service-taint without
-// storage fencing were refused. Each is refused naming the flag it needs.
+// Flags documented as "with --storage-fencing=allow-host" or as leader
+// election's are refused without their feature, each naming the flag it
+// needs, as --heartbeat-threshold and --out-of-service-taint without
+// storage fencing are: taken and ignored, the operator would believe them
+// in force.
 func TestFlagsWithoutTheirFeatureRefused(t *testing.T) {
 	dir := t.TempDir()
 	host, port, keyFile, knownHosts := startSimulator(t, dir)

@@ -36,7 +36,7 @@ func TestNodeKeyFollowsTheKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ns := csi.NewNodeServer(csi.NewDriver(opts, nil), c, nil)
+		ns := csi.NewNodeServer(csi.NewDriver(opts, nil), c, "")
 		if err := o.nodeKey(context.Background(), ns, c, opts); err != nil {
 			t.Fatal(err)
 		}

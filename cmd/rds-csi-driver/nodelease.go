@@ -32,9 +32,9 @@ type nodeLeaseOptions struct {
 }
 
 func (o *nodeLeaseOptions) addFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&o.Enabled, "node-lease", false, "node mode: keep a Lease of this node plugin's own ("+nodelease.Prefix+"<node> in --node-lease-namespace), renewed every quarter of --node-lease-duration, a second sign of life beside the kubelet's: with storage fencing a node is fenced on its heartbeat only when both are silent, so a kubelet restart never fences a running node. Needs API access (in-cluster, or --kubeconfig): create, get and update of Leases in that namespace (manifests/overlays/storage-fencing). A failed renewal is logged and retried; the CSI service never depends on it")
-	fs.DurationVar(&o.Duration, "node-lease-duration", nodelease.DefaultDuration, "with --node-lease: the duration the Lease states (renewed every quarter of it), like the kubelet's nodeLeaseDurationSeconds: 40s by default, 10s on a node pool of the faster failover (at least "+nodelease.MinDuration.String()+", at most "+nodelease.MaxDuration.String()+", whole seconds; docs/attachments.md)")
-	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases: where the node plugin writes its own (--node-lease) and where the controller watches them with --heartbeat-threshold (default: the pod's namespace; outside a pod none: the controller then reads no node plugin Lease, and --node-lease needs this flag)")
+	fs.BoolVar(&o.Enabled, "node-lease", false, "keep a Lease of the node plugin's own, a second sign of life beside the kubelet's")
+	fs.DurationVar(&o.Duration, "node-lease-duration", nodelease.DefaultDuration, "with --node-lease: the duration the Lease states, renewed every quarter of it")
+	fs.StringVar(&o.Namespace, "node-lease-namespace", "", "namespace of the node plugins' Leases (default: the pod's namespace)")
 }
 
 // validate checks the node Lease's flags (given: the flags set;

@@ -24,7 +24,7 @@ func TestRDSHealthIntervalRange(t *testing.T) {
 	for d, ok := range map[time.Duration]bool{0: true, 5 * time.Second: true, 30 * time.Second: true, time.Hour: true,
 		time.Second: false, -time.Second: false, 61 * time.Minute: false} {
 		o := controllerOptions{MigrationTimeout: time.Minute, ExportReconcilePeriod: time.Minute, RDSCommandTimeout: DefaultRDSCommandTimeout,
-			WatchStallThreshold: time.Second, ReactionTimeout: time.Second, RDSHealthInterval: d}
+			WatchStallThreshold: 30 * time.Second, ReactionTimeout: time.Second, RDSHealthInterval: d}
 		if err := o.validate(); (err == nil) != ok {
 			t.Errorf("--rds-health-interval=%s: %v", d, err)
 		}
@@ -98,7 +98,7 @@ func TestOnlyTheLeaderPollsRDSHealth(t *testing.T) {
 	start := func(name string) *replica {
 		opts := controllerOptions{
 			LeaderElection: true, LeaderElectionNamespace: "rds-csi",
-			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: time.Second,
 			MigrationTimeout: 5 * time.Minute, WatchStallThreshold: 30 * time.Second, ReactionTimeout: 15 * time.Second, ExportReconcilePeriod: time.Minute,
 			RDSCommandTimeout: DefaultRDSCommandTimeout, RDSHealthInterval: 5 * time.Second,
 		}

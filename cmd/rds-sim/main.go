@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -72,29 +73,83 @@ type options struct {
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:2222", "address to listen on for SSH")
-	fs.StringVar(&o.dataDir, "data-dir", "", "directory holding the pool's disk files and the simulator state (required)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:2222", "SSH address to listen on, host:port (port 0: any free one)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "directory of the pool's disk files and the simulator's state (required)")
 	fs.StringVar(&o.poolName, "pool-name", rdssim.DefaultPoolName, "slot and mount point of the pool disk")
 	fs.StringVar(&o.poolSize, "pool-size", "100G", "pool capacity: bytes or a k/K/M/G/T suffixed size")
-	fs.StringVar(&o.hostKey, "host-key", "", "SSH host key file, generated (ed25519) if missing (default <data-dir>/.rdssim-host-key)")
-	fs.StringVar(&o.authorizedKeys, "authorized-keys", "", "OpenSSH authorized_keys file of the keys allowed to log in (required)")
+	fs.StringVar(&o.hostKey, "host-key", "", "SSH host key file, generated if missing (default <data-dir>/.rdssim-host-key)")
+	fs.StringVar(&o.authorizedKeys, "authorized-keys", "", "authorized_keys file of the keys allowed to log in (required)")
 	fs.StringVar(&o.knownHostsOut, "write-known-hosts", "", "write a known_hosts file pinning the host key for the listen address")
-	fs.DurationVar(&o.latency, "latency", 0, "delay added before every command")
+	fs.DurationVar(&o.latency, "latency", 0, "delay added before every command (0 to 1h)")
 	fs.BoolVar(&o.crlf, "crlf", false, "end output lines with CRLF")
-	fs.IntVar(&o.terminalWidth, "terminal-width", rdssim.DefaultTerminalWidth, "wrap print output at this many columns, as RouterOS does over SSH (a login name's width option overrides it; -1: no wrapping)")
-	fs.StringVar(&o.copyRate, "copy-rate", "0", "bytes per second /disk add copy-from copies (k/K/M/G/T suffix), so a copy takes time in proportion to its size; 0: at once")
-	fs.BoolVar(&o.exitOnFailure, "exit-status-on-failure", false, "exit with status 1 from a refused command (RouterOS is assumed to exit 0)")
-	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export nvme-tcp-export=yes disks through the kernel's NVMe/TCP target: nvmet (required; refuse to start without it), none, or auto (nvmet when its configfs tree is present)")
+	fs.IntVar(&o.terminalWidth, "terminal-width", rdssim.DefaultTerminalWidth, "wrap print output at this many columns (-1: no wrapping; else at least 40)")
+	fs.StringVar(&o.copyRate, "copy-rate", "0", "bytes per second copy-from copies (k/K/M/G/T suffix; 0: at once)")
+	fs.BoolVar(&o.exitOnFailure, "exit-status-on-failure", false, "exit with status 1 from a refused command")
+	fs.StringVar(&o.nvmeExport, "nvme-export", "auto", "export disks through the kernel's NVMe/TCP target: nvmet, none or auto")
 	fs.StringVar(&o.nvmetRoot, "nvmet-root", rdssim.DefaultNvmetRoot, "the nvmet configfs directory")
 	fs.StringVar(&o.nvmetAddress, "nvmet-address", "127.0.0.1", "IP address the NVMe/TCP ports listen on")
-	fs.StringVar(&o.faultControl, "fault-control", "", "unix socket path to serve the fault control protocol on (below), created with mode 0600 and removed at exit; empty: none")
-	fs.StringVar(&o.copyFromProps, "copy-from-properties", string(rdssim.CopyFromFresh), "where /disk add copy-from takes the properties the add does not set: inherit (from the source disk, as RouterOS's CLI manual describes copy-from) or fresh (a new disk's defaults)")
-	fs.StringVar(&o.copyFromData, "copy-from-data", string(rdssim.CopyFromDataCopy), "what /disk add copy-from puts in the copy's file: copy (the source's data, as the driver assumes) or none (zeros at the source's size); RouterOS' behaviour is not confirmed")
-	fs.StringVar(&o.closedProps, "closed-export-props", string(rdssim.ClosedExportShown), "whether /disk print shows nvme-tcp-server-port, -nqn and -allow-host-name of a disk whose export is off: shown, or hidden (as RAID disks printed on RDS2216 hardware); where/find conditions see them either way; RouterOS' behaviour for file disks is not known")
-	fs.StringVar(&o.globalReqs, "global-requests", string(rdssim.GlobalRequestsReject), "how SSH global requests such as keepalive@openssh.com are answered: reject, ignore (never answered) or close (the connection); RouterOS does not support keepalive@openssh.com, and which of these it does is not known")
-	fs.StringVar(&o.valueBreak, "value-break", string(rdssim.ValueBreakWidth), "where print output breaks a value longer than the rest of its line: width (at the terminal width) or hyphen (before a '-' short of it, as RDS hardware was seen to break a file-path); RouterOS' rule is not known")
-	fs.StringVar(&o.legend, "legend", string(rdssim.LegendUsed), "which flags the Flags legend of a /disk listing names, a column each: used (only those its entries carry, as in an RDS2216 capture) or all (every flag the simulator sets); RouterOS' rule is not known")
-	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what a change of a disk's allowed host does to established NVMe/TCP connections: keep (as Linux nvmet; only new connections are checked) or drop (the subsystem is taken off its port and back); RouterOS' behaviour is not known")
+	fs.StringVar(&o.faultControl, "fault-control", "", "unix socket to serve the fault control protocol on (below); empty: none")
+	fs.StringVar(&o.copyFromProps, "copy-from-properties", string(rdssim.CopyFromInherit), "where copy-from takes properties the add does not set: inherit or fresh")
+	fs.StringVar(&o.copyFromData, "copy-from-data", string(rdssim.CopyFromDataCopy), "what copy-from puts in the copy's file: copy (the source's data) or none")
+	fs.StringVar(&o.closedProps, "closed-export-props", string(rdssim.ClosedExportShown), "whether a closed export prints its port, NQN and allowed host: shown or hidden")
+	fs.StringVar(&o.globalReqs, "global-requests", string(rdssim.GlobalRequestsReject), "how SSH global requests (keepalives) are answered: reject, ignore or close")
+	fs.StringVar(&o.valueBreak, "value-break", string(rdssim.ValueBreakWidth), "where a value longer than its line breaks: width or hyphen")
+	fs.StringVar(&o.legend, "legend", string(rdssim.LegendUsed), "which flags a listing's legend names: used or all")
+	fs.StringVar(&o.allowHostChg, "allow-host-change", string(rdssim.AllowHostChangeKeep), "what an allowed host change does to established connections: keep or drop")
+}
+
+// Bounds of --terminal-width and --latency.
+const (
+	// minTerminalWidth: narrower, a property and its value no longer fit
+	// beside the indent of a print detail line; no terminal is that
+	// narrow.
+	minTerminalWidth = 40
+	// maxLatency: a longer delay outlasts every client's command timeout,
+	// so no command would ever be answered (a hang fault does that).
+	maxLatency = time.Hour
+)
+
+// maxSocketPath is the longest path a unix socket binds at: sun_path less
+// its terminating NUL.
+var maxSocketPath = len(syscall.RawSockaddrUnix{}.Path) - 1
+
+// validate checks the flags before anything is read, written or
+// listened on, each error naming its flag.
+func (o *options) validate(given map[string]bool) error {
+	switch {
+	case o.dataDir == "":
+		return errors.New("--data-dir is required")
+	case o.authorizedKeys == "":
+		return errors.New("--authorized-keys is required")
+	case o.terminalWidth != -1 && o.terminalWidth < minTerminalWidth:
+		return fmt.Errorf("--terminal-width %d: want -1 (no wrapping) or at least %d columns (default %d, as RDS hardware over SSH)", o.terminalWidth, minTerminalWidth, rdssim.DefaultTerminalWidth)
+	case o.latency < 0 || o.latency > maxLatency:
+		return fmt.Errorf("--latency %s: want 0 to %s (a delay added before every command)", o.latency, maxLatency)
+	case len(o.faultControl) > maxSocketPath:
+		return fmt.Errorf("--fault-control %s: the path is %d bytes, too long for a unix socket: at most %d bytes", o.faultControl, len(o.faultControl), maxSocketPath)
+	}
+	_, port, err := net.SplitHostPort(o.listen)
+	if err == nil {
+		var n int
+		if n, err = strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
+			err = fmt.Errorf("port %d is outside 0-65535", n)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--listen %q: want host:port (port 0: any free one), e.g. 127.0.0.1:2222: %v", o.listen, err)
+	}
+	if net.ParseIP(o.nvmetAddress) == nil {
+		return fmt.Errorf("--nvmet-address %q: want an IP address (the NVMe/TCP port's traddr)", o.nvmetAddress)
+	}
+	// Flags that only mean something with nvmet exporting.
+	if o.nvmeExport == "none" {
+		for _, f := range []string{"nvmet-root", "nvmet-address"} {
+			if given[f] {
+				return fmt.Errorf("--%s needs --nvme-export=nvmet or auto: with none nothing is exported over NVMe/TCP", f)
+			}
+		}
+	}
+	return nil
 }
 
 // faultControlUsage documents --fault-control's requests (the protocol of
@@ -193,7 +248,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
 	o.addFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage of rds-sim:\n")
+		fmt.Fprintf(fs.Output(), "Usage of rds-sim (docs/flags.md says each flag in full):\n")
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), faultControlUsage)
 	}
@@ -211,11 +266,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.dataDir == "" {
-		return errors.New("--data-dir is required")
-	}
-	if o.authorizedKeys == "" {
-		return errors.New("--authorized-keys is required")
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := o.validate(given); err != nil {
+		return err
 	}
 	poolSize, err := rdssim.ParseSize(o.poolSize)
 	if err != nil || poolSize <= 0 {

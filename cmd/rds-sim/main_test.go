@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -179,6 +181,9 @@ func TestBinary(t *testing.T) {
 func TestRunFlags(t *testing.T) {
 	_, authKeys := clientKey(t)
 	dir := t.TempDir()
+	// A flag error writes nothing: not even the data directory (nor the
+	// host key in it) is created.
+	fresh := filepath.Join(t.TempDir(), "fresh")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -200,12 +205,30 @@ func TestRunFlags(t *testing.T) {
 		{"bad value break", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--value-break=anywhere"}, "--value-break"},
 		{"bad legend", []string{"--data-dir", dir, "--authorized-keys", authKeys, "--legend=some"}, "--legend"},
 		{"fault control on a regular file", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", authKeys}, "exists and is not a socket"},
+		{"no terminal width", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--terminal-width", "0"}, "--terminal-width 0: want -1 (no wrapping) or at least 40 columns"},
+		{"a negative terminal width", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--terminal-width", "-5"}, "--terminal-width -5"},
+		{"a terminal too narrow", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--terminal-width", "10"}, "--terminal-width 10"},
+		{"a negative latency", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--latency", "-1s"}, "--latency -1s: want 0 to 1h0m0s"},
+		{"a latency past every timeout", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--latency", "2h"}, "--latency 2h0m0s"},
+		{"a listen address without a port", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--listen", "127.0.0.1"}, "--listen \"127.0.0.1\": want host:port"},
+		{"a listen port out of range", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--listen", "127.0.0.1:70000"}, "--listen \"127.0.0.1:70000\""},
+		{"an nvmet address that is no IP address", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--nvmet-address", "localhost"}, "--nvmet-address \"localhost\": want an IP address"},
+		{"nvmet settings without nvmet", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--nvme-export=none", "--nvmet-address", "127.0.0.2"}, "--nvmet-address needs --nvme-export=nvmet or auto"},
+		{"a fault control path too long for a socket", []string{"--data-dir", fresh, "--authorized-keys", authKeys, "--fault-control", "/tmp/" + strings.Repeat("f", 110)}, "too long for a unix socket: at most 107 bytes"},
 		{"fault control in a missing directory", []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--authorized-keys", authKeys, "--nvme-export=none", "--fault-control", filepath.Join(dir, "none", "f.sock")}, "--fault-control"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := run(context.Background(), tc.args, io.Discard, io.Discard)
+			// Cancelled: flags taken would start the simulator and
+			// return at once, not serve.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := run(ctx, tc.args, io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+			}
+			if _, err := os.Stat(fresh); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("run(%q) created %s: %v", tc.args, fresh, err)
+				os.RemoveAll(fresh)
 			}
 		})
 	}

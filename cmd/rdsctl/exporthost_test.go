@@ -29,12 +29,12 @@ func closedRDS(t *testing.T) []string {
 	return []string{"-address", "127.0.0.1", "-port", strconv.Itoa(port), "-key", key, "-insecure-skip-host-key-check", "-timeout", "5s"}
 }
 
-// Fixed HOLE (issue 25 review): `rdsctl export SLOT on ""` (an empty HOSTNQN, as from an unset
-// shell variable: export pvc-1 on "$NQN") is taken for "any": the export
-// is opened to every host, undoing storage fencing, when the usage text
-// says the word any is how to ask for that. It reaches RouterOS instead of
-// being a usage error (exit 2).
-func TestReview25ExportOnEmptyHost(t *testing.T) {
+// `rdsctl export SLOT on ""` (an empty HOSTNQN, as from an unset shell
+// variable: export pvc-1 on "$NQN") is a usage error (exit 2) before any
+// RouterOS command, not "any": the usage text says the word any is how to
+// ask for an export open to every host, and taking "" for it would undo
+// storage fencing.
+func TestExportOnAnEmptyHostIsAUsageError(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := cli(append(closedRDS(t), "export", "pvc-1", "on", ""), &stdout, &stderr)
 	if code != 2 || strings.Contains(stderr.String(), "dial") {
@@ -42,12 +42,12 @@ func TestReview25ExportOnEmptyHost(t *testing.T) {
 	}
 }
 
-// Fixed HOLE (issue 25 review): `rdsctl export SLOT off NOTANNQN` is not validated: it dials the
-// RDS and runs /disk print before the NQN is looked at, so with the RDS
-// reachable the operator learns about the typo only after a round trip,
-// and with it unreachable gets a transport error that does not name the
-// bad argument (`export on NOTANNQN` does name it).
-func TestReview25ExportOffBadHostValidatedFirst(t *testing.T) {
+// `rdsctl export SLOT off NOTANNQN` names the bad NQN before it dials the
+// RDS, as `export on NOTANNQN` does: looked at only after /disk print,
+// the typo would show after a round trip with the RDS reachable, and
+// behind a transport error that does not name it with the RDS
+// unreachable.
+func TestExportOffValidatesTheHostBeforeDialling(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := cli(append(closedRDS(t), "export", "pvc-1", "off", "notnqn"), &stdout, &stderr)
 	if code == 0 || !strings.Contains(stderr.String(), `"notnqn"`) || strings.Contains(stderr.String(), "dial") {

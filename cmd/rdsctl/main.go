@@ -90,7 +90,7 @@ host name or IP address alone (the port is -port); -key is the private key, not 
 
 exit status: 0 done, 1 the command failed, 2 a usage error (bad flag or argument; nothing done).
 
-flags:
+flags (docs/flags.md says each in full):
 `
 
 // argCounts are the commands and how many arguments each takes (min, max).
@@ -114,16 +114,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		nqnPrefix = fs.String("nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of exported disks")
 		nvmePort  = fs.Int("nvme-port", 4420, "NVMe/TCP port of exported disks (1-65535)")
 		show      = fs.Bool("show-commands", false, "print each RouterOS command and what RouterOS returned")
-		closed    = fs.Bool("closed", false, "create: set the NVMe/TCP port and NQN but export to no host (storage fencing)")
-		keepConns = fs.Bool("keep-connections", false, "export on: when the export moves from another host, set the host only instead of turning the export off and on (established connections may survive)")
-		timeout   = fs.Duration("timeout", time.Minute, "overall timeout (positive)")
-		verbose   = fs.Bool("v", false, "log what the client does (its INFO lines) on stderr")
+		closed    = fs.Bool("closed", false, "create: set the NVMe/TCP port and NQN but export to no host")
+		keepConns = fs.Bool("keep-connections", false, "export on: move the export's host without turning it off and on")
+		timeout   = fs.Duration("timeout", time.Minute, "overall timeout (at least 1s)")
+		verbose   = fs.Bool("v", false, "log what the client does on stderr")
 		selftestF = addSelftestFlags(fs) // selftest.go
 	)
 	fs.StringVar(&cfg.Address, "address", "127.0.0.1", "RDS address: a host name or IP address, no port (-port)")
 	fs.IntVar(&cfg.Port, "port", 22, "RDS SSH port (1-65535)")
 	fs.StringVar(&cfg.User, "user", "admin", "RDS user")
-	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none sends -user unchanged")
+	fs.StringVar(&cfg.LoginOptions, "login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none: none")
 	fs.StringVar(&cfg.KeyFile, "key", "", "SSH private key file")
 	fs.StringVar(&cfg.KnownHostsFile, "known-hosts", "", "known_hosts file pinning the RDS host key")
 	fs.BoolVar(&cfg.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "accept any host key (labs only)")
@@ -165,17 +165,30 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := checkCommandFlags(fs, cmd); err != nil {
 		return err
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	// Flags that mean something only with another one, or one form of
+	// their command: refused rather than silently ignored.
+	switch {
+	case given["nvme-address"] && !selftestF.data:
+		return usagef("-nvme-address needs -data: only the data check connects over NVMe/TCP (without -data the self-test runs whole, ignoring it)")
+	case given["keep-connections"] && len(rest) > 1 && rest[1] == "off":
+		return usagef("-keep-connections is a flag of export on, not export off: closing an export always drops its connections")
+	}
 	if err := selftestF.validate(); err != nil {
 		return err
 	}
 	if err := rds.ValidatePort(cfg.Port); err != nil {
 		return usagef("-port: %v", err)
 	}
+	if err := rds.ValidateLoginOptions(cfg.LoginOptions); err != nil {
+		return usagef("-login-options: %v", err)
+	}
 	if err := rds.ValidatePort(*nvmePort); err != nil {
 		return usagef("-nvme-port: %v", err)
 	}
-	if *timeout <= 0 {
-		return usagef("-timeout must be positive, not %v", *timeout)
+	if *timeout < minTimeout {
+		return usagef("-timeout must be at least %v (a connection and a command), not %v", minTimeout, *timeout)
 	}
 	if err := rds.ValidatePoolName(*pool); err != nil {
 		return usagef("-pool: %v", err)
@@ -204,22 +217,28 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := checkNotPublicKey(cfg.KeyFile); err != nil {
 		return err
 	}
+	out := stdout
+	if cmd == "selftest" {
+		// The transcript and the report: a reader gone (a closed pipe)
+		// stops the checks, and the cleanup runs (selftestWithSignals).
+		out = watchOutput(stdout)
+	}
 	if *show {
 		cfg.Observer = func(r rds.CommandRecord) {
-			fmt.Fprintf(stdout, "  > %s\n", r.Command)
+			fmt.Fprintf(out, "  > %s\n", r.Command)
 			for _, l := range strings.Split(strings.TrimRight(r.Output, "\r\n"), "\n") {
 				if l != "" {
-					fmt.Fprintf(stdout, "  < %s\n", l)
+					fmt.Fprintf(out, "  < %s\n", l)
 				}
 			}
 			if r.Err != nil {
-				fmt.Fprintf(stdout, "  ! %v\n", r.Err)
+				fmt.Fprintf(out, "  ! %v\n", r.Err)
 			}
 		}
 	}
 	if cmd == "selftest" {
 		return selftestCommand(cfg, selftestOptions{pool: *pool, basePath: *basePath, nqnPrefix: *nqnPrefix, nvmePort: *nvmePort,
-			timeout: *timeout, loginOptions: cfg.LoginOptions}, selftestF, stdout)
+			timeout: *timeout, loginOptions: cfg.LoginOptions}, selftestF, out)
 	}
 	client, err := rds.NewClient(cfg)
 	if err != nil {
@@ -268,8 +287,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		case !errors.Is(err, rds.ErrNotFound):
 			return err
 		}
+		// The file path is the slot's own (named as the driver names a
+		// volume's), so a file there that no disk uses is debris of an
+		// earlier attempt whose clean-up failed: the client removes it
+		// and adds again, as for the driver's CreateVolume.
 		d, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: a.slot, FilePath: file(a.slot), Size: a.size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: *closed}})
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: *closed}, OwnsFilePath: true})
 		if err != nil {
 			return err
 		}
@@ -279,8 +302,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "copy":
 		// The copy's whole export is set (closed, its own NQN and port):
 		// RouterOS's copy-from may take the source's (docs/routeros.md).
+		// The file path is the slot's own, so a file there that no disk
+		// uses is a copy's leftover: the client removes it once the RDS's
+		// clock says no copy can still be writing it, as for the driver's
+		// clones and restores.
 		d, err := client.CopyDisk(ctx, rds.CopyDiskRequest{Slot: a.slot, FilePath: file(a.slot), SourceSlot: a.source, Size: a.size,
-			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: true}})
+			Export: &rds.Export{Port: *nvmePort, NQN: *nqnPrefix + a.slot, Closed: true}, OwnsFilePath: true})
 		if err != nil {
 			return err
 		}
@@ -313,6 +340,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// minTimeout is the shortest -timeout: an SSH connection and one command
+// take longer, so less would fail every command.
+const minTimeout = time.Second
+
 // commandFlags are the flags only some commands use, and those commands:
 // given to another command such a flag would be ignored (`list -o json`
 // printing a table), so it is refused instead. The connection and layout
@@ -340,7 +371,7 @@ func checkNotPublicKey(path string) error {
 	if err != nil {
 		return nil // unreadable: the client says so, naming the file
 	}
-	if _, _, _, _, err := ssh.ParseAuthorizedKey(data); err != nil {
+	if !rds.IsPublicKey(data) {
 		return nil
 	}
 	return usagef("-key %s is a public key; -key wants the private key (%s)", path, strings.TrimSuffix(path, ".pub"))

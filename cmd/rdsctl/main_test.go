@@ -205,7 +205,8 @@ func TestRdsctlRanges(t *testing.T) {
 	flags, _, _ := simWithKey(t)
 	for _, tc := range []struct{ flag, says string }{
 		{"-port=0", "-port"}, {"-port=70000", "-port"}, {"-nvme-port=0", "-nvme-port"}, {"-nvme-port=65536", "-nvme-port"},
-		{"-timeout=0", "-timeout"}, {"-timeout=-1s", "-timeout"},
+		{"-timeout=0", "-timeout"}, {"-timeout=-1s", "-timeout"}, {"-timeout=1ms", "-timeout must be at least 1s"},
+		{"-login-options=c+t", "-login-options: invalid argument"},
 		{"-pool=a b", "-pool"}, {"-base-path=relative", "-base-path"}, {"-nqn-prefix=mikrotik:", "-nqn-prefix"},
 	} {
 		code, _, errOut := rdsctlProcess(t, append(append([]string{}, flags...), tc.flag, "probe")...)
@@ -303,10 +304,59 @@ func TestRdsctlCreateOfAnExistingDisk(t *testing.T) {
 	}
 }
 
+// A create whose /disk add ran but whose reply was lost, and whose
+// clean-up then failed to remove the file, leaves the backing file
+// without a disk. The file path is the slot's own (rdsctl names files as
+// the driver does), so the next create takes the file for debris of that
+// attempt and removes it, as the driver's CreateVolume does, instead of
+// failing on "already exists" for ever; a file some disk uses is never
+// removed.
+func TestRdsctlCreateAfterALostReplyAndAFailedCleanup(t *testing.T) {
+	flags, client, srv := simWithKey(t)
+	// Every /disk add runs and its reply is lost: the first creates the
+	// disk, the client's re-sends find it there and are lost too, so the
+	// outcome stays unknown and the client cleans up; the clean-up
+	// removes the disk but fails to remove the file.
+	srv.InjectFault(rdssim.Fault{Kind: rdssim.FaultDropAfterExec, Match: "/disk add", Count: -1})
+	srv.FailNth(1, "/file remove", "failure: simulated failure")
+	var stdout, stderr bytes.Buffer
+	if err := run(append(flags, "create", "pvc-1", "1G"), &stdout, &stderr); err == nil {
+		t.Fatalf("the create with a lost reply and a failed clean-up succeeded: %s", stdout.String())
+	}
+	srv.ClearFaults()
+	ctx := context.Background()
+	if _, err := client.GetDisk(ctx, "pvc-1"); !errors.Is(err, rds.ErrNotFound) {
+		t.Fatalf("after the failed create: disk %v, want none", err)
+	}
+	file := rds.VolumeFilePath(rds.DefaultVolumePath, "pvc-1")
+	if _, err := client.GetFile(ctx, file); err != nil {
+		t.Fatalf("the failed clean-up left no file to block the slot (%v): the fault injection did not reproduce the case", err)
+	}
+	code, out, errOut := rdsctlProcess(t, append(flags, "create", "pvc-1", "1G")...)
+	if code != 0 || !strings.Contains(out, "pvc-1") {
+		t.Fatalf("create after the failed one: exit %d, stdout %q, stderr %q; want the slot's leftover file removed and the disk created", code, out, errOut)
+	}
+	if d, err := client.GetDisk(ctx, "pvc-1"); err != nil || d.FilePath != file || d.Size != rds.GiB {
+		t.Errorf("created: %+v %v", d, err)
+	}
+	// A file a disk uses is never taken for debris: a disk in another
+	// slot on pvc-2's path keeps it, and the create fails.
+	if _, err := client.CreateDisk(ctx, rds.CreateDiskRequest{Slot: "other", FilePath: rds.VolumeFilePath(rds.DefaultVolumePath, "pvc-2"), Size: rds.GiB}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = rdsctlProcess(t, append(flags, "create", "pvc-2", "1G")...)
+	if code != 1 || !strings.Contains(errOut, "already exists") {
+		t.Errorf("create over a file another disk uses: exit %d, stderr %q; want it refused", code, errOut)
+	}
+	if d, err := client.GetDisk(ctx, "other"); err != nil || d.FilePath != rds.VolumeFilePath(rds.DefaultVolumePath, "pvc-2") {
+		t.Errorf("the disk using the file: %+v %v", d, err)
+	}
+}
+
 // rdsctl copy sets the copy's whole export (closed, its own NQN and
 // port): on a RouterOS whose copy-from takes the source's properties (as
 // its CLI manual describes add's copy-from), a copy that left them to
-// RouterOS answered to the source's NQN once exported (issue 22 review).
+// RouterOS answered to the source's NQN once exported.
 func TestRdsctlCopySetsItsOwnExport(t *testing.T) {
 	flags, client, _ := simWithKey(t, func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit })
 	ctx := context.Background()
@@ -374,7 +424,7 @@ func TestRdsctlNegativeSize(t *testing.T) {
 	base := closedRDS(t)
 	base = base[:len(base)-2] // its own -timeout
 	code := cli(append(base, "-timeout", "-1s", "probe"), &stdout, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), "-timeout must be positive") {
+	if code != 2 || !strings.Contains(stderr.String(), "-timeout must be at least 1s") {
 		t.Errorf("-timeout -1s: exit %d, stderr %q: want the timeout refused as a value of -timeout", code, stderr.String())
 	}
 }
@@ -511,7 +561,7 @@ func TestRdsctlConnectionFlagsAreUsageErrors(t *testing.T) {
 
 // A bad flag value or argument is a usage error (exit 2, with the usage
 // hint), so that a script can tell a typo from an RDS failure, and nothing
-// is sent to the RDS (review of issue 25: both exited 1 after dialling):
+// is sent to the RDS, for either of:
 //
 //	rdsctl -key K -known-hosts KH selftest -o yaml
 //	rdsctl -key K -known-hosts KH copy s1 s1
@@ -525,9 +575,9 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// A flag of another command is refused, not silently ignored (review of
-// issue 25: `list -o json` printed the text table, exit 0), as kubectl rds
-// refuses a flag its command does not use; so is a negative -copy-wait.
+// A flag of another command is refused, not silently ignored (`list -o
+// json` printing the text table, exit 0), as kubectl rds refuses a flag
+// its command does not use; so is a negative -copy-wait.
 func TestFlagsACommandDoesNotUse(t *testing.T) {
 	flags, _, _ := simWithKey(t)
 	for _, args := range [][]string{{"list", "-o", "json"}, {"list", "-closed"}, {"probe", "-keep-connections"}, {"selftest", "-copy-wait", "-1s"}} {
@@ -538,9 +588,32 @@ func TestFlagsACommandDoesNotUse(t *testing.T) {
 	}
 }
 
+// A flag that means something only with another, or with one form of its
+// command, is refused without it rather than ignored: -nvme-address
+// without -data ran the whole self-test as if it were not given, and
+// -keep-connections does nothing to an export that is closed.
+func TestFlagsThatNeedAnotherRefused(t *testing.T) {
+	flags, _, srv := simWithKey(t)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"selftest", "-nvme-address", "127.0.0.1"}, "-nvme-address needs -data"},
+		{[]string{"export", "pvc-1", "off", "-keep-connections"}, "-keep-connections is a flag of export on, not export off"},
+	} {
+		code, out, errOut := rdsctlProcess(t, append(append([]string{"-show-commands"}, flags...), tc.args...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, tc.says) {
+			t.Errorf("rdsctl %q: exit %d, stdout %.200q, stderr %.200q; want a usage error (exit 2) saying %q, nothing sent", tc.args, code, out, errOut, tc.says)
+		}
+	}
+	if n := srv.Stats().Accepted; n != 0 {
+		t.Errorf("the refused commands connected %d times to the RDS", n)
+	}
+}
+
 // -key naming the .pub that gen-key wrote beside the key says that it is a
-// public key and that -key wants the private key (review of issue 25: it
-// said "SSH key k.pub: ssh: no key found"). Input: rdsctl gen-key k;
+// public key and that -key wants the private key, not "SSH key k.pub:
+// ssh: no key found". Input: rdsctl gen-key k;
 // chmod 400 k.pub; rdsctl -key k.pub -known-hosts KH probe.
 func TestPublicKeyNamedAsSuch(t *testing.T) {
 	dir := t.TempDir()

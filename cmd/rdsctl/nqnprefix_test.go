@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// Fixed HOLE (issue 25 review, second pass): -nqn-prefix was checked by
-// forming prefix+"x" only, so a prefix that leaves no room under the
-// 223-byte NQN limit for the driver's volume IDs (pvc-<uuid>, 40 bytes)
-// was accepted, and every NQN rdsctl formed with it was refused later.
+// -nqn-prefix leaves room under the 223-byte NQN limit for the driver's
+// volume IDs (pvc-<uuid>, 40 bytes): checked by forming prefix+"x" only,
+// a longer prefix would be accepted and every NQN rdsctl forms with it
+// refused later.
 func TestRdsctlNQNPrefixLeavesRoomForAVolumeID(t *testing.T) {
 	const base = "nqn.2000-02.com.mikrotik:" // 25 bytes
 	for _, prefix := range []string{base + strings.Repeat("a", 180), base + strings.Repeat("a", 223-40-len(base)+1)} {

@@ -31,10 +31,12 @@ import (
 //   - no scratch disk is ever exported to any host: they are created
 //     closed (the driver's storage-fencing form) and opened only to host
 //     NQNs made up for this run from 128 random bits;
-//   - every exit path removes what it created: a failed check, the
-//     timeout, SIGINT or SIGTERM (a second signal abandons the cleanup and
-//     names what is left); a copy still running on the RDS is waited for
-//     (-copy-wait), since its file cannot be removed before it completes.
+//   - every exit path short of SIGKILL removes what it created: a failed
+//     check, the timeout, SIGINT, SIGTERM, SIGHUP or SIGQUIT (a second
+//     signal abandons the cleanup and names what is left), its output
+//     closed (`| head`: EPIPE, SIGPIPE handled); a copy still running on
+//     the RDS is waited for (-copy-wait), since its file cannot be
+//     removed before it completes.
 
 // selftestOptions are the rdsctl flags the self-test uses.
 type selftestOptions struct {
@@ -58,9 +60,9 @@ type selftestFlags struct {
 func addSelftestFlags(fs *flag.FlagSet) *selftestFlags {
 	f := &selftestFlags{}
 	fs.StringVar(&f.output, "o", "text", "selftest: report format, text or json")
-	fs.BoolVar(&f.data, "data", false, "selftest: also check that a copy holds its source's data, over NVMe/TCP from this host (Linux, root, nvme-tcp module): write a pattern to a scratch disk, copy it, read the copy")
+	fs.BoolVar(&f.data, "data", false, "selftest: also check over NVMe/TCP that a copy holds its source's data (Linux, root)")
 	fs.StringVar(&f.nvmeAddress, "nvme-address", "", "selftest -data: the RDS's NVMe/TCP address (default: -address)")
-	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the cleanup waits for a copy still running on the RDS before it names what it could not remove (0: no wait; not negative)")
+	fs.DurationVar(&f.copyWait, "copy-wait", time.Hour, "selftest: how long the clean-up waits for a running copy (0: no wait)")
 	return f
 }
 
@@ -96,13 +98,49 @@ func selftestCommand(cfg rds.Config, o selftestOptions, f *selftestFlags, out io
 	return selftestWithSignals(cfg, o, out)
 }
 
-// selftestWithSignals runs the self-test; the first SIGINT or SIGTERM
-// stops the checks and lets the cleanup run, a second one stops the
-// cleanup too.
+// endSignals end rdsctl unless it handles them (SIGKILL aside, which
+// nothing can): the first stops the checks and lets the cleanup run, a
+// second one stops the cleanup too.
+var endSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// outputWatch passes writes on and tells, once, that one failed: the
+// reader of rdsctl's output is gone (`rdsctl selftest | head` after head
+// exits: EPIPE), so the checks stop and the cleanup runs.
+type outputWatch struct {
+	w      io.Writer
+	once   sync.Once
+	failed chan struct{} // closed at the first failed write
+	err    error         // that write's error, set before failed is closed
+}
+
+func watchOutput(w io.Writer) *outputWatch {
+	if ow, ok := w.(*outputWatch); ok {
+		return ow
+	}
+	return &outputWatch{w: w, failed: make(chan struct{})}
+}
+
+func (o *outputWatch) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.once.Do(func() { o.err = err; close(o.failed) })
+	}
+	return n, err
+}
+
+// selftestWithSignals runs the self-test; the first of endSignals, or a
+// write to out that fails, stops the checks and lets the cleanup run; a
+// second signal stops the cleanup too. SIGPIPE is handled, so a write to
+// a closed pipe on stdout fails (and is seen) instead of killing rdsctl
+// before it cleans up.
 func selftestWithSignals(cfg rds.Config, o selftestOptions, out io.Writer) error {
+	w := watchOutput(out)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, endSignals...)
 	defer signal.Stop(sigs)
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	runCtx, stopRun := context.WithCancelCause(context.Background())
 	cleanCtx, stopClean := context.WithCancelCause(context.Background())
 	defer stopRun(nil)
@@ -110,7 +148,8 @@ func selftestWithSignals(cfg rds.Config, o selftestOptions, out io.Writer) error
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
-		for n := 0; n < 2; n++ {
+		failed := w.failed
+		for n := 0; n < 2; {
 			select {
 			case s := <-sigs:
 				if n == 0 {
@@ -118,12 +157,18 @@ func selftestWithSignals(cfg rds.Config, o selftestOptions, out io.Writer) error
 				} else {
 					stopClean(fmt.Errorf("cleanup abandoned after a second %v", s))
 				}
+				n++
+			case <-failed:
+				stopRun(fmt.Errorf("stopped: its output was closed (%v), so nobody reads the report", w.err))
+				failed = nil
+			case <-pipe:
+				// The write that raised it fails: seen above.
 			case <-done:
 				return
 			}
 		}
 	}()
-	return selftest(runCtx, cleanCtx, cfg, o, out)
+	return selftest(runCtx, cleanCtx, cfg, o, w)
 }
 
 // scratchPrefix starts every scratch disk's slot.
@@ -404,6 +449,31 @@ func (st *selftestRun) runChecks(scratch string) {
 			return "", fmt.Errorf("name %q, want %q", f.Name, strings.TrimPrefix(volFile, "/"))
 		}
 		return fmt.Sprintf("%s type=%q size=%d", f.Name, f.Type, f.Size), nil
+	})
+	st.check("clock and file time", func() (string, error) {
+		// A copy's leftover file is aged by these two (rds.CopyDiskRequest
+		// OwnsFilePath): the scratch file was made moments ago, so its
+		// last-modified must read within minutes of the RDS's clock.
+		now, err := c.Clock(ctx)
+		if err != nil {
+			st.fact("clock-file-time", contradicted, "/system clock print: %v", err)
+			return "", err
+		}
+		f, err := c.GetFile(ctx, volFile)
+		if err != nil {
+			return "", err
+		}
+		if f.Modified.IsZero() {
+			st.fact("clock-file-time", contradicted, "the file's last-modified is not printed or not readable")
+			return "", fmt.Errorf("%s: no readable last-modified", volFile)
+		}
+		age := now.Sub(f.Modified)
+		if age < -time.Minute || age > 15*time.Minute {
+			st.fact("clock-file-time", contradicted, "clock %s, a file made moments ago last modified %s (%s apart)", now.Format(time.DateTime), f.Modified.Format(time.DateTime), age)
+			return "", fmt.Errorf("the RDS's clock and its file times are %s apart", age)
+		}
+		st.fact("clock-file-time", confirmed, "clock %s, the scratch file last modified %s", now.Format(time.DateTime), f.Modified.Format(time.DateTime))
+		return fmt.Sprintf("%s apart", age.Round(time.Second)), nil
 	})
 	st.check("file remove refused while a disk uses it", func() (string, error) {
 		err := c.RemoveFile(ctx, volFile)

@@ -46,6 +46,7 @@ var selftestFacts = []factDef{
 		unmeasured: "the client removes both in one call and checks that both are gone; either way nothing is left"},
 	{id: "file-remove-in-use", fact: "/file remove is refused while a disk uses the file"},
 	{id: "file-regex", fact: "/file print where name~\"^...\" selects by regular expression"},
+	{id: "clock-file-time", fact: "/system clock print prints time and date, and a file's last-modified is read on the same clock"},
 	{id: "no-such-item", fact: "copy-from of a missing disk fails with `failure: no such item`",
 		unmeasured: "the client reads a copy's source first and sends no copy-from of a missing disk; one deleted in between is refused whatever the text"},
 	{id: "copy-complete", fact: "/disk add copy-from returns when the copy is complete, its disk listed then"},

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -197,7 +199,7 @@ func TestSelftestVariants(t *testing.T) {
 			if !tc.withData && !strings.Contains(report, "the data check was skipped") {
 				t.Errorf("without a data path the report does not say the data check was skipped:\n%s", report)
 			}
-			for _, id := range []string{"cas-stale", "find-where-and", "set-two-props", "closed-print", "add-closed", "allow-host-uuid", "size-suffix", "size-print", "wrap-rejoin", "file-regex", "flag-columns", "file-remove-in-use", "legend-empty", "silent-success", "copy-complete", "legend-used", "print-where"} {
+			for _, id := range []string{"cas-stale", "find-where-and", "set-two-props", "closed-print", "add-closed", "allow-host-uuid", "size-suffix", "size-print", "wrap-rejoin", "file-regex", "flag-columns", "file-remove-in-use", "legend-empty", "silent-success", "copy-complete", "legend-used", "print-where", "clock-file-time"} {
 				if got := factStatus(t, report, id); got != confirmed {
 					t.Errorf("fact %s: %s, want confirmed (the simulator behaves as documented)", id, got)
 				}
@@ -312,11 +314,12 @@ func scratchOf(report string) string {
 	return strings.TrimRight(strings.Fields(report[i:])[0], "*,")
 }
 
-// TestSelftestSignal: SIGINT or SIGTERM while a copy runs on the RDS
+// TestSelftestSignal: SIGINT, SIGTERM, SIGHUP (the terminal closed) or
+// SIGQUIT while a copy runs on the RDS
 // stops the checks; the cleanup waits for the copy and removes every
 // scratch disk and file; the run reports the interruption.
 func TestSelftestSignal(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			srv, cfg := selftestSim(t, func(c *rdssim.Config) { c.CopyRate = 64 * rds.MiB }) // 128 MiB: 2 s
 			var out bytes.Buffer
@@ -497,3 +500,49 @@ func (panickingDataPath) read(context.Context, string, string, nvme.DHCHAPSecret
 }
 
 func (panickingDataPath) describe() string { return "a data path that panics" }
+
+// TestSelftestPipedIntoHead: `rdsctl selftest -show-commands | head -60`.
+// Once head has its lines and exits, rdsctl's next write to the pipe
+// fails (EPIPE; unhandled, SIGPIPE would end rdsctl with status 141 and
+// its scratch disks left on the RDS): the checks stop, the cleanup
+// removes every scratch disk and file, and rdsctl exits 1 saying its
+// output was closed. The first copy is held (CopyGate) until head has
+// exited, so rdsctl still has lines to write when it finds the pipe
+// closed, whatever the pipe's buffer holds.
+func TestSelftestPipedIntoHead(t *testing.T) {
+	gate := make(chan struct{})
+	flags, _, srv := simWithKey(t, func(c *rdssim.Config) { c.CopyGate = gate })
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdsctl := exec.Command(os.Args[0], append(flags, "selftest", "-show-commands")...)
+	rdsctl.Env = append(os.Environ(), "RDSCTL_TEST_RUN_MAIN=1")
+	var stderr strings.Builder
+	rdsctl.Stdout, rdsctl.Stderr = pw, &stderr
+	head := exec.Command("head", "-60")
+	var headOut strings.Builder
+	head.Stdin, head.Stdout = pr, &headOut
+	if err := rdsctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := head.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close() // the children hold the pipe's ends now
+	pr.Close()
+	if err := head.Wait(); err != nil {
+		t.Fatalf("head: %v", err)
+	}
+	close(gate)
+	err = rdsctl.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "its output was closed") {
+		t.Errorf("rdsctl selftest | head -60: %v (status %v), stderr %q; want exit status 1 saying its output was closed", err, exit, stderr.String())
+	}
+	if n := strings.Count(headOut.String(), "\n"); n != 60 {
+		t.Errorf("head printed %d lines, want 60", n)
+	}
+	neverOpenToAnyHost(t, srv)
+	nothingLeft(t, srv)
+}

@@ -32,6 +32,13 @@ type ControlPlaneOptions struct {
 	NodeMonitorGracePeriod time.Duration // --node-monitor-grace-period
 	ExtraKCMArgs           string        // appended to kube-controller-manager's flags
 	ExtraAPIServerArgs     string
+	// KubeletClientCert makes kube-apiserver present the admin
+	// certificate to kubelets (real nodes, whose kubelets authenticate
+	// it: exec, logs, the node proxy).
+	KubeletClientCert bool
+	// AuthorizationMode is kube-apiserver's --authorization-mode (default
+	// RBAC; real nodes want Node,RBAC).
+	AuthorizationMode string
 	// EtcdBin runs another etcd than the one hack/build-controlplane.sh
 	// built (ETCD_BIN), e.g. Debian's 3.4.23, over which kube-apiserver
 	// refuses watch-list.
@@ -58,6 +65,12 @@ func StartControlPlane(tb testing.TB, tl *Timeline, root, dir string, opts Contr
 	}
 	if opts.EtcdBin != "" {
 		env = append(env, "ETCD_BIN="+opts.EtcdBin)
+	}
+	if opts.AuthorizationMode != "" {
+		env = append(env, "APISERVER_AUTHORIZATION_MODE="+opts.AuthorizationMode)
+	}
+	if opts.KubeletClientCert {
+		env = append(env, "APISERVER_KUBELET_CLIENT=1")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)

@@ -439,7 +439,7 @@ func authNodeServer(t testing.TB, c *nvme.TCPConnector) (csi.NodeClient, *export
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ns := rdscsi.NewNodeServer(rdscsi.NewDriver(opts, nil), c, nil)
+	ns := rdscsi.NewNodeServer(rdscsi.NewDriver(opts, nil), c, t.TempDir())
 	ns.SetNodeKey(key, "")
 	endpoint := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	lis, err := rdscsi.Listen(endpoint)

@@ -60,12 +60,16 @@ func (c *Store) Newer(pvName, handle, seen string) (PVRef, bool) {
 // when one PV's view is current and another's stale, the first write
 // succeeds before the second conflicts, and copying the stale PV's claims
 // would bring back a claim an answered unpublish had released.
-func (c *Store) Commit(ctx context.Context, handle string, pvs []PVRef, merged Set, node string, claim Claim, fenced []string) error {
+func (c *Store) Commit(ctx context.Context, handle string, pvs []PVRef, merged Set, node string, claim Claim, created bool, fenced []string) error {
 	if len(pvs) == 0 {
 		return fmt.Errorf("volume %s has no PersistentVolume to record the claim on", handle)
 	}
-	// made: the PVs this call gave a new attachment (a claim the PV did
-	// not hold); a commit that fails part-way takes it back from them.
+	// made: the PVs this call gave a new attachment (created: one no
+	// earlier publish answered); a commit that fails part-way takes it
+	// back from them. The node's live attachment published again is
+	// never taken back, even from a PV that did not show it yet (a PV
+	// made for the handle while the volume is attached): it was answered,
+	// and the node may be writing through it.
 	var made []string
 	for _, pv := range pvs {
 		own := pv.Claims
@@ -97,7 +101,7 @@ func (c *Store) Commit(ctx context.Context, handle string, pvs []PVRef, merged S
 			retiring = nil // unchanged: not written
 		}
 		err := c.patch(ctx, pv.Name, pv.ResourceVersion, next, retiring)
-		isNew := !had || old.Nonce != claim.Nonce || old.NodeUID != claim.NodeUID
+		isNew := created && (!had || old.Nonce != claim.Nonce || old.NodeUID != claim.NodeUID)
 		if err != nil && isNew && !errors.Is(err, ErrConflict) {
 			made = append(made, pv.Name) // it may have landed
 		}
@@ -219,6 +223,12 @@ func (c *Store) releaseIf(ctx context.Context, pvName, handle, node string, drop
 		if err != nil {
 			return err
 		}
+		if handle != "" && (pv.Spec.CSI == nil || pv.Spec.CSI.VolumeHandle != handle) {
+			// A PV of another volume under a name a claim or record
+			// named (deleted, and the name reused): neither its claims
+			// nor its records are this release's.
+			return nil
+		}
 		claims, err := decodeClaims(pv.Annotations)
 		if err != nil {
 			return fmt.Errorf("PV %s: %w", pvName, err)
@@ -236,11 +246,6 @@ func (c *Store) releaseIf(ctx context.Context, pvName, handle, node string, drop
 		}
 		cl, ok := claims[node]
 		if !ok {
-			return nil
-		}
-		if handle != "" && (pv.Spec.CSI == nil || pv.Spec.CSI.VolumeHandle != handle) {
-			// A PV of another volume under a name a claim or record
-			// named (deleted, and the name reused): not this release's.
 			return nil
 		}
 		remaining := make(map[string]Claim, len(claims))

@@ -313,7 +313,7 @@ func TestANodeReportsTheBoxesItReachesInItsTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := NewNodeServer(d, nil, nil)
+	ns := NewNodeServer(d, nil, "")
 	resp, err := ns.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -229,6 +229,14 @@ func (p *publishing) run(ctx context.Context, indexed, v *informers.Volume) (*cs
 			s.pub.Reporter.PublishFailed("conflict")
 			return nil, statusf(codes.Aborted, "volume %s: its attachment state kept changing while deciding (another controller replica or a concurrent detach); the request is retried against the new state", id)
 		}
+		// The retry decides on what changed: a node read live before the
+		// conflict may have recovered since (the conflict may be its own
+		// repeated publish), so a fence stands on a fresh read again.
+		for n := range p.live {
+			if n != p.ident.Name {
+				delete(p.live, n)
+			}
+		}
 		if v != indexed {
 			// Decided on this replica's own last write, and someone wrote
 			// since (that write is forgotten): decide again on the index,

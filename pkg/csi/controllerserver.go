@@ -248,9 +248,11 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		// without a disk is debris of an earlier attempt: ours to reclaim.
 		disk, err = b.view.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export, OwnsFilePath: true})
 	} else {
-		// A file without a disk here may be a copy still running: never
-		// reclaimed.
-		disk, err = b.view.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export})
+		// A file without a disk here is debris of an earlier copy whose
+		// clean-up failed, or a copy still running: the client reclaims
+		// it only once the RDS's clock says no copy can still be writing
+		// it, and answers ErrCopyPending (UNAVAILABLE, retried) until then.
+		disk, err = b.view.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export, OwnsFilePath: true})
 	}
 	switch {
 	case errors.Is(err, rds.ErrNoSpace):
@@ -540,9 +542,10 @@ func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeH
 	_, slot := backends.SplitID(d.Slot)
 	port := b.NVMePort
 	switch {
-	case s.d.opts.AllowHostFencing():
+	case s.d.opts.AllowHostFencing() && (!d.Exported || (d.Port == port && d.NQN == s.d.nqn(d.Slot))):
 		// Closed while unpublished is how storage fencing keeps it; a
-		// published volume must be open to its holder.
+		// published volume must be open to its holder (and, open, at the
+		// address nodes dial: below).
 		return s.holderHealth(d)
 	case !d.Exported:
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthNotExported,

@@ -2,7 +2,6 @@ package csi
 
 import (
 	"context"
-
 	"fmt"
 	"slices"
 	"strings"
@@ -12,70 +11,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
-
-const (
-	testVolumePath = "/storage-pool/kubernetes-volumes"
-	testRDSName    = "rds1"
-	testNQNPrefix  = "nqn.2000-02.com.mikrotik:"
-	testPVC        = "pvc-0a1b2c3d-4e5f-6789-abcd-ef0123456789"
-	testPVC2       = "pvc-1a1b2c3d-4e5f-6789-abcd-ef0123456789"
-	testSnapName   = "snapshot-2a1b2c3d-4e5f-6789-abcd-ef0123456789"
-)
-
-var testClock = time.Date(2026, 5, 4, 3, 2, 1, 987654321, time.UTC)
-
-func testOptions() Options {
-	o := Options{
-		Mode: ModeController, Endpoint: "unix:///tmp/csi-test.sock", DriverName: DefaultDriverName,
-		RDSAddress: "10.0.0.5", RDSUser: "csi", RDSKeyFile: "/k", RDSKnownHostsFile: "/kh",
-		RDSPool: "storage-pool", VolumePath: testVolumePath, RDSName: testRDSName,
-		NVMePort: 4420, NQNPrefix: testNQNPrefix,
-		AttachmentKey: []byte("a test attachment key of 32 bytes or more"),
-	}
-	if err := o.Validate(); err != nil {
-		panic(err)
-	}
-	return o
-}
-
-func newTestController(t *testing.T) (*ControllerServer, *fakeRDS) {
-	t.Helper()
-	f := newFakeRDS(100 * rds.GiB)
-	s := NewControllerServer(NewDriver(testOptions(), f), nil)
-	s.now = func() time.Time { return testClock }
-	return s, f
-}
-
-// code is the gRPC code a client would see for err.
-func code(err error) codes.Code { return status.Code(toStatus(err)) }
-
-func mountCap(mode csi.VolumeCapability_AccessMode_Mode, fs string) *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
-	}
-}
-
-func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
-	return &csi.VolumeCapability{
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
-		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
-	}
-}
-
-const snw = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-
-func createReq(name string, required int64) *csi.CreateVolumeRequest {
-	return &csi.CreateVolumeRequest{
-		Name:               name,
-		CapacityRange:      &csi.CapacityRange{RequiredBytes: required},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw, "")},
-	}
-}
 
 func mustCreate(t *testing.T, s *ControllerServer, req *csi.CreateVolumeRequest) *csi.Volume {
 	t.Helper()

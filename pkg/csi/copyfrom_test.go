@@ -18,20 +18,6 @@ import (
 // What the driver does under each unconfirmed behaviour of RouterOS'
 // /disk add copy-from (issue 22, item 6; docs/routeros.md, facts table).
 
-func restoreReq(name, snapshot string) *csi.CreateVolumeRequest {
-	r := createReq(name, 0)
-	r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapshot}}}
-	return r
-}
-
-func cloneReq(name, volume string) *csi.CreateVolumeRequest {
-	r := createReq(name, 0)
-	r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
-		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: volume}}}
-	return r
-}
-
 // TestCopyFromWithoutData: on an RDS whose copy-from copies no data (the
 // simulator's CopyFromDataNone), a restore is an empty disk that nothing
 // can tell apart from a good one: the hazard. With

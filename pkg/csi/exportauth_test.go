@@ -23,12 +23,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
-func exportAuthOptions() Options {
-	o := allowHostOptions()
-	o.ExportAuth = ExportAuthDHCHAP
-	return o
-}
-
 // newAuthEnv is a replica with --storage-fencing=allow-host and
 // --export-auth=dhchap, its calls logged into the returned buffer.
 func newAuthEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS) (*publishEnv, *lockedLog) {
@@ -249,8 +243,8 @@ func TestExportAuthTurnedOffClearsThePassword(t *testing.T) {
 // bad input ("expected end of command"); with --export-auth=dhchap every
 // authenticated publish then fails the same way, which no retry changes
 // and which is not the CO's request at fault: FAILED_PRECONDITION saying
-// what to do, the password never in it (issue 26's review left it as
-// INVALID_ARGUMENT with only the command).
+// what to do, the password never in it (not INVALID_ARGUMENT with only
+// the command).
 func TestExportAuthRefusedPasswordSaysWhatToDo(t *testing.T) {
 	client := newFakeAPI(testNode("node-a"))
 	e, _ := newAuthEnv(t, client, nil)
@@ -276,5 +270,66 @@ func TestExportAuthOwnValidationIsNotARefusedPassword(t *testing.T) {
 	_, err := e.publish(id, "node-a/"+newNodeKey(t).Public.String(), rwo)
 	if err == nil || strings.Contains(err.Error(), "--export-auth") {
 		t.Fatalf("publish with the client's own validation failing = %v, want an error that does not blame the RDS's export password", err)
+	}
+}
+
+// A password set and no secret readable (a RouterOS user without the
+// sensitive policy) fails the publish, and the retry fails too: the
+// export the first try opened has this attachment's password, so a node
+// told of no secret could not connect. Only an attachment made before the
+// mode was on is published without one.
+func TestExportAuthRetryAfterAnUnreadSecretStillFails(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e, _ := newAuthEnv(t, client, nil)
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-0000000000b1", corev1.ReadWriteOnce, false)
+	idA := "node-a/" + newNodeKey(t).Public.String()
+	e.rds.mu.Lock()
+	e.rds.hideSecrets = true
+	e.rds.mu.Unlock()
+
+	_, err := e.publish(id, idA, rwo)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("publish with the secret unreadable = %v, want Unavailable", err)
+	}
+	if e.disk(id).Secret.IsZero() {
+		t.Fatal("the first try set no password, so the retry below proves nothing")
+	}
+	e.waitClaims(id, "node-a")
+	resp, err := e.publish(id, idA, rwo)
+	if err == nil {
+		t.Fatalf("the retry answered success (publish_context keys %v) on an export with this attachment's password and no secret to hand the node", keysOf(resp.PublishContext))
+	}
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "secret") {
+		t.Fatalf("the retry = %v, want Unavailable saying the secret could not be read", err)
+	}
+}
+
+// Readers only (a ReadOnlyMany PV, MULTI_NODE_READER_ONLY publishes): the
+// export is open to any host with no password, and each reader, though
+// its claim was made with the mode on, is answered without a secret,
+// also on a repeated publish: never refused for a secret it cannot have.
+func TestExportAuthReadersOnlyNeedNoSecret(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e, _ := newAuthEnv(t, client, nil)
+	rox := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, "ext4")
+	id := e.newVolume(client, "pvc-5f000000-0000-4000-8000-0000000000b2", corev1.ReadOnlyMany, false)
+	ids := []string{"node-a/" + newNodeKey(t).Public.String(), "node-b/" + newNodeKey(t).Public.String()}
+	for _, n := range ids {
+		resp, err := e.publish(id, n, rox)
+		if err != nil {
+			t.Fatalf("reader %s: %v", n, err)
+		}
+		if _, ok := resp.PublishContext[PublishContextAuth]; ok {
+			t.Fatalf("reader %s was handed a secret for an export open to any host", n)
+		}
+		wantExport(t, e, id, true, "")
+	}
+	e.waitClaims(id, "node-a", "node-b")
+	if !e.disk(id).Secret.IsZero() {
+		t.Fatal("an export open to any host has a password")
+	}
+	if _, err := e.publish(id, ids[0], rox); err != nil {
+		t.Fatalf("a reader's repeated publish: %v", err)
 	}
 }

@@ -7,117 +7,23 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/srvlab/rds-csi/pkg/claims"
-	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
 
+// The export follows the claims: it is opened to an attachment only for a
+// claim committed on a live VolumeAttachment, a publish that is not
+// answered leaves neither, and the leader's reconcile re-derives the
+// export from the live claims. Commands that land late:
+// latecommand_test.go.
+
 var vaGVR = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "volumeattachments"}
-
-func exportOpen(host string) rds.ExportState { return rds.ExportState{Open: true, Host: host} }
-func exportClosed() rds.ExportState {
-	return rds.ExportState{Host: "nqn.2014-08.org.nvmexpress:uuid:00000000-dead-4000-8000-000000000000"}
-}
-
-// waitIndexed waits until this replica's index knows volume id.
-func (e *publishEnv) waitIndexed(id string) {
-	e.t.Helper()
-	waitFor(e.t, "the index to know "+id, func() bool { return e.index.Volume(id).Indexed() })
-}
-
-// Issue 21: the export follows the claims. Two replicas with storage
-// fencing share one API server and one RDS; a held SwapExport lands late,
-// after the other replica moved on, exactly as a slow RouterOS command.
-
-func newTwoFencedReplicas(t *testing.T, nodes ...string) (*publishEnv, *publishEnv, *fake.Clientset) {
-	t.Helper()
-	var objs []runtime.Object
-	for _, n := range nodes {
-		objs = append(objs, testNode(n))
-	}
-	client := newFakeAPI(objs...)
-	shared := newFakeRDS(1 << 40)
-	a := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions())
-	b := newPublishEnvWith(t, client, shared, fencing.DefaultConfig(), allowHostOptions())
-	return a, b, client
-}
-
-// A slow "open to node A" lands after A's unpublish and B's publish: it
-// must not move the export back to A, and A must not be told it may write.
-func TestLateOpenAfterUnpublishAndNextPublish(t *testing.T) {
-	a, b, client := newTwoFencedReplicas(t, "node-a", "node-b")
-	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
-	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000001", corev1.ReadWriteOnce, false)
-	b.waitIndexed(id)
-
-	slow := a.rds.holdNext("SwapExport")
-	answered := make(chan error, 1)
-	go func() { _, err := a.publish(id, nodeA, rwo); answered <- err }()
-	<-slow.entered // A's claim is committed; its open is in flight
-
-	// The detach of A, then B's attach, on the other replica.
-	a.dropAutoVA(id, nodeA)
-	b.waitClaims(id, "node-a")
-	if err := b.unpublish(id, nodeA); err != nil {
-		t.Fatal(err)
-	}
-	b.waitClaims(id)
-	if _, err := b.publish(id, nodeB, rwo); err != nil {
-		t.Fatal(err)
-	}
-	hostB := b.hostOf(id, "node-b")
-	wantExport(t, b, id, true, hostB)
-
-	close(slow.release)
-	err := <-answered
-	if err == nil {
-		t.Fatal("node-a was told it may write after its unpublish")
-	}
-	wantExport(t, b, id, true, hostB)
-}
-
-// ABA: a slow close conditioned on node A's export lands after A was
-// unpublished and published again: the new attachment's export stays.
-func TestLateCloseAfterRepublish(t *testing.T) {
-	a, b, client := newTwoFencedReplicas(t, "node-a")
-	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
-	id := a.newVolume(client, "pvc-21000000-0000-4000-8000-000000000002", corev1.ReadWriteOnce, false)
-	b.waitIndexed(id)
-	first, err := a.publish(id, nodeA, rwo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	firstHost := first.PublishContext[PublishContextHostNQN]
-	a.waitClaims(id, "node-a")
-	b.waitClaims(id, "node-a")
-
-	if err := a.unpublish(id, nodeA); err != nil {
-		t.Fatal(err)
-	}
-	b.waitClaims(id)
-	resp, err := b.publish(id, nodeA, rwo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := resp.PublishContext[PublishContextHostNQN]
-	wantExport(t, b, id, true, host)
-	if host == firstHost {
-		t.Fatalf("the second attachment of node-a got the first one's host NQN %s: a late command conditioned on the first export would match it", host)
-	}
-	// A late close conditioned on the first attachment's export (its real
-	// host) lands now: it matches nothing.
-	if _, err := b.rds.SwapExport(context.Background(), id, exportOpen(firstHost), exportClosed()); err == nil {
-		t.Fatal("a close conditioned on an earlier attachment's export matched the new one")
-	}
-	wantExport(t, b, id, true, host)
-}
 
 // A paused replica's publish whose VolumeAttachment is gone (its attacher
 // lost its lease, the other detached it): nothing is recorded, nothing
@@ -255,22 +161,58 @@ func TestStorageFencingReadOnlyManyReaders(t *testing.T) {
 	wantClosed(t, a, id)
 }
 
-// migrateAToB publishes raw-block RWX volume id to node-a, then to node-b
-// (a live migration's target) and waits until this replica's index shows
-// both claims; the export must then allow node-b's attachment. It returns
-// both attachments' host NQNs.
-func (e *publishEnv) migrateAToB(id string) (hostA, hostB string) {
-	e.t.Helper()
-	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
-	if _, err := e.publish(id, nodeA, rwx); err != nil {
-		e.t.Fatal(err)
+// A publish whose read-back after its commit fails withdraws the claim it
+// made: no orphaned claim is left for the leader's reconcile to open the
+// export to. The interleaving: a paused replica's publish read the
+// VolumeAttachment live, then the attachment was detached and its
+// unpublish found no claim; the commit lands (the PV did not change), and
+// the re-read after the commit fails (API timeout). The VolumeAttachment
+// is gone, so nothing would retry or release a claim left behind.
+func TestPublishWithdrawsItsClaimWhenTheReadBackFails(t *testing.T) {
+	a, b, client := newTwoFencedReplicas(t, "node-a")
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2e000000-0000-4000-8000-000000000004", corev1.ReadWriteOnce, false)
+	b.waitIndexed(id)
+	a.ensureVA(id, nodeA)
+	name := claims.VolumeAttachmentName(id, DefaultDriverName, "node-a")
+	va, err := client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.waitClaims(id, "node-a")
-	if _, err := e.publish(id, nodeB, rwx); err != nil {
-		e.t.Fatal(err)
+	// The detach: the VolumeAttachment goes and its unpublish (replica b)
+	// finds no claim.
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
 	}
-	e.waitClaims(id, "node-a", "node-b")
-	hostA, hostB = e.hostOf(id, "node-a"), e.hostOf(id, "node-b")
-	wantExport(e.t, e, id, true, hostB)
-	return hostA, hostB
+	waitFor(t, "the VolumeAttachment gone", func() bool {
+		_, err := client.StorageV1().VolumeAttachments().Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	// Replica a's publish: its first read (made before the detach) saw
+	// the VolumeAttachment live; its re-read after the commit times out.
+	gets := 0
+	client.PrependReactor("get", "volumeattachments", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		switch gets {
+		case 1:
+			return true, va.DeepCopy(), nil
+		case 2:
+			return true, nil, apierrors.NewTimeoutError("the API server is slow", 1)
+		}
+		return false, nil, nil
+	})
+	_, err = a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+	if err == nil {
+		t.Fatal("publish answered success")
+	}
+	if c := claimsOf(t, client, id); len(c) != 0 {
+		t.Errorf("publish failed (%v) but left claims %v with no VolumeAttachment: orphaned", err, keys(c))
+		a.waitClaims(id, "node-a")
+		if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if d := a.disk(id); d.Exported {
+			t.Errorf("and the leader's reconcile opened the export to it (%s)", d.AllowHost)
+		}
+	}
 }

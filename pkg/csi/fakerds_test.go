@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -538,4 +539,36 @@ func (f *fakeRDS) callCount(method string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[method]
+}
+
+// failSwapAfter makes the n-th SwapExport from now on fail as a command
+// whose outcome is unknown (it never lands).
+func failSwapAfter(f *fakeRDS, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := 0
+	f.atCall = func(method string) {
+		if method != "SwapExport" {
+			return
+		}
+		if seen++; seen == n {
+			f.fail[method] = fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown)
+		}
+	}
+}
+
+// failGetDiskAt makes the n-th GetDisk from now on fail (an RDS that
+// stopped answering).
+func failGetDiskAt(f *fakeRDS, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := 0
+	f.atCall = func(method string) {
+		if method != "GetDisk" {
+			return
+		}
+		if seen++; seen == n {
+			f.fail[method] = errors.New("ssh: the RDS stopped answering")
+		}
+	}
 }

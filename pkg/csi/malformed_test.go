@@ -151,3 +151,31 @@ func TestUnreadableRetiringWithFencing(t *testing.T) {
 		t.Errorf("the unreadable record was written over: %q", got)
 	}
 }
+
+// Without storage fencing nothing writes or needs the retiring
+// annotation, so a stray or mangled value (an operator's kubectl
+// annotate, a rollback from a release with another format) is not read
+// and fails neither a release nor the informer's syncPV. Were it read,
+// ControllerUnpublishVolume would fail (gRPC INTERNAL, on every retry)
+// forever: the claim would stay, the VolumeAttachment never detach, and
+// the volume could not move to another node.
+func TestUnreadableRetiringDoesNotBlockADetachWithoutFencing(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"))
+	e := newPublishEnv(t, client, nil, fencing.DefaultConfig())
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := e.newVolume(client, "pvc-2f000000-0000-4000-8000-0000000001a4", corev1.ReadWriteOnce, false)
+	if _, err := e.publish(id, nodeA, rwo); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + claims.RetiringAnnotation + `":"not json"}}}`)
+	if _, err := client.CoreV1().PersistentVolumes().Patch(context.Background(), id, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.unpublish(id, nodeA)
+	if err != nil {
+		t.Errorf("unpublish without storage fencing, with an unreadable %s annotation: %v (code %v)", claims.RetiringAnnotation, err, code(err))
+	}
+	if c := claimsOf(t, client, id); has(c, "node-a") {
+		t.Errorf("node-a's claim stays after its detach: %v", keys(c))
+	}
+}

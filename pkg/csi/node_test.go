@@ -3,7 +3,6 @@ package csi
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -26,41 +25,6 @@ import (
 // The node tests walk volumes through the real node service, the real
 // controller and the RDS simulator over SSH, on real loop devices with the
 // host's mkfs, mount, resize2fs and xfs_growfs. They need root.
-
-const (
-	sw   = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
-	sswr = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
-	mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
-)
-
-// xfs refuses filesystems under 300 MB.
-const nodeTestSize = 512 * rds.MiB
-
-func randomBytes(t testing.TB, n int64) []byte {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func writeSynced(t testing.TB, path string, data []byte) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func (v *nodeVolume) stats(t testing.TB, p string) (bytesUsed, inodesUsed int64) {
 	t.Helper()

@@ -237,7 +237,7 @@ func TestVMWholePathSnapshotRestoreOnSecondNode(t *testing.T) {
 
 	// Node 2: its own host identity, its own node service, same kernel.
 	node2Etc := t.TempDir()
-	node2 := NewNodeServer(env.ns.d, vmTCPConnector(t, env.ns.d, node2Etc), nil)
+	node2 := NewNodeServer(env.ns.d, vmTCPConnector(t, env.ns.d, node2Etc), t.TempDir())
 	staging := filepath.Join(t.TempDir(), "staging")
 	if err := os.Mkdir(staging, 0o750); err != nil {
 		t.Fatal(err)

@@ -3,37 +3,12 @@ package csi
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/srvlab/rds-csi/pkg/nvme"
 )
-
-// recordingConnector records the targets NodeStageVolume connects; every
-// volume's device is dev.
-type recordingConnector struct {
-	Connector
-	dev     string
-	mu      sync.Mutex
-	targets []nvme.Target
-}
-
-func (r *recordingConnector) Connect(_ context.Context, t nvme.Target) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.targets = append(r.targets, t)
-	return r.dev, nil
-}
-
-func (r *recordingConnector) connected() []nvme.Target {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]nvme.Target(nil), r.targets...)
-}
 
 // NodeStageVolume connects as the attachment's own host when
 // publish_context names one (storage fencing), as the node when it names

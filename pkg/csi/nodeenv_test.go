@@ -3,18 +3,21 @@ package csi
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
 	"github.com/srvlab/rds-csi/pkg/nvme"
+	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
 // nodeTools are the host tools the node path runs for real;
@@ -133,10 +136,17 @@ func newNodeVolume(t testing.TB, env *simEnv, name string, size int64, c *csi.Vo
 	if err != nil {
 		t.Fatalf("CreateVolume %s: %v", name, err)
 	}
+	return newNodeVolumeFor(t, env, resp.Volume, c)
+}
+
+// newNodeVolumeFor is newNodeVolume for a volume created otherwise (from
+// a snapshot, a clone).
+func newNodeVolumeFor(t testing.TB, env *simEnv, vol *csi.Volume, c *csi.VolumeCapability) *nodeVolume {
+	t.Helper()
 	dir := t.TempDir()
 	// Registered after TempDir, so it runs before the directory goes:
 	// whatever the test did, nothing stays mounted there or attached.
-	disk, _ := env.disk(resp.Volume.VolumeId)
+	disk, _ := env.disk(vol.VolumeId)
 	t.Cleanup(func() {
 		unmountBelow(t, dir)
 		detachLoops(t, func(f string) bool { return f == disk.BackingFile })
@@ -145,7 +155,7 @@ func newNodeVolume(t testing.TB, env *simEnv, name string, size int64, c *csi.Vo
 	if err := os.Mkdir(staging, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	return &nodeVolume{env: env, vol: resp.Volume, cap: c, staging: staging, target: filepath.Join(dir, "pod", "mount")}
+	return &nodeVolume{env: env, vol: vol, cap: c, staging: staging, target: filepath.Join(dir, "pod", "mount")}
 }
 
 func (v *nodeVolume) id() string { return v.vol.VolumeId }
@@ -244,4 +254,99 @@ func isMounted(t testing.TB, p string) bool {
 		t.Fatal(err)
 	}
 	return m != nil
+}
+
+const (
+	sw   = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	sswr = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	mnro = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+)
+
+// xfs refuses filesystems under 300 MB.
+const nodeTestSize = 512 * rds.MiB
+
+func randomBytes(t testing.TB, n int64) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeSynced(t testing.TB, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeAt(t *testing.T, path string, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readAt(t *testing.T, path string, off int64, n int) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		t.Fatal(err)
+	}
+	return buf
+}
+
+// nodeInfoServer is a node service named worker-1 on the RDS rds1, on
+// connector c; no I/O happens until an RPC asks for it.
+func nodeInfoServer(t *testing.T, c Connector) *NodeServer {
+	t.Helper()
+	opts := Options{Mode: ModeNode, DriverName: DefaultDriverName, Endpoint: "unix:///csi/csi.sock", NodeID: "worker-1",
+		RDSName: "rds1", NVMePort: 4420, NQNPrefix: testNQNPrefix, MaxVolumesPerNode: 20}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return NewNodeServer(NewDriver(opts, nil), c, "")
+}
+
+// recordingConnector records the targets NodeStageVolume connects; every
+// volume's device is dev.
+type recordingConnector struct {
+	Connector
+	dev     string
+	mu      sync.Mutex
+	targets []nvme.Target
+}
+
+func (r *recordingConnector) Connect(_ context.Context, t nvme.Target) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.targets = append(r.targets, t)
+	return r.dev, nil
+}
+
+func (r *recordingConnector) connected() []nvme.Target {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]nvme.Target(nil), r.targets...)
 }

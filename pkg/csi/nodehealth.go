@@ -46,7 +46,10 @@ type pathReporter interface {
 // device, no NVMe/TCP path to it is live (reconnecting), or a mounted path
 // fails with an I/O error; DEGRADED when the
 // kernel made its filesystem read-only after an error (reads still work).
-// Only the volume ID is required; given paths are checked as well.
+// Only the volume ID is required; given paths are checked as well, and
+// only when what is mounted there can be tied to the volume (its device,
+// or the node's record of mounting it there, as for an unstage): another
+// volume's path is NOT_FOUND, never reported as this volume's trouble.
 func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	const rpc = "NodeGetVolumeHealth"
 	id := req.GetVolumeId()
@@ -95,8 +98,23 @@ func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 			err = fmt.Errorf("%w: device %s is gone", nvme.ErrNoDevice, dev)
 		}
 	}
-	switch {
-	case errors.Is(err, nvme.ErrNotConnected) || errors.Is(err, nvme.ErrNoDevice):
+	gone := errors.Is(err, nvme.ErrNotConnected) || errors.Is(err, nvme.ErrNoDevice)
+	if err != nil && !gone {
+		return nil, fmt.Errorf("volume %s: finding its device: %w", id, err)
+	}
+	// Only what can be tied to this volume is judged: a path that holds
+	// another volume (or anything the node cannot tie to this one) says
+	// nothing about this volume's health, so the volume is not there.
+	for _, m := range mounted {
+		ok, err := s.tiedToVolume(ctx, id, m, num, !gone)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, statusf(codes.NotFound, "%s: volume %s is not at %s: what is mounted there (device %s, from %s) is not this volume's, and this node has no record of mounting the volume there", rpc, id, m.MountPoint, mountDevice(m), m.Source)
+		}
+	}
+	if gone {
 		if len(mounted) == 0 {
 			return nil, statusf(codes.NotFound, "volume %s is not staged on this node (%v)", id, err)
 		}
@@ -104,8 +122,6 @@ func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 			"volume %s is still mounted at %s but its device is gone from this node (%v): the NVMe/TCP connection to the RDS was lost for longer than ctrl_loss_tmo, or the volume was deleted on the RDS; I/O fails until the pod is restarted",
 			id, mounted[0].MountPoint, err)
 		return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
-	case err != nil:
-		return nil, fmt.Errorf("volume %s: finding its device: %w", id, err)
 	}
 
 	if pr, ok := s.connector.(pathReporter); ok {
@@ -125,11 +141,7 @@ func (s *NodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 				"volume %s: %s cannot be accessed (%v); the pod must be restarted once the RDS is reachable", id, m.MountPoint, err)
 			continue
 		}
-		got := m.dev()
-		if n, err := deviceNumber(m.MountPoint); err == nil {
-			got = n // a published raw block device
-		}
-		if got != num {
+		if got := mountDevice(m); got != num {
 			add(csi.VolumeHealthErrorType_INACCESSIBLE, HealthDeviceReplaced,
 				"volume %s: %s uses device %s, but the volume is now connected as %s (%s): the old device is gone and the pod must be restarted to use the new one",
 				id, m.MountPoint, got, dev, num)

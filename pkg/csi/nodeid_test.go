@@ -80,7 +80,7 @@ func TestNodeIDWithAKeyAtTheLengthLimit(t *testing.T) {
 		t.Fatalf("ParseNodeID of the longest ID: %+v, %v", got, err)
 	}
 	d := NewDriver(Options{DriverName: DefaultDriverName, NodeID: name(142)}, nil)
-	ns := NewNodeServer(d, nil, nil)
+	ns := NewNodeServer(d, nil, "")
 	ns.SetNodeKey(k, "")
 	if why := ns.AuthUnavailable(); !strings.Contains(why, "at most 141 bytes") {
 		t.Fatalf("a 142-byte name with a key: AuthUnavailable = %q", why)

@@ -15,18 +15,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/nvme"
 )
 
-// nodeInfoServer is a node service named worker-1 on the RDS rds1, on
-// connector c; no I/O happens until an RPC asks for it.
-func nodeInfoServer(t *testing.T, c Connector) *NodeServer {
-	t.Helper()
-	opts := Options{Mode: ModeNode, DriverName: DefaultDriverName, Endpoint: "unix:///csi/csi.sock", NodeID: "worker-1",
-		RDSName: "rds1", NVMePort: 4420, NQNPrefix: testNQNPrefix, MaxVolumesPerNode: 20}
-	if err := opts.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return NewNodeServer(NewDriver(opts, nil), c, nil)
-}
-
 // tcpConnectorIn is the production NVMe/TCP connector with etcNVMe in
 // place of the host's /etc/nvme. Building it and asking its identity
 // touch nothing else.

@@ -61,7 +61,9 @@ const expandWait = 30 * time.Second
 // Publishing bind-mounts the staging path (filesystem) or the device node
 // (raw block) at the target path. All state lives in the kernel (the
 // connection, the mount table); the server keeps none, so every RPC is
-// idempotent and survives a restart of the node plugin.
+// idempotent and survives a restart of the node plugin. Beside it, the
+// node records which volume it mounted where (nodemounts.go): that only
+// ties a mount to its volume once the kernel no longer can.
 type NodeServer struct {
 	csi.UnimplementedNodeServer
 	d         *Driver
@@ -70,15 +72,17 @@ type NodeServer struct {
 	resizer   *mount.ResizeFs
 	inflight  *InFlight
 	auth      nodeAuth
+	records   mountRecords
 }
 
-// NewNodeServer returns the Node service of d. m may be nil for the
-// host's mount and exec.
-func NewNodeServer(d *Driver, c Connector, m *mount.SafeFormatAndMount) *NodeServer {
-	if m == nil {
-		m = mount.NewSafeFormatAndMount(mount.New(""), utilexec.New())
-	}
-	return &NodeServer{d: d, connector: c, mounter: m, resizer: mount.NewResizeFs(m.Exec), inflight: NewInFlight()}
+// NewNodeServer returns the Node service of d on the host's mount and
+// exec. stateDir is where it records the mounts it makes (nodemounts.go),
+// so that an unstage or unpublish can tie a mount to its volume after the
+// volume's device is gone; "" records none (a mount is then tied by its
+// current device alone).
+func NewNodeServer(d *Driver, c Connector, stateDir string) *NodeServer {
+	m := mount.NewSafeFormatAndMount(mount.New(""), utilexec.New())
+	return &NodeServer{d: d, connector: c, mounter: m, resizer: mount.NewResizeFs(m.Exec), inflight: NewInFlight(), records: mountRecords{dir: stateDir}}
 }
 
 func nodeKey(id string) string { return "node-volume/" + id }
@@ -391,11 +395,18 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 		if mounted.readOnly() != readOnly {
 			return statusf(codes.AlreadyExists, "volume %s is already staged at %s with read-only %t, not %t", id, staging, mounted.readOnly(), readOnly)
 		}
+		// Staged by a node plugin that kept no records: recorded now.
+		if err := s.ensureRecord(ctx, id, staging, devNum); err != nil {
+			return err
+		}
 		logger.V(2).Info("already staged")
 		return nil
 	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating staging path: %w", id, err)
+	}
+	if err := s.records.write(id, staging, devNum); err != nil {
+		return err
 	}
 
 	// SafeFormatAndMount formats whenever blkid exits 2, and blkid exits 2
@@ -427,6 +438,18 @@ func (s *NodeServer) stageFilesystem(ctx context.Context, id, dev, staging strin
 		if err := s.mounter.Mount(dev, staging, fsType, opts); err != nil {
 			return fmt.Errorf("volume %s: mounting %s (%s) at %s: %w", id, dev, fsType, staging, err)
 		}
+		if !readOnly {
+			// A volume restored from a snapshot or cloned into a larger
+			// size has a device larger than its filesystem, and no
+			// NodeExpandVolume follows: grow it here. resize2fs and
+			// xfs_growfs do nothing when it already fills the device.
+			if _, err := s.resizer.Resize(dev, staging); err != nil {
+				if uerr := s.mounter.Unmount(staging); uerr != nil {
+					logger.Error(uerr, "unmounting after a failed resize")
+				}
+				return fmt.Errorf("volume %s: growing the %s filesystem on %s to the size of the volume: %w", id, fsType, dev, err)
+			}
+		}
 		logger.Info("staged existing filesystem", "fsType", fsType)
 	}
 	return nil
@@ -448,16 +471,16 @@ func (s *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, err
 	}
 	if mounted != nil {
-		// kubelet gives every volume its own staging path, but a
-		// staging path that holds another connected volume's device is
-		// not this volume's to unmount.
-		if _, num, err := s.device(ctx, id); err == nil && num != mounted.dev() {
-			return nil, statusf(codes.FailedPrecondition, "volume %s: staging path %s holds device %s (%s), not this volume's %s; refusing to unmount another volume", id, staging, mounted.Source, mounted.dev(), num)
+		// kubelet gives every volume its own staging path, but whatever
+		// the caller, only what can be tied to this volume is unmounted.
+		dev, err := s.checkOwnMount(ctx, rpc, id, "staging path", mounted)
+		if err != nil {
+			return nil, err
 		}
 		// Refuse before touching anything while the filesystem is still
 		// published: unmounting the staging path would succeed and leave
 		// the publishes on a volume that is about to be disconnected.
-		users, err := deviceMounts(mounted.dev())
+		users, err := deviceMounts(dev)
 		if err != nil {
 			return nil, err
 		}
@@ -480,6 +503,9 @@ func (s *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		}
 		logger.Info("unmounted staging path")
 	}
+	if err := s.records.remove(ctx, id, staging); err != nil {
+		return nil, err
+	}
 	if err := s.connector.Disconnect(ctx, nqn, s.inUse); err != nil {
 		return nil, fmt.Errorf("volume %s: disconnecting %s: %w", id, nqn, err)
 	}
@@ -487,6 +513,16 @@ func (s *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	// only what the driver made goes away.
 	logger.Info("unstaged")
 	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// ensureRecord records the mount of volume id at p from device dev unless
+// its record says so already: for a mount made before the node plugin
+// kept records, found again by an idempotent stage or publish.
+func (s *NodeServer) ensureRecord(ctx context.Context, id, p string, dev devNumber) error {
+	if rec := s.records.read(ctx, p); rec != nil && rec.Volume == id && rec.Device == dev.String() {
+		return nil
+	}
+	return s.records.write(id, p, dev)
 }
 
 // inUse is the question Disconnect asks before it disconnects: a volume is
@@ -603,7 +639,7 @@ func (s *NodeServer) publishFilesystem(ctx context.Context, id string, num devNu
 	}
 	if existing != nil {
 		if existing.dev() == num && existing.readOnly() == readOnly {
-			return nil
+			return s.ensureRecord(ctx, id, target, num)
 		}
 		return statusf(codes.AlreadyExists, "volume %s: target path %s already has a different mount (%s, %s, read-only %t); requested: the volume, read-only %t", id, target, existing.Source, existing.dev(), existing.readOnly(), readOnly)
 	}
@@ -614,8 +650,14 @@ func (s *NodeServer) publishFilesystem(ctx context.Context, id string, num devNu
 	if err := checkSingleWriter(id, target, staging, c, users); err != nil {
 		return err
 	}
+	if err := checkUnmountedTarget("NodePublishVolume", id, target); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating target path: %w", id, err)
+	}
+	if err := s.records.write(id, target, num); err != nil {
+		return err
 	}
 	if err := s.mounter.Mount(staging, target, "", bindOptions(readOnly)); err != nil {
 		return fmt.Errorf("volume %s: bind-mounting %s at %s: %w", id, staging, target, err)
@@ -637,7 +679,7 @@ func (s *NodeServer) publishBlock(ctx context.Context, id, dev string, num devNu
 	if existing != nil {
 		got, err := deviceNumber(target)
 		if err == nil && got == num && existing.readOnly() == readOnly {
-			return nil
+			return s.ensureRecord(ctx, id, target, num)
 		}
 		return statusf(codes.AlreadyExists, "volume %s: target path %s already has a different mount (%s, read-only %t); requested: device %s, read-only %t", id, target, existing.Source, existing.readOnly(), dev, readOnly)
 	}
@@ -648,6 +690,9 @@ func (s *NodeServer) publishBlock(ctx context.Context, id, dev string, num devNu
 	if err := checkSingleWriter(id, target, "", c, users); err != nil {
 		return err
 	}
+	if err := checkUnmountedTarget("NodePublishVolume", id, target); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 		return fmt.Errorf("volume %s: creating the target's directory: %w", id, err)
 	}
@@ -656,6 +701,9 @@ func (s *NodeServer) publishBlock(ctx context.Context, id, dev string, num devNu
 		return fmt.Errorf("volume %s: creating target file %s: %w", id, target, err)
 	}
 	f.Close()
+	if err := s.records.write(id, target, num); err != nil {
+		return err
+	}
 	if err := s.mounter.Mount(dev, target, "", bindOptions(readOnly)); err != nil {
 		return fmt.Errorf("volume %s: bind-mounting device %s at %s: %w", id, dev, target, err)
 	}
@@ -671,10 +719,27 @@ func (s *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, err
 	}
 	defer release()
-	// Unmounts if mounted (also a mount whose device vanished) and removes
-	// the directory or file; a path that does not exist is success.
+	mounted, err := mountAt(target)
+	if err != nil {
+		return nil, err
+	}
+	if mounted != nil {
+		// Only a mount that can be tied to this volume is unmounted
+		// (also one whose device vanished, by the node's record).
+		if _, err := s.checkOwnMount(ctx, rpc, id, "target path", mounted); err != nil {
+			return nil, err
+		}
+	} else if err := checkUnmountedTarget(rpc, id, target); err != nil {
+		// Nothing mounted: only what a publish leaves is removed.
+		return nil, err
+	}
+	// Unmounts if mounted and removes the directory or file; a path that
+	// does not exist is success.
 	if err := mount.CleanupMountPoint(target, s.mounter, true); err != nil {
 		return nil, fmt.Errorf("volume %s: unpublishing %s: %w", id, target, err)
+	}
+	if err := s.records.remove(ctx, id, target); err != nil {
+		return nil, err
 	}
 	klog.FromContext(ctx).Info("unpublished", "volume", id, "targetPath", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
@@ -783,7 +848,19 @@ func (s *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	}
 	block := c.GetBlock() != nil || isBlockDevice(p)
 	var mounted *mountEntry
-	if !block {
+	if block {
+		// A raw block volume's path is its published device node (or a
+		// path with nothing mounted, such as its staging directory); a
+		// mount or a device node of anything else is not this volume.
+		if got, err := deviceNumber(p); err == nil && got != num {
+			return nil, statusf(codes.NotFound, "volume %s is not the device at %s (%s); it is %s (%s)", id, p, got, dev, num)
+		}
+		if m, err := mountAt(p); err != nil {
+			return nil, err
+		} else if m != nil && mountDevice(m) != num {
+			return nil, statusf(codes.NotFound, "volume %s is not what is mounted at %s (%s, %s)", id, p, m.Source, mountDevice(m))
+		}
+	} else {
 		mounted, err = mountAt(p)
 		if err != nil {
 			return nil, err

@@ -119,26 +119,26 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Mode, "mode", ModeAll, "what to run: controller, node or all")
 	fs.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint, unix:///path or tcp://host:port")
 	fs.StringVar(&o.DriverName, "driver-name", DefaultDriverName, "CSI driver name")
-	fs.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
-	fs.StringVar(&o.RDSAddress, "rds-address", "", "RDS management address (SSH)")
+	fs.StringVar(&o.NodeID, "node-id", "", "this node's Kubernetes name (node and all modes)")
+	fs.StringVar(&o.RDSAddress, "rds-address", "", "RDS management address (SSH), a host name or IP address")
 	fs.IntVar(&o.RDSPort, "rds-port", 22, "RDS SSH port")
 	fs.StringVar(&o.RDSUser, "rds-user", "admin", "RDS SSH user")
-	fs.StringVar(&o.RDSKeyFile, "rds-key-file", "/etc/rds-csi/ssh/id_ed25519", "SSH private key file, mounted from a Secret")
+	fs.StringVar(&o.RDSKeyFile, "rds-key-file", "/etc/rds-csi/ssh/id_ed25519", "SSH private key file, mounted from a Secret (not its .pub)")
 	fs.StringVar(&o.RDSKnownHostsFile, "rds-known-hosts-file", "/etc/rds-csi/ssh/known_hosts", "known_hosts file pinning the RDS host key, mounted from a Secret")
-	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key; labs only, logged as a warning; refused when --rds-known-hosts-file pins a key for the RDS")
-	fs.StringVar(&o.RDSLoginOptions, "rds-login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name (unwrapped, uncoloured output); none sends --rds-user unchanged")
-	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool (for capacity)")
-	fs.StringVar(&o.VolumePath, "rds-volume-path", rds.DefaultVolumePath, "directory on the RDS that holds the volumes' backing files (snapshots go to its snapshots/ subdirectory); changing it orphans existing volumes")
+	fs.BoolVar(&o.RDSInsecureSkipHostKeyCheck, "rds-insecure-skip-host-key-check", false, "accept any RDS host key (labs only)")
+	fs.StringVar(&o.RDSLoginOptions, "rds-login-options", rds.DefaultLoginOptions, "RouterOS console login options sent after '+' in the user name; none: none")
+	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool")
+	fs.StringVar(&o.VolumePath, "rds-volume-path", rds.DefaultVolumePath, "directory of the volumes' backing files on the RDS")
 	fs.StringVar(&o.RDSName, "rds-name", "", "name of the RDS in volume topology, a label value (default: --rds-address)")
-	fs.StringVar(&o.RDSConfigFile, "rds-config", "", "YAML file listing more RDS boxes besides the one of the --rds-* flags (the default box, whose volumes keep IDs without a box name), mounted from a ConfigMap: each with name, address and what differs from the flags (docs/deploy.md); on a node, which boxes it reaches (each box's nodes:). An empty file or list: the one RDS of the flags")
-	fs.StringVar(&o.NVMeAddress, "nvme-address", "", "NVMe/TCP target address nodes connect to (default: --rds-address)")
+	fs.StringVar(&o.RDSConfigFile, "rds-config", "", "YAML file listing more RDS boxes besides the default one of the --rds-* flags")
+	fs.StringVar(&o.NVMeAddress, "nvme-address", "", "NVMe/TCP address nodes connect to (default: --rds-address)")
 	fs.IntVar(&o.NVMePort, "nvme-port", 4420, "NVMe/TCP port of exported volumes")
 	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
 	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may attach (0: no limit)")
-	fs.StringVar(&o.StorageFencing, "storage-fencing", StorageFencingOff, "off, or allow-host: each volume's NVMe/TCP export is open only to the host NQN of the node it is published to, closed while unpublished, and a fence cuts the fenced host off (semantics of RouterOS' allow-host assumed, docs/routeros.md)")
-	fs.StringVar(&o.CopyFromData, "copy-from-data", CopyFromDataSupported, "whether RouterOS' /disk add copy-from copies a disk's data on this RDS: supported (assumed; rdsctl selftest --data measures it), or unsupported: CreateSnapshot and CreateVolume from a snapshot or volume fail with FAILED_PRECONDITION instead of making an empty copy")
-	fs.StringVar(&o.AttachmentKeyFile, "attachment-key-file", "", "with --storage-fencing=allow-host: a file of at least 32 secret bytes (mounted from a Secret) that each attachment's own host NQN is derived from; default: derived from --rds-key-file. Changing it changes the NQN of every live attachment: change it only with no volume attached")
-	fs.StringVar(&o.ExportAuth, "export-auth", ExportAuthOff, "off, or dhchap (needs --storage-fencing=allow-host and node plugins that register a node key): each attachment's export also gets its own password, derived from the attachment key, and its node the DH-HMAC-CHAP secret RouterOS makes of it, sealed to the node's key in publish_context (RouterOS' export password assumed, docs/routeros.md); a node without a key is refused")
+	fs.StringVar(&o.StorageFencing, "storage-fencing", StorageFencingOff, "off, or allow-host: each export open only to the host that holds the volume")
+	fs.StringVar(&o.CopyFromData, "copy-from-data", CopyFromDataSupported, "whether copy-from copies a disk's data on this RDS: supported or unsupported")
+	fs.StringVar(&o.AttachmentKeyFile, "attachment-key-file", "", "with storage fencing: the secret attachment NQNs are derived from (default: from --rds-key-file)")
+	fs.StringVar(&o.ExportAuth, "export-auth", ExportAuthOff, "off, or dhchap: each attachment's export gets its own password (needs storage fencing)")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight RPCs may finish after SIGTERM")
 }
 
@@ -192,6 +192,11 @@ func (o *Options) Validate() error {
 		}
 		if err := rds.ValidatePoolName(o.RDSPool); err != nil {
 			add("--rds-pool: %v", err)
+		}
+		if o.RDSLoginOptions != "" {
+			if err := rds.ValidateLoginOptions(o.RDSLoginOptions); err != nil {
+				add("--rds-login-options: %v", err)
+			}
 		}
 		if err := rds.ValidateFilePath(o.VolumePath); err != nil {
 			add("--rds-volume-path: %v", err)

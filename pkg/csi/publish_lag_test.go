@@ -14,9 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/fencing"
-	"github.com/srvlab/rds-csi/pkg/informers"
 )
 
 // Regression tests for issue 10: two controller replicas on one API
@@ -42,13 +40,6 @@ func newTwoReplicas(t *testing.T, nodes ...string) (*publishEnv, *publishEnv, *l
 	lag := newLaggingClient(t, shared)
 	b := newPublishEnv(t, lag.Clientset, rdsFake, fencing.DefaultConfig())
 	return a, b, lag, shared
-}
-
-func mustCode(t *testing.T, what string, err error, want codes.Code) {
-	t.Helper()
-	if code(err) != want {
-		t.Fatalf("%s: %v, want %v", what, err, want)
-	}
 }
 
 // Case 1: replica b still sees n0's claim; through a, n0 was unpublished
@@ -255,33 +246,6 @@ func TestRepublishWithOtherCapabilityIsAlreadyExists(t *testing.T) {
 	mustCode(t, "publish n0 again with another access mode", err, codes.AlreadyExists)
 	_, err = a.publish(id, "n0", rwo)
 	mustCode(t, "publish n0 again with the same capability", err, codes.OK)
-}
-
-func has[V any](m map[string]V, k string) bool {
-	_, ok := m[k]
-	return ok
-}
-
-// claimOn is node's claim in cs, or none.
-func claimOn(cs claims.Set, node string) claims.Claim {
-	c, _ := cs.Get(node)
-	return c
-}
-
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
-// indexedPVs counts the PersistentVolumes the index has for a handle.
-func indexedPVs(v *informers.Volume) int {
-	if v == nil {
-		return 0
-	}
-	return len(v.PVs)
 }
 
 // An unpublish with an empty node_id (CSI: from every node) on a replica

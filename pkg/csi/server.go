@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -18,6 +19,19 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
+
+// MaxSocketPath is the longest path a unix socket can be bound at: the
+// kernel's sun_path, less its terminating NUL (107 bytes on Linux).
+var MaxSocketPath = len(syscall.RawSockaddrUnix{}.Path) - 1
+
+// CheckSocketPath refuses a unix socket path the kernel cannot bind (it
+// would say only "bind: invalid argument").
+func CheckSocketPath(p string) error {
+	if len(p) > MaxSocketPath {
+		return fmt.Errorf("the socket path %s is %d bytes, too long for a unix socket: at most %d bytes (choose a shorter directory)", p, len(p), MaxSocketPath)
+	}
+	return nil
+}
 
 // ParseEndpoint splits a CSI endpoint (unix:///path/csi.sock or
 // tcp://127.0.0.1:10000) into a network and an address.
@@ -34,6 +48,9 @@ func ParseEndpoint(endpoint string) (network, address string, err error) {
 		}
 		if address == "" {
 			return "", "", fmt.Errorf("endpoint %q has no socket path", endpoint)
+		}
+		if err := CheckSocketPath(address); err != nil {
+			return "", "", fmt.Errorf("endpoint %q: %w", endpoint, err)
 		}
 		return "unix", address, nil
 	case "tcp":

@@ -125,7 +125,7 @@ func startSimEnv(t testing.TB, cfg simEnvConfig) *simEnv {
 		if vmTransport != nil {
 			c = vmTransport.connector(t, d)
 		}
-		ns = NewNodeServer(d, c, nil)
+		ns = NewNodeServer(d, c, filepath.Join(t.TempDir(), "node-state"))
 		cfg.Node = ns
 	}
 	var controller csi.ControllerServer = cs

@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,75 +19,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/storagefence"
 )
-
-const (
-	nqnA = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-00000000000a"
-	nqnB = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-00000000000b"
-	// The node IDs the node plugins register: the node name.
-	nodeA = "node-a"
-	nodeB = "node-b"
-	// The node ID a node plugin from before per-attachment host NQNs
-	// registered: the node name and its own host NQN.
-	oldPluginA = "node-a/" + nqnA
-)
-
-func allowHostOptions() Options {
-	o := testOptions()
-	o.StorageFencing = StorageFencingAllowHost
-	return o
-}
-
-// newFencedEnv is a replica with --storage-fencing=allow-host, wired as
-// cmd/rds-csi-driver wires it: fences cut the host off the RDS first, and
-// with taint set, a NotReady fence taints the node out of service.
-func newFencedEnv(t *testing.T, client *fake.Clientset, policy fencing.Config, taint bool) *publishEnv {
-	if taint {
-		return newPublishEnvWith(t, client, nil, policy, allowHostOptions(), withTaint)
-	}
-	return newPublishEnvWith(t, client, nil, policy, allowHostOptions())
-}
-
-func (e *publishEnv) disk(id string) rds.Disk {
-	e.t.Helper()
-	d, ok := e.rds.disk(id)
-	if !ok {
-		e.t.Fatalf("no disk %s", id)
-	}
-	return d
-}
-
-func (e *publishEnv) drops(id string) int {
-	e.rds.mu.Lock()
-	defer e.rds.mu.Unlock()
-	return e.rds.drops[id]
-}
-
-// hostOf is the host NQN of node's attachment of id, from its live claim.
-func (e *publishEnv) hostOf(id, node string) string {
-	e.t.Helper()
-	c, ok := claimsOf(e.t, e.client, id)[node]
-	if !ok {
-		e.t.Fatalf("volume %s: node %s holds no claim", id, node)
-	}
-	return e.fence.HostOf(id, node, c)
-}
-
-// wantClosed: the export is closed (its host is a tombstone, whatever it is).
-func wantClosed(t *testing.T, e *publishEnv, id string) {
-	t.Helper()
-	if d := e.disk(id); d.Exported {
-		t.Fatalf("volume %s: exported to %q; want closed", id, d.AllowHost)
-	}
-}
-
-// The export a test expects: closed, or open to one host ("" any).
-func wantExport(t *testing.T, e *publishEnv, id string, open bool, host string) {
-	t.Helper()
-	d := e.disk(id)
-	if d.Exported != open || (open && d.AllowHost != host) {
-		t.Fatalf("volume %s: exported=%t allow-host=%q; want exported=%t allow-host=%q", id, d.Exported, d.AllowHost, open, host)
-	}
-}
 
 // Issue 12: every export was open to any host, a new one too.
 func TestStorageFencingNewVolumeIsExportedToNoHost(t *testing.T) {
@@ -374,30 +306,6 @@ func nodeTaint(t *testing.T, client *fake.Clientset, node string) *corev1.Taint 
 	return nil
 }
 
-func taintNode(t *testing.T, client *fake.Clientset, node, key, value string) {
-	t.Helper()
-	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffectNoExecute})
-	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func setReady(t *testing.T, client *fake.Clientset, node string, s corev1.ConditionStatus, since time.Time) {
-	t.Helper()
-	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s, LastTransitionTime: metav1.NewTime(since)}}
-	if _, err := client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Volumes made before storage fencing was turned on are open to any host;
 // the leader closes those no node claims or attaches, and only those.
 func TestReconcileClosesUnclaimedExports(t *testing.T) {
@@ -503,5 +411,147 @@ func untaintNode(t *testing.T, client *fake.Clientset, node string) {
 	n.Spec.Taints = nil
 	if _, err := client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A publish that fences a node drops that node's claim with its commit;
+// the fenced host's connection is dropped all the same when the cut that
+// follows is lost (the RDS command timed out and never lands), although
+// nothing that comes after the commit sees a node left to cut (the
+// publish's retry no longer sees a node to fence, the node fencer sees no
+// claim, the reconcile sees the export matching the claims). Here the
+// export is parked on its way from node-a to node-b (a migration's target
+// joining on replica a, its open of node-b in flight); node-a is put out
+// of service; a repeated publish of node-b on replica b fences node-a,
+// its commit drops node-a's claim, and its cut (park -> closed) is lost.
+// The in-flight park -> open(node-b) lands: replica a answers node-b OK
+// and the export allows node-b, while a park keeps connections, and so
+// does the move from it. Then Kubernetes force-detaches node-a (as the
+// out-of-service taint makes it do; its unpublish finds no claim), the
+// leader reconciles and the attacher retries node-b: by then node-a must
+// have been dropped, or it writes beside node-b.
+// A publish's fence cuts before its commit drops the claim: a lost cut
+// keeps the claim, and the attacher's retry fences again, cut included.
+func TestPublishFenceWhoseCutIsLostStillDropsTheFencedHost(t *testing.T) {
+	a, b, client := newTwoReplicasFencedByHand(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000003", corev1.ReadWriteMany, true)
+	b.waitIndexed(id)
+	if _, err := a.publish(id, nodeA, rwx); err != nil {
+		t.Fatal(err)
+	}
+	hostA := a.hostOf(id, "node-a")
+	wantExport(t, a, id, true, hostA) // node-a connects
+	drops := a.drops(id)
+
+	// node-b joins (a live migration's target) on replica a: the park
+	// lands, its open of node-b is held in flight.
+	a.ensureVA(id, nodeB)
+	park := a.rds.holdNext("SwapExport")
+	answered := make(chan error, 1)
+	go func() {
+		_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+		answered <- err
+	}()
+	<-park.entered
+	open := a.rds.holdNext("SwapExport")
+	close(park.release)
+	<-open.entered
+	parked := a.disk(id)
+	if !parked.Exported || !a.fence.ParkedFrom(id, parked.AllowHost, hostA) {
+		t.Fatalf("export %+v; want parked on the way from node-a", parked)
+	}
+
+	// node-a goes out of service; replica b sees it and both claims.
+	taintNode(t, client, "node-a", "node.kubernetes.io/out-of-service", "nodeshutdown")
+	b.waitClaims(id, "node-a", "node-b")
+	waitFor(t, "replica b to see node-a out of service", func() bool { return b.index.Node("node-a").OutOfService })
+	// A repeated publish of node-b on replica b fences node-a; its cut
+	// times out and is lost.
+	b.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	_, err := b.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+	if err == nil {
+		t.Fatal("the publish whose cut was lost answered success")
+	}
+	if _, held := claimsOf(t, client, id)["node-a"]; !held {
+		t.Fatalf("node-a's claim was released although the cut before it was lost (%v)", err)
+	}
+
+	// The open in flight lands; replica a answers node-b.
+	close(open.release)
+	if err := <-answered; err != nil {
+		t.Logf("node-b's first publish: %v", err)
+	}
+	// The attacher retries node-b on replica b: the fence of node-a, its
+	// cut included, runs again.
+	if _, err := b.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx}); err != nil {
+		t.Logf("node-b's retry on replica b: %v", err)
+	}
+	// Kubernetes acts on the out-of-service taint: node-a's pods go and
+	// its VolumeAttachment is force-detached (its unpublish finds no claim
+	// to release). Then the leader's reconcile, and the attacher's retry
+	// of node-b (the replica b's failed answer).
+	if err := b.unpublish(id, nodeA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	if a.drops(id) == drops {
+		t.Errorf("node-a was fenced (its claim released by node-b's publish) but its connection was never dropped: the export went %s -> park -> %s without a drop, and it still writes beside node-b", hostA, a.disk(id).AllowHost)
+	}
+}
+
+// The same without a late command: a migration has moved the export to
+// its target node-b; the source node-a keeps its connection (as
+// designed). node-a is put out of service. A repeated publish of node-b
+// (its first answer was lost, or it failed after the export moved) fences
+// node-a: the commit drops node-a's claim, then the cut (open(node-b) ->
+// closed) fails. The export already matches the only live claim, so
+// nothing that follows would drop node-a's connection by itself: not the
+// force-detach of node-a (no claim to release, so no shutOut), not the
+// attacher's retry of node-b (no one left to fence), not the reconcile. A
+// fence that released a claim does not leave its cut to chance.
+// As above, a failed cut keeps the claim, and the retry cuts.
+func TestPublishFenceWhoseCutFailsStillDropsTheMigrationSource(t *testing.T) {
+	a, _, client := newTwoReplicasFencedByHand(t, testNode("node-a"), testNode("node-b"))
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := a.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000004", corev1.ReadWriteMany, true)
+	hostA, hostB := a.migrateAToB(id) // node-a stays connected, as hostA
+	drops := a.drops(id)
+
+	taintNode(t, client, "node-a", "node.kubernetes.io/out-of-service", "nodeshutdown")
+	waitFor(t, "node-a out of service in the index", func() bool { return a.index.Node("node-a").OutOfService })
+	a.rds.failNext("SwapExport", fmt.Errorf("exporting disk: %w: command timed out after it was sent", rds.ErrOutcomeUnknown))
+	_, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx})
+	if err == nil {
+		if a.drops(id) == drops {
+			t.Fatal("the repeated publish of node-b answered success without cutting node-a off")
+		}
+		return // cut off with a swap this fault did not hit
+	}
+	if _, held := claimsOf(t, client, id)["node-a"]; !held {
+		t.Fatalf("node-a's claim was released although the cut before it failed (%v)", err)
+	}
+	// The attacher retries: the fence of node-a, its cut included, runs
+	// again.
+	if _, err := a.cs.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeB, VolumeCapability: rwx}); err != nil {
+		t.Fatalf("the retried publish of node-b: %v", err)
+	}
+	a.waitClaims(id, "node-b")
+	if err := a.unpublish(id, nodeA); err != nil { // the force-detach
+		t.Fatal(err)
+	}
+	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.publish(id, nodeB, rwx); err != nil {
+		t.Fatal(err)
+	}
+	if a.drops(id) == drops {
+		t.Errorf("node-a was fenced (its claim released) but never cut off: the export allows %s (node-b) and node-a's connection as %s stands: two writers", hostB, hostA)
 	}
 }

@@ -155,3 +155,133 @@ func setOldClaim(t *testing.T, client *fake.Clientset, id string, c claims.Claim
 		t.Fatal(err)
 	}
 }
+
+// A claim written before claims recorded node UIDs (a bare time;
+// HolderStale, diagnose and the informers treat an empty UID as "same
+// node"), on an export open to any host (attached before storage
+// fencing): a repeated publish of that attachment gives it an attachment
+// NQN of its own, answered in publish_context, and narrows the export to
+// it with exactly one drop. Since node IDs no longer carry the node's own
+// NQN, such an attachment cannot be narrowed to the NQN it is connected
+// with; and whoever connected while the export was open to any host must
+// be cut off.
+func TestUpgradeRepublishOfAPreUIDClaimNarrowsTheExportWithOneDrop(t *testing.T) {
+	a, _, client := newTwoReplicasFencedByHand(t, nodeWithUID("node-a", "uid-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2e000000-0000-4000-8000-000000000005", corev1.ReadWriteOnce, false)
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":"2026-11-01T00:00:00Z"}`}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := a.disk(id)
+	d.Exported = true // attached before storage fencing: open to any host
+	a.rds.putDisk(d)
+	a.waitClaims(id, "node-a")
+	resp, err := a.publish(id, nodeA, rwo) // the same attachment, published again
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Since node IDs no longer carry the node's own NQN, such an
+	// attachment (made before storage fencing, its export open to any
+	// host) cannot be narrowed to the NQN it is connected with: it gets
+	// its own attachment NQN, and the export never stays open to any
+	// host. An export that was open to any host may have let anyone in,
+	// so it is dropped once as it is narrowed (the node reconnects as
+	// its attachment on its next stage).
+	host := resp.PublishContext[PublishContextHostNQN]
+	if c := claimsOf(t, client, id)["node-a"]; c.Nonce == "" || host == "" {
+		t.Errorf("claim %+v, publish_context host %q: want an attachment NQN of its own", c, host)
+	}
+	if d := a.disk(id); !d.Exported || d.AllowHost != host {
+		t.Errorf("the export allows %q (exported=%t), want %s", d.AllowHost, d.Exported, host)
+	}
+	if n := a.drops(id); n != 1 {
+		t.Errorf("%d drops, want 1: whoever connected while it was open to any host is cut off", n)
+	}
+}
+
+// An attachment without a nonce keeps the node's own NQN, recorded in the
+// claim, until it ends: a repeated publish keeps it. A repeated publish
+// whose node ID carries another host NQN (the node plugin re-registered)
+// neither overwrites the recorded NQN nor moves the export to the new
+// one.
+func TestUpgradeRepublishOfALegacyClaimKeepsItsRecordedNQN(t *testing.T) {
+	a, _, client := newTwoReplicasFencedByHand(t, nodeWithUID("node-a", "uid-a"))
+	rwo := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4")
+	id := a.newVolume(client, "pvc-2e000000-0000-4000-8000-000000000006", corev1.ReadWriteOnce, false)
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"uid-a","cap":"mount/SINGLE_NODE_WRITER","gen":1,"nqn":"` + nqnA + `"}}`}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := a.disk(id)
+	d.Exported, d.AllowHost = true, nqnA
+	a.rds.putDisk(d)
+	a.waitClaims(id, "node-a")
+	// The node plugin re-registered with another host NQN (e.g. a new
+	// /etc/nvme/hostnqn); the kernel connection of the live attachment is
+	// still nqnA's.
+	if _, err := a.publish(id, "node-a/"+nqnB, rwo); err != nil {
+		t.Fatal(err)
+	}
+	if c := claimsOf(t, client, id)["node-a"]; c.HostNQN != nqnA {
+		t.Errorf("the claim's recorded NQN changed to %q", c.HostNQN)
+	}
+	wantExport(t, a, id, true, nqnA)
+}
+
+// Narrowing an export that was open to any host drops it once, since
+// anyone may have connected while it was
+// (TestUpgradeRepublishOfAPreUIDClaimNarrowsTheExportWithOneDrop pins
+// that for a repeated publish). So does a live migration off an
+// attachment from before storage fencing (a claim with neither nonce nor
+// recorded NQN, its export open to any host): claimHost of that claim is
+// "", so the open-to-any state would count as "at a holder", and a move
+// through a park (a park keeps every connection) would leave every host
+// that connected while it was open to any host, a former holder released
+// without a cut while storage fencing was off included, connected beside
+// the target. (The drop also cuts the source, which connects with its own
+// NQN and is not let back in: such a migration may have to wait, refused,
+// until the source's attachment is narrowed, rather than go through.)
+func TestUpgradeMigrationOffAnExportOpenToAnyHostDropsIt(t *testing.T) {
+	client := newFakeAPI(testNode("node-a"), testNode("node-b"))
+	e := newFencedEnv(t, client, fencing.DefaultConfig(), false)
+	rwx := blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+	id := e.newVolume(client, "pvc-2f000000-0000-4000-8000-000000000013", corev1.ReadWriteMany, true)
+	node, err := client.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(context.Background(), id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv.Annotations = map[string]string{claims.ClaimsAnnotation: `{"node-a":{"at":"2026-11-01T00:00:00Z","uid":"` + string(node.UID) + `","cap":"block/MULTI_NODE_MULTI_WRITER","gen":1}}`}
+	if _, err := client.CoreV1().PersistentVolumes().Update(context.Background(), pv, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.disk(id)
+	d.Exported, d.AllowHost = true, "" // attached before storage fencing: open to any host
+	e.rds.putDisk(d)
+	e.ensureVA(id, nodeA)
+	e.waitClaims(id, "node-a")
+	if c := claimsOf(t, client, id)["node-a"]; c.Nonce != "" || c.HostNQN != "" {
+		t.Fatalf("claim %+v; want one from before storage fencing", c)
+	}
+	drops := e.drops(id)
+	resp, err := e.publish(id, nodeB, rwx) // a migration's target joins
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExport(t, e, id, true, resp.PublishContext[PublishContextHostNQN])
+	if e.drops(id) == drops {
+		t.Errorf("the export open to any host was narrowed to node-b's attachment without a drop: whoever connected while it was open to any host is still connected")
+	}
+}

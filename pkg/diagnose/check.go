@@ -26,6 +26,8 @@ const (
 	FindingDriveFailing  = "RDSDriveFailing"
 	FindingDriveHot      = "RDSDriveHot"
 	FindingPoolFilling   = "RDSPoolFilling"
+	// FindingImageNotPulled (driverpods.go): a driver pod's image cannot
+	// be pulled.
 )
 
 // Finding is one thing wrong, with the object it is about and the next
@@ -60,7 +62,7 @@ type CheckedCounts struct {
 func Check(c *Cluster) Report {
 	r := Report{Counts: map[string]int{}, Findings: []Finding{}}
 	for _, k := range []string{FindingMultiHeld, FindingClaimWithoutVA, FindingVAToMissingNode, FindingOrphanDisk, FindingMissingDisk, FindingOrphanSnapshot, FindingClaimsUnreadable, FindingRetiringUnreadable, FindingExportMismatch,
-		FindingArrayDegraded, FindingDriveFailing, FindingDriveHot, FindingPoolFilling} {
+		FindingArrayDegraded, FindingDriveFailing, FindingDriveHot, FindingPoolFilling, FindingImageNotPulled} {
 		r.Counts[k] = 0
 	}
 	add := func(kind, object, next, format string, a ...any) {
@@ -180,6 +182,7 @@ func Check(c *Cluster) Report {
 		}
 	}
 	c.checkRDSHealth(&r, add)
+	c.checkDriverPods(add)
 	if c.SnapshotHandles == nil {
 		r.Skipped = append(r.Skipped, "snapshot files: "+nonEmpty(c.SnapshotsNote, "VolumeSnapshotContents not read"))
 	} else {

@@ -23,7 +23,10 @@ type Cluster struct {
 	Now        time.Time
 	DriverName string
 
-	Pods        []corev1.Pod // the pods a question is about (may be all of a namespace)
+	Pods []corev1.Pod // the pods a question is about (may be all of a namespace)
+	// DriverPods are the driver's own pods (DriverPodsSelector), for
+	// Check; nil when not gathered.
+	DriverPods  []corev1.Pod
 	PVCs        []corev1.PersistentVolumeClaim
 	PVs         []corev1.PersistentVolume
 	Attachments []storagev1.VolumeAttachment

@@ -42,7 +42,7 @@ func TestCommitWritesAPVOnlyItsOwnClaimsBesideADeletedPV(t *testing.T) {
 			t.Fatalf("%q: scripting: the entry should merge pv-1 with the deleted pv-0's attachment: %+v", own, v)
 		}
 		client := fake.NewClientset(p1)
-		if err := claims.NewStore(client, driver, false).Commit(context.Background(), v.Handle, v.PVs, v.Claims, "node-b", claims.Claim{At: t0.Add(time.Second), NodeUID: "u-b"}, nil); err != nil {
+		if err := claims.NewStore(client, driver, false).Commit(context.Background(), v.Handle, v.PVs, v.Claims, "node-b", claims.Claim{At: t0.Add(time.Second), NodeUID: "u-b"}, true, nil); err != nil {
 			t.Fatalf("%q: %v", own, err)
 		}
 		got, err := client.CoreV1().PersistentVolumes().Get(context.Background(), "pv-1", metav1.GetOptions{})

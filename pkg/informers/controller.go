@@ -142,7 +142,7 @@ type Controller struct {
 	// reacted: the stale state each node was last reported in. Only the
 	// worker touches it.
 	reacted map[string]fencing.FenceReason
-	// overdue: the migration (target node and deadline) each PV was last
+	// overdue: the migration (target node and deadline) each volume handle was last
 	// reported overdue for; orphanSince: since when each handle/node claim
 	// has had no VolumeAttachment, and orphanPast those past the threshold.
 	// Only the reactions goroutine touches them.
@@ -780,18 +780,24 @@ func (c *Controller) recheck(pvName, handle string) {
 // when a running migration's timeout passes.
 func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
 	v := c.index.volumeByPV(pvName)
+	if v == nil || v.Handle == "" {
+		return nil
+	}
+	// One migration per volume, whatever PVs name its handle: each PV
+	// queues its own check, and the report is made once.
+	handle := v.Handle
 	if !multiWriter(v) {
-		delete(c.overdue, pvName)
+		delete(c.overdue, handle)
 		return nil
 	}
 	now := c.clock.Now()
 	m, migrating := fencing.MigrationOf(v.Holders(), c.index.Node, now, c.cfg.Policy)
 	switch {
 	case !migrating:
-		delete(c.overdue, pvName)
+		delete(c.overdue, handle)
 	case now.Before(m.Deadline):
 		c.reactions.AddAfter(key{kind: kindMigration, name: pvName}, m.Deadline.Sub(now)+time.Millisecond)
-	case !sameMigration(c.overdue[pvName], m) && c.cfg.Reactor != nil:
+	case !sameMigration(c.overdue[handle], m) && c.cfg.Reactor != nil:
 		err := c.cfg.Reactor.MigrationTimedOut(ctx, v.Ref(), m)
 		switch {
 		case errors.Is(err, fencing.ErrNotLeader):
@@ -800,7 +806,7 @@ func (c *Controller) syncMigration(ctx context.Context, pvName string) error {
 		case err != nil:
 			return fmt.Errorf("reporting the overdue migration of PV %s: %w", pvName, err)
 		}
-		c.overdue[pvName] = m
+		c.overdue[handle] = m
 	}
 	return nil
 }
@@ -815,6 +821,9 @@ func sameMigration(a, b fencing.Migration) bool {
 // so for longer than the threshold. It never releases one: the node may
 // still be writing.
 func (c *Controller) syncOrphans(ctx context.Context, handle string) error {
+	if c.cfg.OrphanedClaimThreshold <= 0 {
+		return nil // never reported (RefenceStale queues every volume)
+	}
 	v := c.index.Volume(handle)
 	now := c.clock.Now()
 	prefix := handle + "\x00"

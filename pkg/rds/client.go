@@ -154,6 +154,11 @@ func NewClient(cfg Config) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading SSH key: %w", err)
 		}
+		// The .pub beside the key is the usual mistake; its mode and
+		// the parser would say only "readable by others" or "no key found".
+		if IsPublicKey(pem) {
+			return nil, fmt.Errorf("%w: SSH key %s is a public key; the private key is wanted (%s, the file without .pub)", ErrInvalidArgument, cfg.KeyFile, strings.TrimSuffix(cfg.KeyFile, ".pub"))
+		}
 		// Anyone who reads the key is the driver on the RDS. Readable by
 		// others is refused; by the group (a Secret mounted 0440 for a
 		// non-root fsGroup) is allowed with a warning.
@@ -176,8 +181,8 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	login := cfg.User
 	if cfg.LoginOptions != "none" && !strings.Contains(login, "+") {
-		if !loginOptionsPattern.MatchString(cfg.LoginOptions) {
-			return nil, fmt.Errorf("%w: login options %q must be RouterOS console options such as %q", ErrInvalidArgument, cfg.LoginOptions, DefaultLoginOptions)
+		if err := ValidateLoginOptions(cfg.LoginOptions); err != nil {
+			return nil, err
 		}
 		login += "+" + cfg.LoginOptions
 	}
@@ -212,6 +217,27 @@ func NewClient(cfg Config) (*Client, error) {
 		}
 	}
 	return &Client{cfg: cfg, addr: addr, sshCfg: sshCfg, sem: make(chan struct{}, cfg.MaxSessions), memo: map[string]exportMemo{}}, nil
+}
+
+// ValidateLoginOptions checks RouterOS console login options (sent after
+// '+' in the user name), or "none" for none.
+func ValidateLoginOptions(o string) error {
+	if o != "none" && !loginOptionsPattern.MatchString(o) {
+		return fmt.Errorf("%w: login options %q must be RouterOS console options such as %q, or none", ErrInvalidArgument, o, DefaultLoginOptions)
+	}
+	return nil
+}
+
+// IsPublicKey reports whether data is an SSH public key (a .pub file, an
+// authorized_keys line, RFC 4716 or PEM public key) rather than a
+// private key.
+func IsPublicKey(data []byte) bool {
+	if _, _, _, _, err := ssh.ParseAuthorizedKey(data); err == nil {
+		return true
+	}
+	text := string(data)
+	return strings.Contains(text, "---- BEGIN SSH2 PUBLIC KEY ----") || strings.Contains(text, "-----BEGIN PUBLIC KEY-----") ||
+		strings.Contains(text, "-----BEGIN RSA PUBLIC KEY-----")
 }
 
 // pinnedHostKey turns knownhosts' errors into ErrHostKey.

@@ -211,3 +211,21 @@ func TestCopyDiskClearsThePassword(t *testing.T) {
 		t.Fatalf("the copy kept the source's password:\n%s", out)
 	}
 }
+
+// A copy of a disk without a password sends no nvme-tcp-server-password:
+// whether RouterOS takes that property on `add` is assumed, and a RouterOS
+// that refuses it must not fail every snapshot and clone of a cluster that
+// never set a password. A copy of one with a password still clears it
+// (TestCopyDiskClearsThePassword).
+func TestCopyDiskWithoutPasswordSendsNone(t *testing.T) {
+	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyFromProperties = rdssim.CopyFromInherit })
+	c := env.client(t, nil)
+	ctx := context.Background()
+	if _, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB)); err != nil {
+		t.Fatal(err)
+	}
+	env.sim.InjectFault(rdssim.Fault{Kind: rdssim.FaultFail, Match: "nvme-tcp-server-password", Output: "expected end of command (line 1 column 200)"})
+	if _, err := c.CopyDisk(ctx, CopyDiskRequest{Slot: "snap-1", FilePath: "/storage-pool/k8s/snap-1.img", SourceSlot: "pvc-src"}); err != nil {
+		t.Fatalf("a copy of a disk without a password on a RouterOS that does not take the property on add: %v", err)
+	}
+}

@@ -72,17 +72,3 @@ func TestFilesWithPrefix(t *testing.T) {
 		t.Fatalf("bad prefix: %v", err)
 	}
 }
-
-func (e *simEnv) fileExists(t *testing.T, path string) bool {
-	t.Helper()
-	c, err := NewClient(e.config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_, err = c.GetFile(context.Background(), path)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		t.Fatal(err)
-	}
-	return err == nil
-}

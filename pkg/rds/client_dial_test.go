@@ -3,50 +3,9 @@ package rds
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 )
-
-// blackHole accepts TCP connections and never answers, so an SSH handshake
-// with it hangs until the connections are closed.
-type blackHole struct {
-	l     net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newBlackHole(t *testing.T) *blackHole {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackHole{l: l}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			b.mu.Lock()
-			b.conns = append(b.conns, c)
-			b.mu.Unlock()
-		}
-	}()
-	t.Cleanup(b.close)
-	return b
-}
-
-func (b *blackHole) close() {
-	b.l.Close()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, c := range b.conns {
-		c.Close()
-	}
-}
 
 // TestSlowDialDoesNotHoldOtherCallers: while one caller's dial hangs, a
 // caller with a short deadline gets its answer at its deadline, not after

@@ -15,69 +15,6 @@ import (
 // CloseExport in every starting state, the exact conditional commands
 // they send, and concurrent changes between their steps.
 
-const (
-	hostA = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001"
-	hostB = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002"
-	hostC = "nqn.2014-08.org.nvmexpress:uuid:cccccccc-0000-4000-8000-000000000003"
-)
-
-// diskState is a disk's export as the simulator holds it.
-type diskState struct {
-	exported bool
-	host     string
-}
-
-func (e *simEnv) exportState(t *testing.T, slot string) diskState {
-	t.Helper()
-	for _, d := range e.sim.Disks() {
-		if d.Slot == slot {
-			return diskState{d.NVMeTCPExport, d.AllowHostName}
-		}
-	}
-	t.Fatalf("no disk %q in the simulator", slot)
-	return diskState{}
-}
-
-// setCommands lists the /disk set commands the simulator received since
-// the last ResetCommands.
-func (e *simEnv) setCommands() []string {
-	var out []string
-	for _, c := range e.sim.Commands() {
-		if strings.HasPrefix(c.Text, "/disk set") {
-			out = append(out, c.Text)
-		}
-	}
-	return out
-}
-
-// prepare creates pvc-a closed and brings it to state with unconditional
-// commands (the simulator's own command line, not the code under test).
-func (e *simEnv) prepare(t *testing.T, c *Client, st diskState) {
-	t.Helper()
-	ctx := context.Background()
-	r := req("pvc-a", GiB)
-	r.Export.Closed = true
-	if _, err := c.CreateDisk(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetAllowedHost(ctx, "pvc-a", st.host); err != nil {
-		t.Fatal(err)
-	}
-	if st.exported {
-		if _, err := c.exec(ctx, "/disk set [find slot=%s] nvme-tcp-export=yes", "pvc-a"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := e.exportState(t, "pvc-a"); got != st {
-		t.Fatalf("prepared %+v, want %+v", got, st)
-	}
-	e.sim.ResetCommands()
-}
-
-func cond(host, export string) string {
-	return `/disk set [find where slot="pvc-a" and nvme-tcp-server-allow-host-name="` + host + `" and nvme-tcp-export=` + export + `] `
-}
-
 func TestSetExportHostTransitions(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -10,114 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
-
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
-
-// simEnv is the simulator on loopback and a client pinned to its host key.
-type simEnv struct {
-	sim      *rdssim.Server
-	signer   ssh.Signer
-	known    string
-	host     string
-	port     int
-	poolSize int64
-}
-
-func startSim(t testing.TB, poolSize int64) *simEnv { return startSimWith(t, poolSize, nil) }
-
-// startSimWith starts the simulator with its defaults (wrapping at 80
-// columns) changed by mod.
-func startSimWith(t testing.TB, poolSize int64, mod func(*rdssim.Config)) *simEnv {
-	t.Helper()
-	signer, pub, err := rdssim.NewTestKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := rdssim.Config{
-		DataDir:        filepath.Join(dir, "pool"),
-		PoolSize:       poolSize,
-		HostKeyPath:    filepath.Join(dir, "host_key"),
-		AuthorizedKeys: []ssh.PublicKey{pub},
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	sim, err := rdssim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	known := filepath.Join(dir, "known_hosts")
-	if err := sim.WriteKnownHosts(known); err != nil {
-		t.Fatal(err)
-	}
-	host, port := splitAddr(t, addr)
-	return &simEnv{sim: sim, signer: signer, known: known, host: host, port: port, poolSize: poolSize}
-}
-
-func splitAddr(t testing.TB, addr string) (string, int) {
-	t.Helper()
-	i := strings.LastIndex(addr, ":")
-	var port int
-	for _, c := range addr[i+1:] {
-		port = port*10 + int(c-'0')
-	}
-	return addr[:i], port
-}
-
-func (e *simEnv) config() Config {
-	return Config{
-		Address: e.host, Port: e.port, User: "admin", Signer: e.signer, KnownHostsFile: e.known,
-		RetryBaseDelay: time.Millisecond, RetryMaxDelay: 5 * time.Millisecond,
-		// No width option: the simulator wraps at its default 80 columns,
-		// as the hardware did, so every client test parses wrapped output.
-		LoginOptions: "ct",
-	}
-}
-
-func (e *simEnv) client(t testing.TB, mod func(*Config)) *Client {
-	t.Helper()
-	cfg := e.config()
-	if mod != nil {
-		mod(&cfg)
-	}
-	c, err := NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// assertNoLeftovers checks the simulator holds no disk and the pool
-// directory holds no disk file.
-func (e *simEnv) assertNoLeftovers(t *testing.T) {
-	t.Helper()
-	if d := e.sim.Disks(); len(d) != 0 {
-		t.Errorf("leftover disks: %+v", d)
-	}
-	_ = filepath.WalkDir(e.sim.DataDir(), func(p string, de os.DirEntry, err error) error {
-		if err == nil && !de.IsDir() && strings.HasSuffix(p, ".img") {
-			t.Errorf("leftover file %s", p)
-		}
-		return nil
-	})
-	if free, err := e.sim.Free(); err != nil || free != e.poolSize {
-		t.Errorf("pool free = %d, %v; want %d", free, err, e.poolSize)
-	}
-}
-
-func req(slot string, size int64) CreateDiskRequest {
-	return CreateDiskRequest{Slot: slot, FilePath: "/storage-pool/k8s/" + slot + ".img", Size: size,
-		Export: &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + slot}}
-}
 
 func TestClientOperationsAgainstSimulator(t *testing.T) {
 	env := startSim(t, 100*GiB)
@@ -535,14 +429,4 @@ func TestConcurrentCommandsShareOneConnection(t *testing.T) {
 	if c.Dials() != 1 {
 		t.Errorf("dials = %d, want 1", c.Dials())
 	}
-}
-
-func countCommands(env *simEnv, prefix string) int {
-	n := 0
-	for _, c := range env.sim.Commands() {
-		if strings.HasPrefix(c.Text, prefix) {
-			n++
-		}
-	}
-	return n
 }

@@ -12,20 +12,6 @@ import (
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
-// The driver's own names, at their real lengths: a volume path of 77
-// characters, an NQN of 65, a snapshot file of 155.
-const (
-	wrapVolume   = "pvc-3f2c1a2b-5d4e-4f60-9120-464c8a7b9d0e"
-	wrapSnapshot = "snap-0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
-	wrapBase     = "/storage-pool/kubernetes-volumes"
-	wrapSnapFile = wrapBase + "/snapshots/" + wrapSnapshot + ".src-" + wrapVolume + ".t-1795000000123456789.img"
-)
-
-func wrapReq() CreateDiskRequest {
-	return CreateDiskRequest{Slot: wrapVolume, FilePath: wrapBase + "/" + wrapVolume + ".img", Size: GiB,
-		Export: &Export{Port: 4420, NQN: "nqn.2000-02.com.mikrotik:" + wrapVolume}}
-}
-
 // TestClientReadsWrappedOutput: with the simulator printing like the
 // hardware (80 columns, values broken in the middle), every read returns
 // the driver's IDs, paths and NQNs exactly, so nothing looks foreign and

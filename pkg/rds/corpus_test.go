@@ -2,7 +2,6 @@ package rds
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,25 +13,6 @@ import (
 // written by hand from those observations (not produced by the simulator),
 // so the parser and the simulator do not share a mistake. Every file is a
 // parser test here and a seed of FuzzParsePrintDetail.
-
-const (
-	corpusVolume   = "pvc-3f2c1a2b-5d4e-4f60-9120-464c8a7b9d0e"
-	corpusSnapshot = "snap-0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
-	corpusSnapFile = "/storage-pool/kubernetes-volumes/snapshots/" + corpusSnapshot + ".src-" + corpusVolume + ".t-1795000000123456789.img"
-	corpusHashed   = "vol-0123456789abcdef0123456789abcdef"
-	corpusClosed   = "pvc-0f923194-922a-5dd8-b376-c2c6ccb56dd8"
-)
-
-func corpusDir() string { return filepath.Join("testdata", "routeros") }
-
-func readCorpus(t testing.TB, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(corpusDir(), name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 func TestCorpusDisks(t *testing.T) {
 	tests := []struct {
@@ -159,35 +139,6 @@ func TestCorpusIsUsed(t *testing.T) {
 			t.Errorf("%s has no expectations in corpus_test.go", n.Name())
 		}
 	}
-}
-
-// wordWrap lays out each line as RouterOS was seen to: properties
-// separated by spaces, moved whole to the next line (indented by indent)
-// when they do not fit, and a property longer than a whole line broken at
-// exactly width columns.
-func wordWrap(text string, width, indent int) string {
-	var b strings.Builder
-	for _, line := range strings.Split(text, "\n") {
-		lead := len(line) - len(strings.TrimLeft(line, " "))
-		cur := line[:lead]
-		for _, word := range strings.Fields(line) {
-			switch {
-			case len(cur) == lead && lead > 0 || len(cur) == 0:
-			case len(cur)+1+len(word) <= width:
-				cur += " "
-			default:
-				b.WriteString(cur + "\n")
-				cur = strings.Repeat(" ", indent)
-			}
-			cur += word
-			for len(cur) > width {
-				b.WriteString(cur[:width] + "\n")
-				cur = strings.Repeat(" ", indent) + cur[width:]
-			}
-		}
-		b.WriteString(cur + "\n")
-	}
-	return b.String()
 }
 
 // TestParseValueBrokenAtAnyColumn: the same listing, wrapped at every

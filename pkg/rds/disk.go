@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -110,6 +111,15 @@ type CopyDiskRequest struct {
 	SourceSlot string
 	Size       int64
 	Export     *Export
+	// OwnsFilePath: FilePath is derived from Slot (a clone's or restore's
+	// volume file), so a file there that no disk uses is debris of an
+	// earlier copy of this same disk whose clean-up failed, or a copy of
+	// it still running (its disk appears only once it is done). The file
+	// is taken for debris, removed and the copy sent again, only once the
+	// RDS's clock says it has not changed for longer than any copy can
+	// still land (CopyTimeout and an hour for a clock change); until then
+	// the copy is ErrCopyPending. Never a file a disk uses.
+	OwnsFilePath bool
 }
 
 func (r CopyDiskRequest) validate() error {
@@ -150,6 +160,10 @@ type File struct {
 	Name string // without leading slash
 	Type string
 	Size int64 // display-rounded by RouterOS
+	// Modified is last-modified, the RDS's local wall-clock time read as
+	// if it were UTC (compare it with Clock only); zero when not printed
+	// or unreadable.
+	Modified time.Time
 }
 
 func diskFromEntry(e Entry) (Disk, error) {

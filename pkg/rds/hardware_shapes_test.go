@@ -145,18 +145,6 @@ func TestCommentAfterLegend(t *testing.T) {
 	}
 }
 
-// unreadableBeside is a listing of the driver's disk and an entry the
-// parser cannot read (a flag the legend does not name, and a property it
-// does not know how to read), both on the same file path.
-const unreadableBeside = "Flags: B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT\n" +
-	" 0 B t type=file slot=\"pvc-1\" file-path=/storage-pool/k8s/pvc-1.img\n" +
-	"       size=1 073 741 824 nvme-tcp-export=yes nvme-tcp-server-port=4420\n" +
-	"       nvme-tcp-server-nqn=\"nqn.2000-02.com.mikrotik:pvc-1\"\n" +
-	" \n" +
-	" 1 Q?  type=file slot=\"mystery\" model=\"x\" size=lots\n" +
-	"       file-path=/storage-pool/k8s/pvc-\n" +
-	"       2.img\n"
-
 // TestListingSkipsUnreadableEntry: one entry the parser cannot read never
 // fails the listing of the others; it is skipped, counted and kept for the
 // record. Reading that one entry alone still fails.

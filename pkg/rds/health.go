@@ -155,7 +155,7 @@ func ParseRate(s string) (float64, error) {
 	}
 	mult, known := map[string]float64{"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[strings.ToLower(rest)]
 	n, err := strconv.ParseFloat(t[:i], 64)
-	if !ok || !known || err != nil || math.IsInf(n*mult, 0) {
+	if !ok || !known || !isDecimal(t[:i]) || err != nil || math.IsNaN(n) || math.IsInf(n*mult, 0) {
 		return 0, fmt.Errorf("%w: rate %q is not a number with bps, kbps, Mbps, Gbps, Tbps or their Bps (bytes)", ErrBadOutput, truncate(s))
 	}
 	return n * mult / bits, nil
@@ -184,8 +184,11 @@ func ParseDuration(s string) (time.Duration, error) {
 			text string
 			unit time.Duration
 		}{{h, time.Hour}, {m, time.Minute}, {sec, time.Second}} {
+			// Digits and a point only: ParseFloat alone also takes
+			// "NaN", "Inf", exponents and hex, and NaN passes every
+			// bound below (it compares false).
 			f, err := strconv.ParseFloat(p.text, 64)
-			if err != nil || f < 0 || f*float64(p.unit) > float64(maxDuration-total) {
+			if !isDecimal(p.text) || err != nil || f < 0 || f*float64(p.unit) > float64(maxDuration-total) {
 				return 0, bad
 			}
 			total += time.Duration(f * float64(p.unit))
@@ -216,6 +219,11 @@ func ParseDuration(s string) (time.Duration, error) {
 		t = t[j:]
 	}
 	return total, nil
+}
+
+// isDecimal: digits with at most one point, as RouterOS prints a number.
+func isDecimal(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789.") == "" && strings.Count(s, ".") <= 1
 }
 
 // Array is a RAID array (type=raid) and its members as the listing shows

@@ -2,6 +2,7 @@ package rds
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,7 +61,8 @@ func FuzzHealthListing(f *testing.F) {
 		for _, v := range r.Volumes {
 			io := v.IO
 			if v.Slot == "" || io.ReadOps < 0 || io.WriteOps < 0 || io.ReadBytes < 0 || io.WriteBytes < 0 || io.InFlight < 0 ||
-				io.ActiveTime < 0 || io.WaitTime < 0 || io.ReadRate < 0 || io.WriteRate < 0 {
+				io.ActiveTime < 0 || io.WaitTime < 0 || !countable(io.ReadRate) || !countable(io.WriteRate) ||
+				!countable(io.ReadOpsRate) || !countable(io.WriteOpsRate) {
 				t.Fatalf("volume %+v from %q", v, out)
 			}
 		}
@@ -93,22 +95,26 @@ func FuzzParseMonitorTraffic(f *testing.F) {
 			}
 			return
 		}
-		if s.Has == 0 || s.InFlight < 0 || s.ReadOps < 0 || s.WriteBytes < 0 || s.ActiveTime < 0 || s.WaitTime < 0 || s.ReadRate < 0 || s.WriteRate < 0 {
+		if s.Has == 0 || s.InFlight < 0 || s.ReadOps < 0 || s.WriteBytes < 0 || s.ActiveTime < 0 || s.WaitTime < 0 || !countable(s.ReadRate) || !countable(s.WriteRate) {
 			t.Fatalf("%q: %+v", out, s)
 		}
 	})
 }
 
-// FuzzParseDuration: never panics, never negative.
+// countable: a rate a metric can carry, never NaN, infinite or negative.
+func countable(f float64) bool { return f >= 0 && !math.IsInf(f, 0) }
+
+// FuzzParseDuration: never panics, never negative; nor a rate NaN,
+// infinite or negative.
 func FuzzParseDuration(f *testing.F) {
-	for _, s := range []string{"0ms", "1s200ms", "3d4h12m5s", "01:02:03", "5", "1w", "250us", "99999999999w"} {
+	for _, s := range []string{"0ms", "1s200ms", "3d4h12m5s", "01:02:03", "5", "1w", "250us", "99999999999w", "00:00:NaN", "NaNbps", "+Infbps"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		if d, err := ParseDuration(s); err == nil && d < 0 {
 			t.Fatalf("ParseDuration(%q) = %v", s, d)
 		}
-		if r, err := ParseRate(s); err == nil && r < 0 {
+		if r, err := ParseRate(s); err == nil && !countable(r) {
 			t.Fatalf("ParseRate(%q) = %v", s, r)
 		}
 	})

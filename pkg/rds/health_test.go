@@ -232,14 +232,12 @@ func TestParseDurationNeverOverflows(t *testing.T) {
 	}
 }
 
-// Found by the outside review of issue 27.
-
-// HOLE (a drive marked failed in its array drops out of the report, and
-// rds_csi_rds_drive_failed with it, because an assumed S.M.A.R.T. value
+// A drive marked failed in its array stays in the report, and
+// rds_csi_rds_drive_failed with it, when an assumed S.M.A.R.T. value
 // beside the confirmed raid-member-failed=yes is one the parser cannot
-// read; RDSCSIRDSDriveFailing's drive_failed arm and `kubectl rds check`'s
-// "drive is marked failed" go silent for exactly the drive that is dying):
-// input: nvme12 with raid-member-failed=yes temperature="n/a".
+// read: RDSCSIRDSDriveFailing's drive_failed arm and `kubectl rds check`'s
+// "drive is marked failed" must not go silent for exactly the drive that
+// is dying. Input: nvme12 with raid-member-failed=yes temperature="n/a".
 func TestFailedDriveKeptWhenSmartUnreadable(t *testing.T) {
 	l, err := ParseListing(`Flags: B - BLOCK-DEVICE; M - MOUNTED; r - RAID-MEMBER; f - RAID-MEMBER-FAILED
   7 B   type=raid slot="raid1-a" model="RAID1" size=7 681 501 126 656
@@ -266,12 +264,12 @@ func TestFailedDriveKeptWhenSmartUnreadable(t *testing.T) {
 	t.Errorf("nvme12 (raid-member-failed=yes) is not in the report's drives (%+v); skipped: %v", r.Drives, r.Skipped)
 }
 
-// HOLE (an array with a failed member vanishes from the report, so
-// rds_csi_rds_array_degraded has no series and RDSCSIRDSArrayDegraded never
-// fires; the pool mounted on that array vanishes too, so the pool
-// capacity alerts and pool rates go silent): one unreadable
-// raid-device-count skips the whole array entry, before the pool check:
-// input: raid10 with raid-device-count=2+1 (anything not an integer) and
+// An array with a failed member stays in the report when its
+// raid-device-count is unreadable: skipping the whole array entry, before
+// the pool check, would leave rds_csi_rds_array_degraded without a series
+// (RDSCSIRDSArrayDegraded never fires) and drop the pool mounted on that
+// array too (the pool capacity alerts and pool rates go silent). Input:
+// raid10 with raid-device-count=2+1 (anything not an integer) and
 // mount-point=raid10, a member raid1-a marked failed.
 func TestArrayKeptWhenDeviceCountUnreadable(t *testing.T) {
 	l, err := ParseListing(`Flags: B - BLOCK-DEVICE; M - MOUNTED; r - RAID-MEMBER; f - RAID-MEMBER-FAILED
@@ -303,10 +301,10 @@ func TestArrayKeptWhenDeviceCountUnreadable(t *testing.T) {
 	}
 }
 
-// HOLE (a slot the statistics print three times is taken with the third
-// line's counters, although StatsFromListing says that a slot printed
-// twice is taken from neither; an odd number of repeats brings a value
-// back): input: slot=pvc-a printed three times.
+// A slot the statistics print three times is taken from none of its
+// lines, as StatsFromListing takes a slot printed twice from neither: an
+// odd number of repeats does not bring the third line's counters back.
+// Input: slot=pvc-a printed three times.
 func TestStatsSlotPrintedThriceTakenFromNone(t *testing.T) {
 	l, err := ParseListing(` 0 slot="pvc-a" read-ops=1 write-ops=1
  1 slot="pvc-a" read-ops=2 write-ops=2
@@ -321,10 +319,10 @@ func TestStatsSlotPrintedThriceTakenFromNone(t *testing.T) {
 	}
 }
 
-// HOLE (a rate printed in bytes per second with a capital B, `12.8MBps`,
-// is read as megabits per second, 8 times too low, because ParseRate folds
-// the unit's case; the pool's throughput then looks plausible and wrong):
-// input: write-rate 12.8MBps.
+// A rate printed in bytes per second with a capital B, `12.8MBps`, is not
+// read as megabits per second, 8 times too low (ParseRate does not fold
+// the unit's case): the pool's throughput would look plausible and be
+// wrong. Input: write-rate 12.8MBps.
 func TestRateInBytesNotReadAsBits(t *testing.T) {
 	got, err := ParseRate("12.8MBps")
 	if err == nil && got != 12.8e6 {

@@ -2,8 +2,6 @@ package rds
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"net"
 	"strings"
@@ -106,39 +104,4 @@ func TestUnansweredSessionIsBounded(t *testing.T) {
 	if n := accepted.Load(); n != 1 {
 		t.Errorf("%d connections, want 1", n)
 	}
-}
-
-// serveSSH listens on loopback and runs serve for every connection, with
-// a server config (no client auth, a fresh host key) for the SSH side;
-// it returns the port. For servers that misbehave in ways the simulator
-// does not.
-func serveSSH(t *testing.T, serve func(c net.Conn, cfg *ssh.ServerConfig)) int {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostKey, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &ssh.ServerConfig{NoClientAuth: true}
-	cfg.AddHostKey(hostKey)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-			go serve(c, cfg)
-		}
-	}()
-	_, port := splitAddr(t, l.Addr().String())
-	return port
 }

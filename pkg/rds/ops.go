@@ -31,7 +31,7 @@ func (c *Client) CreateDisk(ctx context.Context, req CreateDiskRequest) (*Disk, 
 			append([]string{req.FilePath, req.Slot}, exportValues...)...)
 		return err
 	}
-	if err := c.addReclaiming(ctx, add, req.Slot, req.FilePath, req.OwnsFilePath); err != nil {
+	if err := c.addReclaiming(ctx, add, req.Slot, req.FilePath, req.OwnsFilePath, 0); err != nil {
 		return c.afterFailedAdd(ctx, err, req.Slot, req.FilePath, func(d *Disk) bool {
 			return d.Size >= size && sameExport(d, req.Export)
 		})
@@ -69,8 +69,17 @@ func (c *Client) CopyDisk(ctx context.Context, req CopyDiskRequest) (*Disk, erro
 		}
 	}
 	exportArgs, exportValues := copyExportArgs(req.Export, !src.Secret.IsZero() || src.SecretUnreadable)
-	_, err = c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
-		append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
+	add := func() error {
+		_, err := c.exec(ctx, "/disk add type=file file-path=%s slot=%s copy-from=[find slot=%s] "+exportArgs,
+			append([]string{req.FilePath, req.Slot, req.SourceSlot}, exportValues...)...)
+		return err
+	}
+	// A file left at the path may be a copy still running: reclaimed only
+	// once it has been quiet for longer than any copy can land late.
+	err = c.addReclaiming(ctx, add, req.Slot, req.FilePath, req.OwnsFilePath, c.cfg.CopyTimeout+clockChangeMargin)
+	if errors.Is(err, ErrCopyPending) {
+		return nil, err
+	}
 	if errors.Is(err, ErrOutcomeUnknown) {
 		// Sent, not confirmed. It is not re-sent and not cleaned up: it
 		// may still be copying. Its disk appears only once the copy is
@@ -134,11 +143,19 @@ func (c *Client) growCopy(ctx context.Context, d *Disk, want int64) (*Disk, erro
 	return grown, nil
 }
 
+// clockChangeMargin allows for a change of the RDS's clock (daylight
+// saving) between a file's last-modified and the clock read beside it.
+const clockChangeMargin = time.Hour
+
 // addReclaiming runs add. When it fails because the file exists, the
 // caller owns the path (derived from the slot), and neither a disk in the
 // slot nor any disk on the file exists, the file is debris of an earlier
 // attempt whose cleanup failed: it is removed and add runs once more.
-func (c *Client) addReclaiming(ctx context.Context, add func() error, slot, path string, owns bool) error {
+// With quiet > 0 (a copy, which may still be running and writing the file
+// while its disk is not listed yet) the file must also not have changed
+// for quiet by the RDS's own clock; a younger one is ErrCopyPending, and
+// one whose age cannot be read is never removed.
+func (c *Client) addReclaiming(ctx context.Context, add func() error, slot, path string, owns bool, quiet time.Duration) error {
 	err := add()
 	if err == nil || !owns || !errors.Is(err, ErrAlreadyExists) {
 		return err
@@ -149,11 +166,42 @@ func (c *Client) addReclaiming(ctx context.Context, add func() error, slot, path
 	if users, uerr := c.disksUsingFile(ctx, path); uerr != nil || users > 0 {
 		return err
 	}
+	if quiet > 0 {
+		switch qerr := c.quietFor(ctx, path, quiet); {
+		case errors.Is(qerr, ErrCopyPending):
+			return fmt.Errorf("disk %q: the file %s has no disk: %w", slot, path, qerr)
+		case qerr != nil:
+			return fmt.Errorf("%w; the file %s has no disk, but %v", err, path, qerr)
+		}
+	}
 	if rerr := c.RemoveFile(ctx, path); rerr != nil {
 		return fmt.Errorf("%w; removing the orphaned file %s: %v", err, path, rerr)
 	}
 	klog.FromContext(ctx).Info("removed an orphaned backing file left by an earlier attempt", "slot", slot, "path", path)
 	return add()
+}
+
+// quietFor returns nil when the file at path has not changed for at
+// least quiet by the RDS's clock; ErrCopyPending while it is younger (a
+// copy may still be writing it); another error, never nil, when its age
+// cannot be read.
+func (c *Client) quietFor(ctx context.Context, path string, quiet time.Duration) error {
+	f, err := c.GetFile(ctx, path)
+	if err != nil {
+		return fmt.Errorf("reading its age: %w", err)
+	}
+	if f.Modified.IsZero() {
+		return fmt.Errorf("its last-modified time is not printed or not readable, so a copy still writing it cannot be ruled out; it is not removed")
+	}
+	now, err := c.Clock(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the RDS's clock to judge its age: %w", err)
+	}
+	if age := now.Sub(f.Modified); age < quiet {
+		return fmt.Errorf("%w: last modified %s ago by the RDS's clock (%s), it may be a copy still running; it is taken for the debris of a failed copy, and removed, once it has not changed for %s",
+			ErrCopyPending, age.Round(time.Second), f.Modified.Format(time.DateTime), quiet)
+	}
+	return nil
 }
 
 // afterFailedAdd decides what a failed /disk add means. A disk that already
@@ -392,7 +440,7 @@ func (c *Client) GetFile(ctx context.Context, path string) (*File, error) {
 
 func fileFromEntry(e Entry) (*File, error) {
 	v := e.Values
-	f := &File{Name: v["name"], Type: v["type"]}
+	f := &File{Name: v["name"], Type: v["type"], Modified: parseLastModified(v["last-modified"])}
 	if s, ok := v["size"]; ok {
 		var err error
 		if f.Size, err = ParseSize(s); err != nil {

@@ -2,26 +2,8 @@ package rds
 
 import (
 	"errors"
-	"strings"
 	"testing"
 )
-
-// realDisk is print detail output as seen on RDS hardware (RouterOS 7).
-const realDisk = `Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT
-31 Bt type=file slot="vm-storage-001" slot-default="" parent="" fs=- model="/raid10/vm-storage-001.img" size=1 099 511 627 776 mount-filesystem=no mount-read-only=no compress=no sector-size=512 raid-master=none nvme-tcp-export=yes
-      nvme-tcp-server-port=4420 nvme-tcp-server-nqn="nqn.2026-09.com.mikrotik:rds2216.vm-storage-001" nvme-tcp-server-allow-host-name="" iscsi-export=no nfs-sharing=no smb-sharing=no media-sharing=no media-interface=none swap=no
-      file-path=/raid10/vm-storage-001.img file-size=1024.0GiB file-offset=0
-`
-
-// unnumbered is the shape the peer driver's tests recorded: no legend, no
-// entry number, one property group per line.
-const unnumbered = `type=file slot="pvc-test-123" slot-default="" parent="" fs=-
-               model="/storage-pool/test.img"
-               size=53 687 091 200 mount-filesystem=yes mount-read-only=no
-               nvme-tcp-export=yes nvme-tcp-server-port=4420
-               nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-test-123"
-               file-path=/storage-pool/test.img
-               file-size=50.0GiB file-offset=0`
 
 func TestParseDisks(t *testing.T) {
 	tests := []struct {
@@ -167,11 +149,48 @@ func TestClassifyOutput(t *testing.T) {
 	}
 }
 
-// longestLine is the length of the longest line of out, without its CR.
-func longestLine(out string) int {
-	longest := 0
-	for _, line := range strings.Split(out, "\n") {
-		longest = max(longest, len(strings.TrimSuffix(line, "\r")))
+// Entry numbers are right-aligned to one column, and a digit line
+// indented to or past it continues a value: a continuation line that
+// starts with a digit group and is indented less than the entry's
+// property column never leaves half an entry accepted. Entry numbers with
+// three digits (or a row that prints every legend column blank-padded)
+// push the property column right; the hardware captures only show
+// continuations aligned to it, which is not confirmed for 3-digit
+// numbers. Input: `100 Bt type=file ... size=10 737 418` then
+// `      240 file-path=/p/b.img` (indent 6 < property column 8). Read as a
+// new entry, it would leave entry 100 accepted (not skipped) with size
+// "10 737 418" (10 737 418 bytes instead of 10 GiB) and no file-path, the
+// rest a skipped entry "240": ListDisks would report the driver's own
+// disk with a wrong size and an empty FilePath (a CreateVolume retry
+// compares the size and refuses; ListVolumes reports the wrong capacity).
+// Broken one digit earlier (`size=10 737 41` / `8 240`) the size would be
+// malformed and the own disk drop out of ListDisks altogether
+// (ListVolumes, ListSnapshots and the export reconcile would not see it).
+// A reading that cannot tell skips the entry, never accepts half of it
+// (the skipped fragment still holds the path for mayUseFile).
+func TestDigitLineBelowThePropertyColumnNeverHalfReadsAnEntry(t *testing.T) {
+	out := "Flags: B - BLOCK-DEVICE; t - NVME-TCP-EXPORT\n" +
+		"  9 Bt type=file slot=\"pvc-a\" size=10 737 41\n" +
+		"        8 240 file-path=/storage-pool/k8s/pvc-a.img\n" +
+		"100 Bt type=file slot=\"pvc-b\" size=10 737 418\n" +
+		"      240 file-path=/storage-pool/k8s/pvc-b.img\n"
+	l, err := ParseListing(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return longest
+	for _, e := range l.Entries {
+		if e.Values["slot"] != "pvc-b" {
+			continue
+		}
+		if e.Values["size"] != "10 737 418 240" || e.Values["file-path"] != "/storage-pool/k8s/pvc-b.img" {
+			t.Errorf("entry %d accepted with size=%q file-path=%q; want the whole entry read, or the entry skipped",
+				e.Number, e.Values["size"], e.Values["file-path"])
+		}
+	}
+	dl := disksFromListing(l)
+	for _, d := range dl.Disks {
+		if d.Slot == "pvc-b" && (d.Size != 10737418240 || d.FilePath == "") {
+			t.Errorf("ListDisks would report own disk pvc-b with size %d, file-path %q", d.Size, d.FilePath)
+		}
+	}
 }

@@ -138,14 +138,3 @@ func TestSwapExportAuthHidesThePassword(t *testing.T) {
 		}
 	}
 }
-
-type syncWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}

@@ -12,7 +12,7 @@ import (
 // A compare-and-swap whose command timed out after it was sent is not
 // sent again: the first copy may still land, and a second copy in flight
 // is a second chance for its condition to match after the state it is
-// conditioned on came back (issue 21, model finding 4). The caller sees
+// conditioned on came back. The caller sees
 // ErrOutcomeUnknown and re-reads; the held copy lands once, when released.
 func TestSwapExportNotResentAfterTimeout(t *testing.T) {
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/srvlab/rds-csi/pkg/informers"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"k8s.io/klog/v2"
 )
 
 // Commit is one publish's commit of a node's claim on a volume.
@@ -65,22 +66,46 @@ type Committed struct {
 //     attachment on the live claims, and the attachment is answered only
 //     if the claim opened for is still the node's live one.
 //
-// Every failure is a *StepError, except claims.ErrConflict.
+// A failure after a cut (or of the cut itself) is followed by a settle on
+// the live claims, as a Release's cut is (settleAfterCut). Every failure is
+// a *StepError, except claims.ErrConflict.
 func (f *Fence) Commit(ctx context.Context, c Commit) (Committed, error) {
 	if err := f.stand(ctx, c); err != nil {
 		return Committed{}, err
 	}
 	gone := c.retires()
-	if err := f.cutRetired(ctx, c, gone); err != nil {
-		return Committed{}, err
+	cut, err := f.cutRetired(ctx, c, gone)
+	committed := false
+	if err == nil {
+		if err = f.commit(ctx, c); err == nil {
+			committed = true
+			err = f.confirm(ctx, c)
+		}
 	}
-	if err := f.commit(ctx, c); err != nil {
-		return Committed{}, err
-	}
-	if err := f.confirm(ctx, c); err != nil {
+	if err != nil {
+		if cut {
+			f.settleAfterCut(ctx, c, committed, gone)
+		}
 		return Committed{}, err
 	}
 	return f.open(ctx, c, gone)
+}
+
+// settleAfterCut brings the export in line with the live claims after a
+// commit that cut attachments off and then failed, as a Release settles
+// after its cut: a commit that did not land left the cut holders' claims,
+// and they are let back in at once (not at the leader's next reconcile);
+// one that landed released them, and the state changes once more. Only a
+// holder a live VolumeAttachment stands on is let in. A failure is logged:
+// the leader's reconcile makes the change.
+func (f *Fence) settleAfterCut(ctx context.Context, c Commit, committed bool, gone []claims.Retiring) {
+	g := exportGoal{pv: c.Volume.PVName, standing: true}
+	if committed {
+		g.gone, g.retire = gone, true
+	}
+	if _, err := f.syncExport(ctx, c.Volume.Handle, g); err != nil && !errors.Is(err, rds.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "storage fencing: settling the export after a failed publish that cut attachments off; the leader's reconcile settles it", "volume", c.Volume.Handle, "node", c.Node)
+	}
 }
 
 // retires is the attachments c retires, as the decision saw them: one
@@ -120,12 +145,14 @@ func (f *Fence) stand(ctx context.Context, c Commit) error {
 // cutRetired cuts the attachments the commit retires off the export before
 // their claims go with it (as a Release does): a cut that fails keeps the
 // claims and the publish is retried, never a released claim whose host is
-// still connected with nothing left to cut it. Joining another holder (a
+// still connected with nothing left to cut it. It reports whether it
+// changed the export, or may have (a cut that failed part-way): Commit
+// then settles whatever comes after. Joining another holder (a
 // migration) moves the export without a drop, which would leave a fenced
 // node connected: that waits for the fence.
-func (f *Fence) cutRetired(ctx context.Context, c Commit, gone []claims.Retiring) error {
+func (f *Fence) cutRetired(ctx context.Context, c Commit, gone []claims.Retiring) (bool, error) {
 	if !f.fencing {
-		return nil
+		return false, nil
 	}
 	id := c.Volume.Handle
 	var fenced []string
@@ -139,15 +166,16 @@ func (f *Fence) cutRetired(ctx context.Context, c Commit, gone []claims.Retiring
 		}
 	}
 	if holders > 1 && len(fenced) > 0 {
-		return stepErr("storage", Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, c.Node, holders-1)
+		return false, stepErr("storage", Aborted, "volume %s: node(s) %v must be cut off the RDS before %s joins %d other holder(s); the fence is under way and the request is retried", id, fenced, c.Node, holders-1)
 	}
 	if len(gone) == 0 {
-		return nil
+		return false, nil
 	}
 	if _, err := f.syncExport(ctx, id, exportGoal{pv: c.Volume.PVName, gone: gone, retire: true, cut: true}); err != nil && !errors.Is(err, rds.ErrNotFound) {
-		return storageStep(id, c.Node, fmt.Errorf("cutting %v off before releasing their claims: %w", gone, err))
+		// Some of the cut may have landed: settled like a later failure.
+		return true, storageStep(id, c.Node, fmt.Errorf("cutting %v off before releasing their claims: %w", gone, err))
 	}
-	return nil
+	return true, nil
 }
 
 // commit writes the claim to every PV of the volume (the fenced holders'
@@ -158,7 +186,7 @@ func (f *Fence) commit(ctx context.Context, c Commit) error {
 	for _, fd := range c.Fenced {
 		fenced = append(fenced, fd.Node)
 	}
-	if err := f.store.Commit(ctx, v.Handle, v.PVs, v.Claims, c.Node, c.Claim, fenced); err != nil {
+	if err := f.store.Commit(ctx, v.Handle, v.PVs, v.Claims, c.Node, c.Claim, c.Created, fenced); err != nil {
 		if errors.Is(err, claims.ErrConflict) {
 			return err
 		}

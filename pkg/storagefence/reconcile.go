@@ -16,8 +16,9 @@ import (
 // retire changes the export's state once more after the release of the
 // retired attachments (done: the records of those releases, by PV; a
 // fresh tombstone when the export stays closed), with them treated as
-// gone, so that no open of one that was in flight can land afterwards.
-// Then it removes each record whose attachment no PV of the handle claims
+// gone, so that no open of one that was in flight can land afterwards;
+// it lets in only a holder a live VolumeAttachment stands on. Then it
+// removes each record whose attachment no PV of the handle claims
 // any more: one another PV still claims stays, keeping that claim from
 // being let in until its own release. A record it fails to remove is
 // removed by the leader (RetireMarked).
@@ -26,7 +27,7 @@ func (f *Fence) retire(ctx context.Context, handle, pvName string, done map[stri
 	for _, rs := range done {
 		gone = append(gone, rs...)
 	}
-	res, err := f.syncExport(ctx, handle, exportGoal{pv: pvName, gone: gone, retire: true})
+	res, err := f.syncExport(ctx, handle, exportGoal{pv: pvName, gone: gone, retire: true, standing: true})
 	if errors.Is(err, rds.ErrNotFound) {
 		res, err = exportResult{}, nil // no disk, no export
 	}

@@ -47,7 +47,9 @@ type Released struct {
 }
 
 // Release drops the node's claim on every PV of the volume where r.May
-// holds. With storage fencing it runs whole: cut → release → settle. The
+// holds. With storage fencing it runs whole: cut → release → settle (the
+// settle whenever it cut, released or found a record of the node; a
+// release that did none of them leaves the export alone). The
 // attachment is cut off the export before its first claim goes (a cut
 // that fails keeps every claim: never a released claim whose host is
 // still let in), and after the releases the export is settled on the live
@@ -61,7 +63,13 @@ func (f *Fence) Release(ctx context.Context, r Release) (Released, error) {
 	if f.fencing && !f.isVolumeID(r.Handle) {
 		return out, fmt.Errorf("volume handle %q is not this driver's", r.Handle)
 	}
-	cut := false
+	// cut: the attachment cut off the export (the claims are mirrored on
+	// every PV: one cut is enough); a write that conflicts asks May again,
+	// and an attachment it approves that is not the one cut (the node
+	// published again meanwhile) is cut too. tried: a cut was made, or
+	// may have landed part-way.
+	var cut *claims.Retiring
+	tried := false
 	// first: the attachment released on the first PV that had one; the
 	// other PVs release that attachment only (another attachment of the
 	// node there is a newer one, published since: its own release cuts
@@ -74,12 +82,13 @@ func (f *Fence) Release(ctx context.Context, r Release) (Released, error) {
 		if ok, err := r.May(ctx, c); err != nil || !ok {
 			return false, err
 		}
-		if f.fencing && !cut {
-			// The claims are mirrored on every PV: one cut is enough.
+		if f.fencing && (cut == nil || !cut.Is(r.Node, c)) {
+			tried = true
 			if err := f.cut(ctx, r, c); err != nil {
 				return false, err
 			}
-			cut = true
+			rc := claims.RetiringOf(r.Node, c)
+			cut = &rc
 		}
 		return true, nil
 	}
@@ -112,7 +121,11 @@ func (f *Fence) Release(ctx context.Context, r Release) (Released, error) {
 			pvs = append(pvs, rec.PVs...)
 		}
 	}
-	if f.fencing {
+	if f.fencing && (tried || out.Released || len(out.Retiring) > 0) {
+		// Nothing cut, released or recorded (May said no, or the node
+		// held no claim): the export is not this release's to change.
+		// A fence whose live read found the node healthy must not touch
+		// it, nor a release that found no claim to read (its PV gone).
 		out.SettleErr = f.settle(ctx, r, out.Retiring)
 	}
 	return out, err
@@ -141,12 +154,14 @@ func (f *Fence) cut(ctx context.Context, r Release, c claims.Claim) error {
 // settle brings the export in line with the live claims after a release:
 // with the released attachments of the node (retiring, by PV) treated as
 // gone on every PV and the state changed once more; with none, as the
-// live claims call for.
+// live claims call for. Either way it lets in only a holder a live
+// VolumeAttachment stands on (a release never decides to let anyone in:
+// a claim brought back by hand stays shut out).
 func (f *Fence) settle(ctx context.Context, r Release, retiring map[string][]claims.Retiring) error {
 	var err error
 	if len(retiring) > 0 {
 		_, err = f.retire(ctx, r.Handle, r.PV, retiring)
-	} else if _, err = f.syncExport(ctx, r.Handle, exportGoal{pv: r.PV}); errors.Is(err, rds.ErrNotFound) {
+	} else if _, err = f.syncExport(ctx, r.Handle, exportGoal{pv: r.PV, standing: true}); errors.Is(err, rds.ErrNotFound) {
 		err = nil
 	}
 	if err != nil {

@@ -134,6 +134,9 @@ func LoadAttachmentKey(keyFile, sshKeyFile string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading the attachment key: %w", err)
 		}
+		if rds.IsPublicKey(b) {
+			return nil, fmt.Errorf("the attachment key file %s holds a public SSH key: the attachment key must be secret (e.g. openssl rand -hex 32)", keyFile)
+		}
 		if len(b) < minAttachmentKey {
 			return nil, fmt.Errorf("the attachment key in %s is %d bytes; at least %d random bytes are needed (e.g. openssl rand -hex 32)", keyFile, len(b), minAttachmentKey)
 		}
@@ -145,6 +148,10 @@ func LoadAttachmentKey(keyFile, sshKeyFile string) ([]byte, error) {
 	b, err := os.ReadFile(sshKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading the RDS SSH key to derive the attachment key from: %w", err)
+	}
+	// A public key is no secret to derive one from.
+	if rds.IsPublicKey(b) {
+		return nil, fmt.Errorf("--rds-key-file %s is a public key; the private key is wanted (%s, the file without .pub), and the attachment key is derived from it", sshKeyFile, strings.TrimSuffix(sshKeyFile, ".pub"))
 	}
 	m := hmac.New(sha256.New, b)
 	m.Write([]byte("rds-csi attachment key v1"))

@@ -136,8 +136,20 @@ value to set instead. */ -}}
   "v" (printf $value "node.logLevel")
   "node-id" (printf $fixed "the name of the pod's Node")
   "node-nvme-dir" "must stay /etc/nvme, where the chart mounts the host's NVMe identity"
-  "node-connector" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP"
-  "node-loop-data-dir" "is for labs without a cluster (docs/node.md): the chart's node plugin connects volumes over NVMe/TCP") $common -}}
+  "node-state-dir" "must stay beside the socket, in the host's kubelet plugin directory of the driver that the chart mounts (records kept anywhere else are lost with the pod)"
+  "node-connector" "is node.labLoopDataDir (labs only, docs/node.md): without it the node plugin connects volumes over NVMe/TCP"
+  "node-loop-data-dir" "is node.labLoopDataDir (labs only, docs/node.md)") $common -}}
+{{- /* Flags of one mode only: the driver refuses them in the other. */ -}}
+{{- range $f := list "rds-port" "rds-user" "rds-key-file" "rds-known-hosts-file" "rds-insecure-skip-host-key-check" "rds-login-options" "rds-pool" "rds-volume-path" "rds-command-timeout" "rds-health-interval" "storage-fencing" "attachment-key-file" "export-auth" "copy-from-data" "publish" "kubeconfig" "kube-api-content-type" "leader-election" "leader-election-namespace" "leader-election-lease-duration" "leader-election-renew-deadline" "leader-election-retry-period" "attach-grace-period" "not-ready-threshold" "heartbeat-threshold" "fence-guard-share" "migration-timeout" "orphaned-claim-threshold" "watch-disconnect-threshold" "fence-call-timeout" "out-of-service-taint" "export-reconcile-period" -}}
+{{- if not (hasKey $node $f) -}}
+{{- $_ := set $node $f "is a flag of the controller, which the node plugin does not read: give it in controller.extraArgs" -}}
+{{- end -}}
+{{- end -}}
+{{- range $f := list "node-connector" "node-loop-data-dir" "node-nvme-dir" "node-state-dir" "nvme-ctrl-loss-timeout" "nvme-fast-io-fail-timeout" "max-volumes-per-node" "node-lease-duration" -}}
+{{- if not (hasKey $controller $f) -}}
+{{- $_ := set $controller $f "is a flag of the node plugin, which the controller does not read: give it in node.extraArgs" -}}
+{{- end -}}
+{{- end -}}
 {{- $known := dict -}}
 {{- range splitList "\n" (.Files.Get "driver-flags.txt") -}}
 {{- if and (trim .) (not (hasPrefix "#" .)) -}}
@@ -232,22 +244,23 @@ arg, seconds) for the checks across flags. */}}
 {{- /* flag: zero (0 allowed), min and max seconds (inclusive), the range in words. */ -}}
 {{- $ranges := dict
   "attach-grace-period" (list true 0.0 1e12 "not negative")
-  "not-ready-threshold" (list true 0.0 1e12 "not negative (0: never)")
-  "orphaned-claim-threshold" (list true 0.0 1e12 "not negative (0: never)")
-  "heartbeat-threshold" (list true 5.0 1e12 "0 (never) or at least 5s")
-  "migration-timeout" (list false 1e-9 1e12 "positive")
-  "watch-disconnect-threshold" (list false 1e-9 1e12 "positive")
-  "fence-call-timeout" (list false 1e-9 1e12 "positive")
-  "export-reconcile-period" (list false 1.0 1e12 "at least 1s")
+  "not-ready-threshold" (list true 5.0 86400.0 "0 (never) or 5s to 24h")
+  "orphaned-claim-threshold" (list true 60.0 1e12 "0 (never) or at least 1m")
+  "heartbeat-threshold" (list true 5.0 86400.0 "0 (never) or 5s to 24h")
+  "migration-timeout" (list false 10.0 86400.0 "10s to 24h")
+  "watch-disconnect-threshold" (list false 5.0 600.0 "5s to 10m")
+  "fence-call-timeout" (list false 1.0 600.0 "1s to 10m")
+  "export-reconcile-period" (list false 1.0 3600.0 "1s to 1h")
   "rds-command-timeout" (list false 1.0 600.0 "1s to 10m")
   "rds-health-interval" (list true 5.0 3600.0 "0 (off) or 5s to 1h")
-  "shutdown-grace" (list false 1e-9 600.0 "positive, at most 10m")
+  "shutdown-grace" (list false 1.0 600.0 "1s to 10m")
   "nvme-ctrl-loss-timeout" (list false 30.0 3600.0 "30s to 1h")
-  "nvme-fast-io-fail-timeout" (list true 1.0 1e12 "0 (off) or at least 1s") -}}
+  "nvme-fast-io-fail-timeout" (list true 1.0 1e12 "0 (off) or at least 1s")
+  "node-lease-duration" (list false 10.0 120.0 "whole seconds, 10s to 2m") -}}
 {{- /* Without fencing the driver names that first (checkArgs). */ -}}
 {{- if and (eq .flag "heartbeat-threshold") (not .fencing) }}{{ $ranges = dict }}{{ end -}}
 {{- with get $ranges .flag -}}
-{{- if not (or (and (index . 0) (eq $s 0.0)) (and (ge $s (index . 1)) (le $s (index . 2)))) -}}
+{{- if or (not (or (and (index . 0) (eq $s 0.0)) (and (ge $s (index . 1)) (le $s (index . 2))))) (and (eq $.flag "node-lease-duration") (ne $s (floor $s))) -}}
 {{- fail (printf "%s must be %s, not %s, or the driver refuses to start" $bad (index . 3) $val) -}}
 {{- end -}}
 {{- end -}}

@@ -82,7 +82,9 @@ type Config struct {
 
 // RunConfig is how a container of the image runs.
 type RunConfig struct {
+	User       string            `json:"User,omitempty"`
 	Entrypoint []string          `json:"Entrypoint"`
+	Cmd        []string          `json:"Cmd,omitempty"`
 	Env        []string          `json:"Env"`
 	WorkingDir string            `json:"WorkingDir,omitempty"`
 	Labels     map[string]string `json:"Labels,omitempty"`
@@ -113,7 +115,9 @@ type Options struct {
 	RootFS     string            // directory whose contents become the image's /
 	Ref        string            // registry/repository:tag
 	Arch       string            // GOARCH of the root filesystem: amd64 (default) or arm64
-	Entrypoint []string          // e.g. ["/rds-csi-driver"]
+	Entrypoint []string          // e.g. ["/rds-csi-driver"]; none: Cmd alone runs
+	Cmd        []string          // default arguments (or the command, without Entrypoint)
+	User       string            // uid[:gid] the container runs as; empty: root
 	Labels     map[string]string // image labels (org.opencontainers.image.*)
 	Created    time.Time         // every timestamp in the archive
 	Comment    string            // history comment: what the layer holds
@@ -145,7 +149,9 @@ func Write(out io.Writer, o Options) error {
 		Architecture: arch,
 		OS:           "linux",
 		Config: RunConfig{
+			User:       o.User,
 			Entrypoint: o.Entrypoint,
+			Cmd:        o.Cmd,
 			Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 			WorkingDir: "/",
 			Labels:     o.Labels,

@@ -319,6 +319,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"image.repository=ghcr.io/srvlab/rds-csi-driver:v1"}, "/image/repository"},
 		{[]string{"image.tag=v 1"}, "/image/tag"},
 		{[]string{"node.kubeletDir=/"}, "/node/kubeletDir"},
+		{[]string{"node.labLoopDataDir=rds-pool"}, "/node/labLoopDataDir"},
 		{[]string{"imagePullSecrets[0].name=Reg Cred"}, "/imagePullSecrets/0/name"},
 		// Refused by the driver at CreateVolume.
 		{[]string{"storageClasses[0].name=x", "storageClasses[0].parameters.fsType=ext4"}, "fsType"},
@@ -333,7 +334,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"controller.extraArgs[0]=--rds-config=/x.yaml"}, "--rds-config is set by the chart from extraRDS"},
 		{[]string{"node.extraArgs[0]=--v=5"}, "node.logLevel"},
 		{[]string{"node.extraArgs[0]=--node-id=n1"}, "--node-id is set by the chart"},
-		{[]string{"node.extraArgs[0]=--node-connector=loop"}, "--node-connector is for labs without a cluster"},
+		{[]string{"node.extraArgs[0]=--node-connector=loop"}, "--node-connector is node.labLoopDataDir (labs only"},
 		{[]string{"controller.extraArgs[0]=--driver-name=other.example"}, "--driver-name must stay rds.csi.srvlab.io"},
 		{[]string{"controller.extraArgs[0]=--attachment-key-file=/k"}, "names a file the chart does not mount"},
 		{[]string{"controller.extraArgs[0]=--not-ready-threshold=60s", "controller.extraArgs[1]=--not-ready-threshold=30s"}, "controller.extraArgs gives --not-ready-threshold twice"},
@@ -526,22 +527,38 @@ func TestChartFlagValuesAgreeWithTheDriver(t *testing.T) {
 		{[]string{"--export-reconcile-period=0.5s"}, fencing},
 		{[]string{"--migration-timeout=0"}, nil},
 		{[]string{"--migration-timeout=1ns"}, nil},
+		{[]string{"--migration-timeout=9s"}, nil},
+		{[]string{"--migration-timeout=10s"}, nil},
 		{[]string{"--orphaned-claim-threshold=0"}, nil},
 		{[]string{"--orphaned-claim-threshold=-1h"}, nil},
+		{[]string{"--orphaned-claim-threshold=1ns"}, nil},
+		{[]string{"--orphaned-claim-threshold=59s"}, nil},
+		{[]string{"--orphaned-claim-threshold=1m"}, nil},
+		{[]string{"--not-ready-threshold=1ns"}, nil},
+		{[]string{"--not-ready-threshold=5s"}, nil},
+		{[]string{"--not-ready-threshold=24h1s"}, nil},
 		{[]string{"--watch-disconnect-threshold=0"}, nil},
+		{[]string{"--watch-disconnect-threshold=4s"}, nil},
+		{[]string{"--watch-disconnect-threshold=5s"}, nil},
 		{[]string{"--fence-call-timeout=0s"}, nil},
-		{[]string{"--attach-grace-period=-1s"}, nil},
+		{[]string{"--fence-call-timeout=999ms"}, nil},
+		{[]string{"--fence-call-timeout=1s"}, nil},
+		{[]string{"--fence-call-timeout=10m"}, nil},
+		{[]string{"--fence-call-timeout=10m1s"}, nil},
+		{[]string{"--migration-timeout=24h"}, nil},
+		{[]string{"--migration-timeout=24h0m1s"}, nil},
+		{[]string{"--watch-disconnect-threshold=10m"}, nil},
+		{[]string{"--watch-disconnect-threshold=601s"}, nil},
+		{[]string{"--export-reconcile-period=1h"}, fencing},
+		{[]string{"--export-reconcile-period=1h0m1s"}, fencing},
+		{[]string{"--shutdown-grace=1ns"}, nil},
+		{[]string{"--shutdown-grace=1s"}, nil},
+		{[]string{"--fence-guard-share=NaN"}, nil},
+		{[]string{"--fence-guard-share=Inf"}, nil},
 		{[]string{"--nvme-ctrl-loss-timeout=30s"}, nil},
-		{[]string{"--nvme-ctrl-loss-timeout=29s"}, nil},
-		{[]string{"--nvme-ctrl-loss-timeout=61m"}, nil},
-		{[]string{"--nvme-fast-io-fail-timeout=0"}, nil},
-		{[]string{"--nvme-fast-io-fail-timeout=500ms"}, nil},
-		{[]string{"--nvme-fast-io-fail-timeout=5m"}, nil},
-		{[]string{"--nvme-fast-io-fail-timeout=40s", "--nvme-ctrl-loss-timeout=40s"}, nil},
-		{[]string{"--nvme-fast-io-fail-timeout=39s", "--nvme-ctrl-loss-timeout=40s"}, nil},
-		{[]string{"--max-volumes-per-node=0"}, nil},
-		{[]string{"--max-volumes-per-node=-5"}, nil},
-		{[]string{"--max-volumes-per-node=many"}, nil},
+		{[]string{"--max-volumes-per-node=8"}, nil},
+		{[]string{"--node-state-dir=/var/lib/rds-csi"}, nil},
+		{[]string{"--attach-grace-period=-1s"}, nil},
 		{[]string{"--fence-guard-share=1"}, nil},
 		{[]string{"--fence-guard-share=0"}, nil},
 		{[]string{"--fence-guard-share=1.5"}, nil},
@@ -569,7 +586,7 @@ func TestChartFlagValuesAgreeWithTheDriver(t *testing.T) {
 		} else {
 			args = controllerArgs(t, out)
 		}
-		driverTook, stderr := driverTakesFlags(t, bin, args, rdsConfig(t, out))
+		driverTook, stderr := driverTakesFlags(t, bin, args, rdsConfig(t, out), "the controller needs the Kubernetes API")
 		if chartTook := renderErr == nil; chartTook != driverTook {
 			t.Errorf("--set %q: chart renders %v (%v), driver takes the flags %v (%s)", set, chartTook, renderErr, driverTook, stderr)
 		}
@@ -635,7 +652,7 @@ func TestChartRDSListAgreesWithTheDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		driverTook, stderr := driverTakesFlags(t, bin, controllerArgs(t, base), text)
+		driverTook, stderr := driverTakesFlags(t, bin, controllerArgs(t, base), text, "the controller needs the Kubernetes API")
 		if chartTook := renderErr == nil; chartTook != driverTook {
 			t.Errorf("%s: chart renders %v (%v), driver takes the list %v (%s)", c.name, chartTook, renderErr, driverTook, stderr)
 		}
@@ -644,13 +661,18 @@ func TestChartRDSListAgreesWithTheDriver(t *testing.T) {
 
 // controllerArgs are the controller container's args in a render.
 func controllerArgs(t *testing.T, stream []byte) []string {
+	return podArgs(t, stream, "Deployment/rds-csi/rds-csi-controller")
+}
+
+// podArgs are the args of the first container of a workload in a render.
+func podArgs(t *testing.T, stream []byte, workload string) []string {
 	t.Helper()
 	objs, err := Objects(stream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var args []string
-	for _, a := range path(objs["Deployment/rds-csi/rds-csi-controller"], "spec", "template", "spec", "containers", 0, "args").([]interface{}) {
+	for _, a := range path(objs[workload], "spec", "template", "spec", "containers", 0, "args").([]interface{}) {
 		args = append(args, a.(string))
 	}
 	return args
@@ -671,16 +693,70 @@ func rdsConfig(t *testing.T, stream []byte) string {
 	return text
 }
 
+// The node plugin's extraArgs, likewise: the chart renders exactly when
+// the node plugin, started with the args the chart renders, gets past its
+// flag checks. With storage fencing the node plugin keeps a Lease, so it
+// stops at the Kubernetes API it finds no config for, before it touches
+// the host's /etc/nvme.
+func TestChartNodeFlagValuesAgreeWithTheDriver(t *testing.T) {
+	bin := driverBinary(t)
+	fencing := []string{"storageFencing.enabled=true"}
+	for _, args := range [][]string{
+		{"--nvme-ctrl-loss-timeout=30s"},
+		{"--nvme-ctrl-loss-timeout=29s"},
+		{"--nvme-ctrl-loss-timeout=61m"},
+		{"--nvme-fast-io-fail-timeout=0"},
+		{"--nvme-fast-io-fail-timeout=500ms"},
+		{"--nvme-fast-io-fail-timeout=5m"},
+		{"--nvme-fast-io-fail-timeout=40s", "--nvme-ctrl-loss-timeout=40s"},
+		{"--nvme-fast-io-fail-timeout=39s", "--nvme-ctrl-loss-timeout=40s"},
+		{"--max-volumes-per-node=0"},
+		{"--max-volumes-per-node=-5"},
+		{"--max-volumes-per-node=many"},
+		{"--shutdown-grace=1ns"},
+		{"--shutdown-grace=30s"},
+		{"--copy-from-data=unsupported"},
+		{"--not-ready-threshold=1m"},
+		{"--orphaned-claim-threshold=10m"},
+		{"--fence-guard-share=0.5"},
+		{"--rds-pool=other"},
+		{"--node-lease-duration=10s"},
+		{"--node-lease-duration=9s"},
+		{"--node-lease-duration=12500ms"},
+	} {
+		set := slices.Clone(fencing)
+		for i, a := range args {
+			set = append(set, fmt.Sprintf("node.extraArgs[%d]=%s", i, a))
+		}
+		out, renderErr := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: set})
+		var pod []string
+		if renderErr != nil {
+			var err error
+			if out, err = Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: fencing}); err != nil {
+				t.Fatalf("--set %q: %v", fencing, err)
+			}
+			pod = append(podArgs(t, out, "DaemonSet/rds-csi/rds-csi-node"), args...)
+		} else {
+			pod = podArgs(t, out, "DaemonSet/rds-csi/rds-csi-node")
+		}
+		driverTook, stderr := driverTakesFlags(t, bin, pod, rdsConfig(t, out), "--node-lease needs the Kubernetes API")
+		if chartTook := renderErr == nil; chartTook != driverTook {
+			t.Errorf("--set %q: chart renders %v (%v), driver takes the flags %v (%s)", set, chartTook, renderErr, driverTook, stderr)
+		}
+	}
+}
+
 // driverTakesFlags runs the driver with a pod's args, made runnable here:
 // the $(VAR)s get values, the CSI socket a temporary path, --rds-config
 // the ConfigMap's list (rdsList) in a file, and no HTTP port is opened.
 // It reports whether the driver got past its flag checks and its list's,
-// to the Kubernetes API (which it cannot find outside a pod: it exits).
-func driverTakesFlags(t *testing.T, bin string, podArgs []string, rdsList string) (bool, string) {
+// to the Kubernetes API (which it cannot find outside a pod: it exits
+// saying past, which the caller gives).
+func driverTakesFlags(t *testing.T, bin string, podArgs []string, rdsList, past string) (bool, string) {
 	t.Helper()
 	vars := strings.NewReplacer("$(RDS_ADDRESS)", "192.0.2.10", "$(RDS_PORT)", "22", "$(RDS_USER)", "csi", "$(RDS_NAME)", "rds-1",
 		"$(RDS_POOL)", "storage-pool", "$(RDS_VOLUME_PATH)", "/storage-pool/kubernetes-volumes", "$(NVME_ADDRESS)", "192.0.2.10",
-		"$(NVME_PORT)", "4420", "$(NAMESPACE)", "rds-csi")
+		"$(NVME_PORT)", "4420", "$(NAMESPACE)", "rds-csi", "$(NODE_NAME)", "worker-1")
 	var args []string
 	for _, a := range podArgs {
 		switch {
@@ -705,7 +781,7 @@ func driverTakesFlags(t *testing.T, bin string, podArgs []string, rdsList string
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("rds-csi-driver %q: %v, want it to stop at the Kubernetes API:\n%s", args, err, out)
 	}
-	return strings.Contains(string(out), "the controller needs the Kubernetes API"), strings.TrimSpace(string(out))
+	return strings.Contains(string(out), past), strings.TrimSpace(string(out))
 }
 
 // Values the driver or the API server would refuse once installed fail the

@@ -107,6 +107,8 @@ func (s *Server) run(line string, width int) (string, error) {
 		return "", s.fileRemove(cmd)
 	case "system/resource print":
 		return s.resourcePrint(cmd)
+	case "system/clock print":
+		return s.clockPrint(cmd)
 	}
 	return "", badCommandName(cmd.verb, 0)
 }
@@ -711,6 +713,26 @@ func (s *Server) resourcePrint(cmd *command) (string, error) {
 		{"architecture-name", "arm64"},
 		{"board-name", "RDS2216"},
 		{"platform", "MikroTik"},
+	}), nil
+}
+
+// clockPrint is `/system clock print` as RouterOS 7.10 and later print
+// it, in UTC (the simulator's file times are UTC too): its time and date
+// come from Config.Now, so a test can move the RDS's clock on.
+func (s *Server) clockPrint(cmd *command) (string, error) {
+	for _, a := range cmd.args {
+		if a.key != "" || a.val.find != nil || a.val.quoted || a.val.text != "without-paging" {
+			return "", expectedEnd(a.keyPos)
+		}
+	}
+	now := s.now().UTC()
+	return formatResource([][2]string{
+		{"time", now.Format("15:04:05")},
+		{"date", now.Format("2006-01-02")},
+		{"time-zone-autodetect", "no"},
+		{"time-zone-name", "manual"},
+		{"gmt-offset", "+00:00"},
+		{"dst-active", "no"},
 	}), nil
 }
 

@@ -52,12 +52,14 @@ func TestDiskPrint(t *testing.T) {
 	ts.mustRun(`/disk add type=file file-path="/storage-pool/k8s/pvc-with-a-much-longer-name-0123456789abcdef.img" file-size=1536M slot="pvc-with-a-much-longer-name-0123456789abcdef" nvme-tcp-export=yes nvme-tcp-server-port=4421 nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-with-a-much-longer-name-0123456789abcdef"`)
 
 	const legend = "Flags: B - BLOCK-DEVICE; M - MOUNTED; t - NVME-TCP-EXPORT\n"
+	// The copy takes the source's port and NQN (copy-from as RouterOS's
+	// CLI manual describes it, the simulator's default).
 	const snap = ` 1 B  type=file slot="snap-1" slot-default="" parent="" fs=- model="/storage-pool/k8s/snap-1.img"
       size=10 737 418 240 mount-filesystem=no mount-read-only=no compress=no sector-size=512
-      raid-master=none nvme-tcp-export=no nvme-tcp-server-port=4420 nvme-tcp-server-nqn=""
-      nvme-tcp-server-allow-host-name="" iscsi-export=no nfs-sharing=no smb-sharing=no
-      media-sharing=no media-interface=none swap=no file-path=/storage-pool/k8s/snap-1.img
-      file-size=10.0GiB file-offset=0
+      raid-master=none nvme-tcp-export=no nvme-tcp-server-port=4420
+      nvme-tcp-server-nqn="nqn.2000-02.com.mikrotik:pvc-1" nvme-tcp-server-allow-host-name=""
+      iscsi-export=no nfs-sharing=no smb-sharing=no media-sharing=no media-interface=none swap=no
+      file-path=/storage-pool/k8s/snap-1.img file-size=10.0GiB file-offset=0
 `
 	const long = ` 0 Bt type=file slot="pvc-with-a-much-longer-name-0123456789abcdef" slot-default="" parent="" fs=-
       model="/storage-pool/k8s/pvc-with-a-much-longer-name-0123456789abcdef.img" size=1 610 612 736

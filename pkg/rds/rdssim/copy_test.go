@@ -47,10 +47,11 @@ func TestCopyTakesTime(t *testing.T) {
 }
 
 // TestCopyFromVariants: a copy-from that sets only nvme-tcp-export=no
-// takes the source's port, NQN and allowed host under CopyFromInherit (as
-// RouterOS's CLI manual describes copy-from) and a new disk's defaults
-// under CopyFromFresh (the default); its data is the source's under CopyFromDataCopy and
-// zeros under CopyFromDataNone, at the source's size either way.
+// takes the source's port, NQN and allowed host under CopyFromInherit (the
+// default, as RouterOS's CLI manual describes copy-from) and a new disk's
+// defaults under CopyFromFresh; its data is the source's under
+// CopyFromDataCopy and zeros under CopyFromDataNone, at the source's size
+// either way.
 func TestCopyFromVariants(t *testing.T) {
 	pattern := []byte("rds-csi copy-from pattern")
 	for _, tc := range []struct {
@@ -61,8 +62,8 @@ func TestCopyFromVariants(t *testing.T) {
 		wantData bool
 		wantPort int
 	}{
-		{props: CopyFromInherit, data: "", wantNQN: "nqn.2000-02.com.mikrotik:pvc-1", wantHost: "nqn.2014-08.org.nvmexpress:uuid:host-a", wantData: true, wantPort: 4420},
-		{props: "", data: CopyFromDataCopy, wantNQN: "", wantHost: "", wantData: true, wantPort: defaultNVMePort},
+		{props: "", data: "", wantNQN: "nqn.2000-02.com.mikrotik:pvc-1", wantHost: "nqn.2014-08.org.nvmexpress:uuid:host-a", wantData: true, wantPort: 4420},
+		{props: CopyFromFresh, data: CopyFromDataCopy, wantNQN: "", wantHost: "", wantData: true, wantPort: defaultNVMePort},
 		{props: CopyFromInherit, data: CopyFromDataNone, wantNQN: "nqn.2000-02.com.mikrotik:pvc-1", wantHost: "nqn.2014-08.org.nvmexpress:uuid:host-a", wantData: false, wantPort: 4420},
 	} {
 		t.Run(string(tc.props)+"/"+string(tc.data), func(t *testing.T) {

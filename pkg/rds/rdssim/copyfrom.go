@@ -14,19 +14,20 @@ type CopyFromProperties string
 
 const (
 	// CopyFromInherit: from the source disk, as the manual describes
-	// copy-from (export flag, port, NQN, allowed host, password).
+	// copy-from (export flag, port, NQN, allowed host, password). The
+	// default: every test runs against the documented behaviour unless
+	// it asks for the other.
 	CopyFromInherit CopyFromProperties = "inherit"
 	// CopyFromFresh: a new disk's defaults, as if copy-from were absent.
-	// The default.
 	CopyFromFresh CopyFromProperties = "fresh"
 )
 
-// ParseCopyFromProperties parses "inherit" or "fresh" ("" is fresh).
+// ParseCopyFromProperties parses "inherit" or "fresh" ("" is inherit).
 func ParseCopyFromProperties(s string) (CopyFromProperties, error) {
 	switch CopyFromProperties(s) {
-	case CopyFromInherit:
+	case "", CopyFromInherit:
 		return CopyFromInherit, nil
-	case "", CopyFromFresh:
+	case CopyFromFresh:
 		return CopyFromFresh, nil
 	}
 	return "", fmt.Errorf("copy-from properties %q: want inherit or fresh", s)

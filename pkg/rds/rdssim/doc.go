@@ -8,7 +8,8 @@
 //     (grow, export settings, allowed host), /disk remove, /disk print
 //     detail [where ...]; the pool disk with size= and free=;
 //   - /file print detail [where name=...], /file remove;
-//   - /system resource print;
+//   - /system resource print; /system clock print (Config.Now, in UTC
+//     like the files' last-modified);
 //   - RouterOS error text: "failure: ...", "syntax error (line 1 column N)",
 //     "bad command name ...", "expected end of command ...",
 //     "invalid value for argument ...", with exit status 0 (1 with

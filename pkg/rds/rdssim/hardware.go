@@ -270,6 +270,8 @@ func (s *Server) ControlHardware(line string) (answer string, handled bool) {
 				continue
 			}
 			f, perr := strconv.ParseFloat(text, 64)
+			// NaN compares false with every bound: refused first.
+			perr = cmpErr(perr, f)
 			bad := perr != nil || f < 0 || math.IsInf(f, 0)
 			switch k {
 			case "temperature":
@@ -305,4 +307,12 @@ func (s *Server) ControlHardware(line string) (answer string, handled bool) {
 		return "ok io " + kv["slot"], true
 	}
 	return "", false
+}
+
+// cmpErr is err, or an error for a NaN (which no range check catches).
+func cmpErr(err error, f float64) error {
+	if err == nil && math.IsNaN(f) {
+		return strconv.ErrSyntax
+	}
+	return err
 }

@@ -152,6 +152,8 @@ func TestControlHardware(t *testing.T) {
 		"drive explode=nvme1":                   "error: want drive",
 		"smart drive=nvme1 temperature=70":      "ok smart nvme1",
 		"smart drive=nvme1 temperature=hot":     "error: temperature=hot",
+		"smart drive=nvme1 temperature=NaN":     "error: temperature=NaN",
+		"smart drive=nvme1 percentage-used=nan": "error: percentage-used=nan",
 		"smart drive=nvme1 colour=red":          "error: unknown key colour",
 		"smart drive=nope":                      "error: want smart",
 		"io slot=pvc-1 write-ops=3":             "ok io pvc-1",

@@ -83,7 +83,7 @@ type arg struct {
 }
 
 type command struct {
-	menu  string // "disk", "file", "system/resource"
+	menu  string // "disk", "file", "system/resource", "system/clock"
 	verb  string // "add", "set", "remove", "print"
 	args  []arg
 	end   int // length of the line, for errors at its end
@@ -103,6 +103,7 @@ var commandTree = &menuNode{
 		"file": {path: "file", verbs: map[string]bool{"print": true, "remove": true}},
 		"system": {path: "system", menus: map[string]*menuNode{
 			"resource": {path: "system/resource", verbs: map[string]bool{"print": true}},
+			"clock":    {path: "system/clock", verbs: map[string]bool{"print": true}},
 		}},
 	},
 }

@@ -72,9 +72,10 @@ type Config struct {
 	// progress without racing its timer.
 	CopyGate <-chan struct{}
 	// CopyFromProperties and CopyFromData model what /disk add copy-from
-	// takes from its source (copyfrom.go): by default a new disk's
-	// properties (CopyFromInherit: the source's, as RouterOS's CLI manual
-	// describes copy-from), and its data, as the driver assumes.
+	// takes from its source (copyfrom.go): by default the source's
+	// properties where the add sets none (CopyFromInherit, as RouterOS's
+	// CLI manual describes copy-from; CopyFromFresh: a new disk's), and
+	// its data, as the driver assumes.
 	CopyFromProperties CopyFromProperties
 	CopyFromData       CopyFromData
 	// ExitStatusOnFailure makes a refused command exit with status 1

@@ -3,6 +3,10 @@
 // accept (package image). hack/build-image.sh runs it:
 //
 //	oci-image --rootfs DIR --ref REGISTRY/REPO:TAG --out FILE [--arch amd64|arm64] [--created UNIX] [--label K=V]...
+//	          [--entrypoint PATH] [--cmd ARG]... [--user UID[:GID]]
+//
+// hack/build-kubelet-tier.sh writes the kubelet tier's images with it too
+// (the sidecars, busybox, pause, agnhost).
 package main
 
 import (
@@ -23,6 +27,11 @@ func main() {
 	}
 }
 
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
 type labels map[string]string
 
 func (l labels) String() string { return fmt.Sprint(map[string]string(l)) }
@@ -40,7 +49,10 @@ func run(args []string) error {
 	o := image.Options{Labels: labels{}}
 	out := fs.String("out", "", "the archive to write")
 	created := fs.Int64("created", 0, "creation time, seconds since the epoch (e.g. the commit's time), for reproducible output")
-	entry := fs.String("entrypoint", "/rds-csi-driver", "the image's entrypoint")
+	entry := fs.String("entrypoint", "/rds-csi-driver", "the image's entrypoint; empty for none (the first --cmd is the command)")
+	var cmd stringList
+	fs.Var(&cmd, "cmd", "a default argument, or with an empty --entrypoint the command and its arguments (repeatable, in order)")
+	fs.StringVar(&o.User, "user", "", "the user the container runs as, uid[:gid]; empty: root")
 	fs.StringVar(&o.RootFS, "rootfs", "", "the root filesystem directory")
 	fs.StringVar(&o.Ref, "ref", "", "the image reference, registry/repository:tag")
 	fs.StringVar(&o.Arch, "arch", "amd64", "the root filesystem's architecture: amd64 or arm64")
@@ -55,7 +67,13 @@ func run(args []string) error {
 	if _, err := image.Tag(o.Ref); err != nil {
 		return err
 	}
-	o.Entrypoint = []string{*entry}
+	if *entry != "" {
+		o.Entrypoint = []string{*entry}
+	}
+	if len(o.Entrypoint) == 0 && len(cmd) == 0 {
+		return fmt.Errorf("an image needs an --entrypoint or a --cmd")
+	}
+	o.Cmd = cmd
 	o.Created = time.Unix(*created, 0)
 	tmp, err := os.CreateTemp(filepath.Dir(*out), ".oci-image-*")
 	if err != nil {
