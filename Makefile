@@ -222,13 +222,14 @@ bench-scale:
 	set -o pipefail; RDS_CSI_E2E_BENCH=1 RDS_CSI_E2E_BENCH_SCALES='$(BENCH_SCALES)' RDS_CSI_E2E_BENCH_RUNS='$(BENCH_RUNS)' \
 	  $(GO) test -tags e2e -count=1 -timeout 180m -run 'TestScaleStartBench$$' -v ./e2e/ | grep -E '^(\||[0-9]+k[:,] |ok|FAIL|--- |panic)'
 
-# Publish latency with storage fencing on the e2e control plane (real
-# kube-apiserver, csi-attacher, the simulator at 1 ms per RouterOS
-# command): 600 publishes, p50/p90/p99 in the test log (docs/BENCHMARKS.md).
-# About 4 minutes warm.
+# Publish latency on the e2e control plane (real kube-apiserver,
+# csi-attacher, the simulator at 1 ms per RouterOS command): 600 publishes
+# per test, p50/p90/p99 in the test log (docs/BENCHMARKS.md): fencing off,
+# storage fencing, and a healthy box's publishes with another RDS box
+# answering or frozen (issue 36). About 11 minutes warm.
 bench-publish:
 	./hack/build-controlplane.sh
-	RDS_CSI_E2E_BENCH=1 $(GO) test -tags e2e -count=1 -timeout 30m -run 'TestPublishLatency(StorageFencing)?$$' -v ./e2e/ | grep -E 'publishes: p50|^(ok|FAIL|---)'
+	RDS_CSI_E2E_BENCH=1 $(GO) test -tags e2e -count=1 -timeout 30m -run 'TestPublishLatency(StorageFencing|OtherBoxHealthy|OtherBoxHanging)?$$' -v ./e2e/ | grep -E 'publishes: p50|^(ok|FAIL|---)'
 
 # The driver on a real control plane (hack/demo.sh, e2e/cmd/demo):
 # provision, attach, node failure, fenced handoff, snapshot, unattended

@@ -47,6 +47,8 @@ var expectations = []expectation{
 		"namespace/rds-csi created", "csidriver.storage.k8s.io/rds.csi.srvlab.io created",
 		"deployment.apps/rds-csi-controller created", "daemonset.apps/rds-csi-node created", "secret/rds-csi-ssh created"}},
 	{"docs/deploy.md", "helm install rds-csi charts/rds-csi", []string{"STATUS: deployed", "secret/rds-csi-ssh created"}},
+	{"docs/deploy.md", "kubectl apply -k manifests/overlays/two-rds", []string{"configmap/rds-csi-config created",
+		"storageclass.storage.k8s.io/rds-b-nvme-ext4 created", "storageclass.storage.k8s.io/rds-a-or-b-nvme-ext4 created", "rds-a-or-b-nvme-ext4"}},
 	{"docs/attachments.md", "kubectl get pv", []string{`"worker-1"`}},
 	{"docs/attachments.md", "kubectl get csinode worker-1", []string{"worker-1"}},
 	{"docs/kubectl-rds.md", "install -D bin/kubectl-rds", []string{"kubectl rds why"}},

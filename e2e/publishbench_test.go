@@ -39,22 +39,7 @@ func publishLatency(t *testing.T, storageFencing bool) {
 	if os.Getenv("RDS_CSI_E2E_BENCH") != "1" {
 		t.Skip("a measurement: set RDS_CSI_E2E_BENCH=1 (make bench-publish)")
 	}
-	latency := time.Millisecond
-	if s := os.Getenv("RDS_CSI_E2E_BENCH_RDS_LATENCY"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("RDS_CSI_E2E_BENCH_RDS_LATENCY=%q: %v", s, err)
-		}
-		latency = d
-	}
-	repeats := 199
-	if s := os.Getenv("RDS_CSI_E2E_BENCH_REPEATS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			t.Fatalf("RDS_CSI_E2E_BENCH_REPEATS=%q: want a count", s)
-		}
-		repeats = n
-	}
+	latency, repeats := benchSettings(t)
 	e := framework.NewEnv(t, framework.EnvOptions{})
 	ctx, c, tl := e.Ctx, e.Client, e.TL
 	ns := framework.TestNamespace
@@ -115,6 +100,29 @@ func publishLatency(t *testing.T, storageFencing bool) {
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 	t.Logf("%s, %s per RouterOS command: %d publishes: p50 %s, p90 %s, p99 %s, max %s", mode, latency, len(ds),
 		r(framework.Quantile(ds, 0.5)), r(framework.Quantile(ds, 0.9)), r(framework.Quantile(ds, 0.99)), r(framework.Quantile(ds, 1)))
+}
+
+// benchSettings are the publish benchmarks' RDS latency
+// (RDS_CSI_E2E_BENCH_RDS_LATENCY, default 1ms) and repeats per volume
+// (RDS_CSI_E2E_BENCH_REPEATS, default 199).
+func benchSettings(t *testing.T) (time.Duration, int) {
+	latency := time.Millisecond
+	if s := os.Getenv("RDS_CSI_E2E_BENCH_RDS_LATENCY"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("RDS_CSI_E2E_BENCH_RDS_LATENCY=%q: %v", s, err)
+		}
+		latency = d
+	}
+	repeats := 199
+	if s := os.Getenv("RDS_CSI_E2E_BENCH_REPEATS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			t.Fatalf("RDS_CSI_E2E_BENCH_REPEATS=%q: want a count", s)
+		}
+		repeats = n
+	}
+	return latency, repeats
 }
 
 // attachedVA holds once VolumeAttachment name is marked attached.

@@ -86,10 +86,10 @@ func TestRDSHealthAlertFires(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := evalAlert(t, promtool, alerts["RDSCSIRDSArrayDegraded"], families), []string{`{array="raid1"} 1`}; strings.Join(got, ",") != strings.Join(want, ",") {
+	if got, want := evalAlert(t, promtool, alerts["RDSCSIRDSArrayDegraded"], families), []string{`{array="raid1", rds="` + framework.RDSName + `"} 1`}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("RDSCSIRDSArrayDegraded: %v, want %v", got, want)
 	}
-	if got, want := evalAlert(t, promtool, alerts["RDSCSIRDSDriveFailing"], families), []string{`{drive="nvme2"} 1`}; strings.Join(got, ",") != strings.Join(want, ",") {
+	if got, want := evalAlert(t, promtool, alerts["RDSCSIRDSDriveFailing"], families), []string{`{drive="nvme2", rds="` + framework.RDSName + `"} 1`}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("RDSCSIRDSDriveFailing: %v, want %v", got, want)
 	}
 	done()

@@ -47,7 +47,7 @@ func TestDashboard(t *testing.T) {
 		Panels     []dashboardPanel `json:"panels"`
 		Templating struct {
 			List []struct {
-				Name, Type string
+				Name, Type, Definition string
 			} `json:"list"`
 		} `json:"templating"`
 	}
@@ -55,12 +55,16 @@ func TestDashboard(t *testing.T) {
 	if err := dec.Decode(&d); err != nil {
 		t.Fatalf("%s: %v", dashboardFile, err)
 	}
-	if d.Title == "" || d.UID == "" || len(d.Templating.List) != 1 || d.Templating.List[0].Type != "datasource" {
-		t.Errorf("title %q, uid %q, templating %+v: want a title, a uid and the datasource variable", d.Title, d.UID, d.Templating.List)
+	// The datasource, and the RDS box selector (issue 36): the boxes the
+	// connection gauge names.
+	if d.Title == "" || d.UID == "" || len(d.Templating.List) != 2 || d.Templating.List[0].Type != "datasource" ||
+		d.Templating.List[1].Name != "rds" || d.Templating.List[1].Definition != "label_values(rds_csi_rds_ssh_connected, rds)" {
+		t.Errorf("title %q, uid %q, templating %+v: want a title, a uid, the datasource variable and the rds variable", d.Title, d.UID, d.Templating.List)
 	}
 	known := map[string]bool{}
 	m := metrics.New()
-	m.ObserveRDSCommand("disk print", time.Millisecond, nil)
+	m.ObserveRDSCommand("rds-a", "disk print", time.Millisecond, nil)
+	m.AddRDS("rds-a")
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +107,10 @@ func TestDashboard(t *testing.T) {
 					if !known[n] {
 						t.Errorf("panel %q: %s is not a family the driver exports", p.Title, n)
 					}
+				}
+				// Every series a panel reads is of the boxes selected.
+				if got, want := strings.Count(tg.Expr, `{rds=~"$rds"}`)+strings.Count(tg.Expr, `,rds=~"$rds"}`), len(names); got != want {
+					t.Errorf("panel %q: %d of the %d metrics in %q select rds=~\"$rds\"", p.Title, got, want, tg.Expr)
 				}
 				exprs = append(exprs, tg.Expr)
 			}

@@ -175,6 +175,8 @@ func env(t *testing.T, s *set, c *corev1.Container) map[string]string {
 				out[e.Name] = namespace
 			case "spec.nodeName":
 				out[e.Name] = "worker-1"
+			case "metadata.name":
+				out[e.Name] = "rds-csi-controller-5d8f9c7b6-x2x4q"
 			default:
 				t.Errorf("container %s env %s: unexpected fieldRef %s", c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
@@ -776,6 +778,17 @@ func TestRBACIsSplitAndSufficient(t *testing.T) {
 			t.Errorf("the controller may not %s leases in %s (leader election)", v, namespace)
 		}
 	}
+	// csi-provisioner's capacity tracking: its objects, and the walk up
+	// to the Deployment that owns them.
+	for _, n := range []struct{ group, resource, verb string }{
+		{"storage.k8s.io", "csistoragecapacities", "create"}, {"storage.k8s.io", "csistoragecapacities", "update"},
+		{"storage.k8s.io", "csistoragecapacities", "delete"}, {"storage.k8s.io", "csistoragecapacities", "watch"},
+		{"", "pods", "get"}, {"apps", "replicasets", "get"},
+	} {
+		if !allows(grantedNS[controller], n.group, n.resource, n.verb) {
+			t.Errorf("the controller may not %s %s.%s in %s (csi-provisioner --enable-capacity)", n.verb, n.resource, n.group, namespace)
+		}
+	}
 	// No Secrets for anyone: the SSH key reaches the driver as a mounted
 	// file, and every container of the controller pod carries its token.
 	for key, rules := range roles {
@@ -818,7 +831,8 @@ func TestPrometheusRules(t *testing.T) {
 	// Every family pkg/metrics exports; the command histogram has no series
 	// (and so is not gathered) until a command is observed.
 	m := metrics.New()
-	m.ObserveRDSCommand("disk print", time.Millisecond, nil)
+	m.ObserveRDSCommand("rds-a", "disk print", time.Millisecond, nil)
+	m.AddRDS("rds-a")
 	m.ReportMalformed(informers.NewMalformedSet(nil).Counts) // registered by the controller process
 	families, err := m.Registry().Gather()
 	if err != nil {

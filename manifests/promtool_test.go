@@ -115,13 +115,15 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 				Name: "no leader, RDS unreachable", Interval: "1m",
 				InputSeries: []promSeries{
 					series(`rds_csi_leader{pod="a"}`, "0x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
-					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "0x15"),
+					series(`rds_csi_rds_ssh_connected{pod="a",rds="rds-a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b",rds="rds-a"}`, "0x15"),
+					// Another box both replicas reach: no alert for it.
+					series(`rds_csi_rds_ssh_connected{pod="a",rds="rds-b"}`, "1x15"), series(`rds_csi_rds_ssh_connected{pod="b",rds="rds-b"}`, "0x15"),
 					// One replica sees an orphaned claim, the other does not.
 					series(`rds_csi_orphaned_claims{pod="a"}`, "1x15"), series(`rds_csi_orphaned_claims{pod="b"}`, "0x15"),
 				},
 				ExprTests: []promExprTest{
 					{Expr: expr("RDSCSIControllerNoLeader"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
-					{Expr: expr("RDSCSIRDSUnreachable"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 0}}},
+					{Expr: expr("RDSCSIRDSUnreachable"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{rds="rds-a"}`, Value: 0}}},
 					{Expr: expr("RDSCSIOrphanedClaim"), EvalTime: "10m", ExpSamples: []promSample{{Labels: `{}`, Value: 1}}},
 				},
 			},
@@ -144,7 +146,7 @@ func TestAlertsOnKubeStateMetrics(t *testing.T) {
 				Name: "one leader, one replica connected", Interval: "1m",
 				InputSeries: []promSeries{
 					series(`rds_csi_leader{pod="a"}`, "1x15"), series(`rds_csi_leader{pod="b"}`, "0x15"),
-					series(`rds_csi_rds_ssh_connected{pod="a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b"}`, "1x15"),
+					series(`rds_csi_rds_ssh_connected{pod="a",rds="rds-a"}`, "0x15"), series(`rds_csi_rds_ssh_connected{pod="b",rds="rds-a"}`, "1x15"),
 					series(`rds_csi_orphaned_claims{pod="a"}`, "0x15"), series(`rds_csi_orphaned_claims{pod="b"}`, "0x15"),
 				},
 				ExprTests: []promExprTest{

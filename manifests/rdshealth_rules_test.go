@@ -33,7 +33,7 @@ func rdsHealthFamilies(t *testing.T) map[string]bool {
 			Volumes: []rdshealth.Volume{{PV: "pv", IO: all}},
 		}}
 	m := metrics.New()
-	m.ReportRDSHealth(func() rdshealth.View { return view })
+	m.ReportRDSHealth(metrics.RDSHealthSource{RDS: "rds-a", View: func() rdshealth.View { return view }})
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestRDSHealthAlerts(t *testing.T) {
 	expr := func(alert string) string { return mustExpr(t, exprs, alert) }
 	series := func(s, v string) promSeries { return promSeries{Series: s, Values: v} }
 	none := []promSample{}
-	leader := `pod="rds-csi-controller-0"`
+	leader := `pod="rds-csi-controller-0",rds="rds-a"`
 	promtoolTest(t, promtool, groups, promTestFile{
 		RuleFiles:          []string{"rules.yaml"},
 		EvaluationInterval: "1m",
@@ -103,6 +103,8 @@ func TestRDSHealthAlerts(t *testing.T) {
 			InputSeries: []promSeries{
 				series(`rds_csi_rds_array_degraded{array="raid1",`+leader+`}`, "0 0 1x20"),
 				series(`rds_csi_rds_array_degraded{array="raid2",`+leader+`}`, "0x22"),
+				// The same array name on another box stays healthy: alerts are per box.
+				series(`rds_csi_rds_array_degraded{array="raid1",pod="rds-csi-controller-0",rds="rds-b"}`, "0x22"),
 				series(`rds_csi_rds_drive_failed{drive="nvme2",array="raid1",`+leader+`}`, "1x22"),
 				series(`rds_csi_rds_drive_failed{drive="nvme3",array="raid1",`+leader+`}`, "0x22"),
 				series(`rds_csi_rds_drive_failed{drive="nvme1",array="raid1",`+leader+`}`, "0x22"),
@@ -130,19 +132,19 @@ func TestRDSHealthAlerts(t *testing.T) {
 				series(`rds_csi_rds_health_part_failed_polls{part="disks",`+leader+`}`, "2+2x22"),
 			},
 			ExprTests: []promExprTest{
-				{Expr: expr("RDSCSIRDSArrayDegraded"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{array="raid1"}`, Value: 1}}},
+				{Expr: expr("RDSCSIRDSArrayDegraded"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{array="raid1",rds="rds-a"}`, Value: 1}}},
 				{Expr: expr("RDSCSIRDSArrayDegraded"), EvalTime: "1m", ExpSamples: none},
 				{Expr: expr("RDSCSIRDSDriveFailing"), EvalTime: "20m", ExpSamples: []promSample{
-					{Labels: `{drive="nvme2"}`, Value: 1}, {Labels: `{drive="nvme3"}`, Value: 4}}},
-				{Expr: expr("RDSCSIRDSDriveWornOut"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{drive="nvme1"}`, Value: 93}}},
-				{Expr: expr("RDSCSIRDSDriveHot"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{drive="nvme1"}`, Value: 75}}},
+					{Labels: `{drive="nvme2",rds="rds-a"}`, Value: 1}, {Labels: `{drive="nvme3",rds="rds-a"}`, Value: 4}}},
+				{Expr: expr("RDSCSIRDSDriveWornOut"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{drive="nvme1",rds="rds-a"}`, Value: 93}}},
+				{Expr: expr("RDSCSIRDSDriveHot"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{drive="nvme1",rds="rds-a"}`, Value: 75}}},
 				{Expr: expr("RDSCSIRDSPoolFilling"), EvalTime: "20m", ExpSamples: []promSample{
-					{Labels: `{pool="fast"}`, Value: 0.97}, {Labels: `{pool="storage-pool"}`, Value: 0.9}}},
-				{Expr: expr("RDSCSIRDSPoolFull"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{pool="fast"}`, Value: 0.97}}},
-				{Expr: expr("RDSCSIRDSVolumeQueueDepthHigh"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{pv="pvc-busy"}`, Value: 24}}},
-				{Expr: expr("RDSCSIRDSVolumeQueueDepthHigh"), EvalTime: "12m", ExpSamples: []promSample{{Labels: `{pv="pvc-busy"}`, Value: 24}}},
+					{Labels: `{pool="fast",rds="rds-a"}`, Value: 0.97}, {Labels: `{pool="storage-pool",rds="rds-a"}`, Value: 0.9}}},
+				{Expr: expr("RDSCSIRDSPoolFull"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{pool="fast",rds="rds-a"}`, Value: 0.97}}},
+				{Expr: expr("RDSCSIRDSVolumeQueueDepthHigh"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{pv="pvc-busy",rds="rds-a"}`, Value: 24}}},
+				{Expr: expr("RDSCSIRDSVolumeQueueDepthHigh"), EvalTime: "12m", ExpSamples: []promSample{{Labels: `{pv="pvc-busy",rds="rds-a"}`, Value: 24}}},
 				{Expr: expr("RDSCSIRDSHealthPollFailing"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{__name__="rds_csi_rds_health_staleness_seconds",pod="failing"}`, Value: 1200}}},
-				{Expr: expr("RDSCSIRDSHealthPartFailing"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{part="stats"}`, Value: 42}}},
+				{Expr: expr("RDSCSIRDSHealthPartFailing"), EvalTime: "20m", ExpSamples: []promSample{{Labels: `{part="stats",rds="rds-a"}`, Value: 42}}},
 			},
 		}},
 	})
@@ -257,7 +259,7 @@ func TestRDSHealthPartFailingAnyInterval(t *testing.T) {
 		}
 		slowRecovered = append(slowRecovered, strconv.Itoa(n))
 	}
-	slow, fast := `pod="slow"`, `pod="fast"`
+	slow, fast := `pod="slow",rds="rds-a"`, `pod="fast",rds="rds-b"`
 	promtoolTest(t, promtool, groups, promAlertFile{
 		RuleFiles:          []string{"rules.yaml"},
 		EvaluationInterval: "1m",
@@ -277,16 +279,16 @@ func TestRDSHealthPartFailingAnyInterval(t *testing.T) {
 				}},
 			AlertRuleTests: []promAlertTest{
 				{EvalTime: "3h", Alertname: "RDSCSIRDSHealthPartFailing", ExpAlerts: []promAlert{
-					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "pool_traffic"}),
-					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "stats"}),
+					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "pool_traffic", "rds": "rds-b"}),
+					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "stats", "rds": "rds-a"}),
 				}},
 				// 10m: the third failed poll at 20m, firing 5m later;
 				// 30s: firing since 6m.
 				{EvalTime: "24m", Alertname: "RDSCSIRDSHealthPartFailing", ExpAlerts: []promAlert{
-					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "pool_traffic"})}},
+					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "pool_traffic", "rds": "rds-b"})}},
 				{EvalTime: "26m", Alertname: "RDSCSIRDSHealthPartFailing", ExpAlerts: []promAlert{
-					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "pool_traffic"}),
-					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "stats"})}},
+					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "pool_traffic", "rds": "rds-b"}),
+					firing(t, groups, "RDSCSIRDSHealthPartFailing", map[string]string{"severity": "warning", "part": "stats", "rds": "rds-a"})}},
 			},
 		}},
 	})
@@ -327,7 +329,7 @@ func TestRDSHealthNotPollingAlerts(t *testing.T) {
 			}
 			series = append(series,
 				promSeries{Series: `rds_csi_leader{pod="` + pod + `"}`, Values: leader},
-				promSeries{Series: `rds_csi_rds_health_polling{pod="` + pod + `"}`, Values: polling})
+				promSeries{Series: `rds_csi_rds_health_polling{pod="` + pod + `",rds="rds-a"}`, Values: polling})
 			for _, part := range []string{"disks", "stats", "pool_traffic"} {
 				series = append(series, promSeries{Series: `rds_csi_rds_health_poll_errors_total{part="` + part + `",pod="` + pod + `"}`, Values: "0x60"})
 			}
@@ -335,7 +337,7 @@ func TestRDSHealthNotPollingAlerts(t *testing.T) {
 		return series
 	}
 	union := "count(" + strings.Join(exprs, " or ") + ")"
-	leads := []promAlert{firing(t, groups, "RDSCSIRDSHealthNotPolling", map[string]string{"severity": "warning"})}
+	leads := []promAlert{firing(t, groups, "RDSCSIRDSHealthNotPolling", map[string]string{"severity": "warning", "rds": "rds-a"})}
 	promtoolTest(t, promtool, groups, promAlertFile{
 		RuleFiles:          []string{"rules.yaml"},
 		EvaluationInterval: "1m",

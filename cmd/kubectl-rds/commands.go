@@ -233,9 +233,15 @@ func printExplanation(w io.Writer, now time.Time, ex diagnose.Explanation) {
 			if d.Exported {
 				export = fmt.Sprintf("exported on port %d as %s, allowed host %s", d.Port, d.NQN, orAny(d.AllowHost))
 			}
-			fmt.Fprintf(tw, "disk\t%s\t%d bytes, %s, %s\n", d.Slot, d.SizeBytes, d.File, export)
+			on := ""
+			if d.RDS != "" {
+				on = "on RDS " + d.RDS + ", "
+			}
+			fmt.Fprintf(tw, "disk\t%s\t%s%d bytes, %s, %s\n", d.Slot, on, d.SizeBytes, d.File, export)
 		case s.Handle != "" && s.DiskNote != "":
 			fmt.Fprintf(tw, "disk\t%s\tnot checked: %s\n", s.Handle, s.DiskNote)
+		case s.Handle != "" && s.Box != "":
+			fmt.Fprintf(tw, "disk\t%s\tNOT ON RDS %s\n", s.Handle, s.Box)
 		case s.Handle != "":
 			fmt.Fprintf(tw, "disk\t%s\tNOT ON THE RDS\n", s.Handle)
 		}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/fencing"
@@ -325,14 +326,6 @@ func (o *controllerOptions) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// rdsObserver feeds the RDS client's command records to the metrics.
-func rdsObserver(m *metrics.Metrics) func(rds.CommandRecord) {
-	return func(r rds.CommandRecord) {
-		m.ObserveRDSCommand(r.Command, r.Duration, r.Err)
-		m.SetRDSConnected(r.Err == nil || !errors.Is(r.Err, rds.ErrTransient))
-	}
-}
-
 // controllerProcess is everything the controller runs besides the gRPC
 // server: the informers' index, the Fencer, leader election, the HTTP
 // endpoint.
@@ -349,15 +342,18 @@ type controllerProcess struct {
 	rec      record.EventRecorder
 	reporter *fencing.Reporter
 	fence    *storagefence.Fence
+	// boxFences are the protocol on each box alone, for the leader's
+	// reconcile: a box that is down fails only its own pass.
+	boxFences []boxFence
 	// Publisher is what the ControllerServer serves publish with, and
 	// Ready what the driver's Probe checks beside the RDS.
 	Publisher *csi.Publisher
 	Ready     csi.ReadinessCheck
 	// httpLis is --http-endpoint, opened at start (nil: none).
 	httpLis net.Listener
-	// rdsHealth polls the RDS's health while this replica leads (nil:
-	// --rds-health-interval=0).
-	rdsHealth *rdshealth.Poller
+	// rdsHealth polls each box's health while this replica leads, one
+	// poller per box (none: --rds-health-interval=0).
+	rdsHealth []*rdshealth.Poller
 }
 
 // newControllerProcess builds everything the controller runs beside the
@@ -366,7 +362,7 @@ type controllerProcess struct {
 // its informers, the claim store, the storage-fence protocol, the node
 // fencer, the events and metrics. Publisher and Ready are what the CSI
 // driver is built with. Nothing runs until run.
-func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, rdsClient storagefence.RDS, m *metrics.Metrics, rdsProbe func(context.Context) error, httpLis net.Listener) (*controllerProcess, error) {
+func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client kubernetes.Interface, boxes *rdsBoxes, m *metrics.Metrics, rdsProbe func(context.Context) error, httpLis net.Listener) (*controllerProcess, error) {
 	p := &controllerProcess{opts: opts, driver: driverOpts, client: client, metrics: m, index: informers.NewAttachmentIndex(), httpLis: httpLis}
 	p.events = record.NewBroadcaster()
 	p.rec = p.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "rds-csi-controller"})
@@ -383,15 +379,41 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 		},
 		OnFlap: reporter.NodeFlapped,
 	})
-	fence, err := storagefence.New(storagefence.Config{
-		StorageFencing: driverOpts.AllowHostFencing(), ExportAuth: driverOpts.ExportAuthOn(), AttachmentKey: driverOpts.AttachmentKey,
-		RDS: rdsClient, Store: claims.NewStore(client, driverOpts.DriverName, driverOpts.AllowHostFencing()), Index: p.index, Nodes: live,
-		IsVolumeID: csi.IsVolumeID, IsVolumeDisk: driverOpts.IsVolumeDisk, Reporter: reporter,
-	})
+	// One protocol for publish, unpublish and fences, its RDS calls routed
+	// to each volume's box; and one per box for that box's reconcile.
+	views := boxes.views()
+	router, err := backends.NewRouter(views...)
+	if err != nil {
+		return nil, err
+	}
+	store := claims.NewStore(client, driverOpts.DriverName, driverOpts.AllowHostFencing())
+	fenceConfig := func(client storagefence.RDS, index storagefence.Index, isID func(string) bool, isDisk func(*rds.Disk) bool) storagefence.Config {
+		return storagefence.Config{
+			StorageFencing: driverOpts.AllowHostFencing(), ExportAuth: driverOpts.ExportAuthOn(), AttachmentKey: driverOpts.AttachmentKey,
+			RDS: client, Store: store, Index: index, Nodes: live, IsVolumeID: isID, IsVolumeDisk: isDisk, Reporter: reporter,
+		}
+	}
+	anyBox := func(d *rds.Disk) bool {
+		for _, b := range boxes.cfgs {
+			if csi.IsVolumeDiskOf(b)(d) {
+				return true
+			}
+		}
+		return false
+	}
+	fence, err := storagefence.New(fenceConfig(router, p.index, csi.IsVolumeID, anyBox))
 	if err != nil {
 		return nil, err
 	}
 	p.fence = fence
+	for i, b := range boxes.cfgs {
+		owns := csi.IsVolumeIDOf(b)
+		f, err := storagefence.New(fenceConfig(views[i], boxIndex{AttachmentIndex: p.index, owns: owns}, owns, csi.IsVolumeDiskOf(b)))
+		if err != nil {
+			return nil, err
+		}
+		p.boxFences = append(p.boxFences, boxFence{name: b.Name, fence: f})
+	}
 	// The node fencer reacts to node failures through the protocol; with
 	// --out-of-service-taint it taints a node it cut off every volume.
 	var (
@@ -410,6 +432,7 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	}
 	fencer := storagefence.NewNodeFencer(storagefence.NodeFencerConfig{
 		Fence: fence, Nodes: live, Policy: opts.policy(), Tainter: tainter, Reporter: reporter, IsLeader: p.isLeader,
+		Group: func(handle string) string { box, _ := backends.SplitID(handle); return box },
 	})
 	malformed := p.malformedSet(reporter)
 	ctrl, err := informers.NewController(client, p.index, informers.Config{
@@ -438,25 +461,36 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 	}
 	p.health.Handle("/metrics", m.Handler())
 	if opts.RDSHealthInterval > 0 {
-		// Its own SSH connection (dialled by the leader only), so that a
-		// poll never holds a session the volume operations need.
-		cfg := driverOpts.RDSConfig()
-		cfg.CommandTimeout, cfg.MaxSessions = opts.RDSCommandTimeout, 1
-		cfg.Observer = func(r rds.CommandRecord) { m.ObserveRDSCommand(r.Command, r.Duration, r.Err) }
-		client, err := rds.NewClient(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("RDS client for health polls: %w", err)
-		}
-		pvName := func(slot string) (string, bool) {
-			if v := p.index.Volume(slot); v != nil && v.PVName != "" {
-				return v.PVName, true
+		// Per box, its own SSH connection (dialled by the leader only), so
+		// that a poll never holds a session the volume operations need.
+		var sources []metrics.RDSHealthSource
+		for _, b := range boxes.cfgs {
+			cfg := b.RDSConfig()
+			cfg.MaxSessions = 1
+			if cfg.CommandTimeout == 0 {
+				cfg.CommandTimeout = opts.RDSCommandTimeout
 			}
-			return "", false
+			name := b.Name
+			cfg.Observer = func(r rds.CommandRecord) { m.ObserveRDSCommand(name, r.Command, r.Duration, r.Err) }
+			client, err := rds.NewClient(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("RDS client of %s for health polls: %w", describeBox(b), err)
+			}
+			view := backends.NewView(&b, nil)
+			pvName := func(slot string) (string, bool) {
+				if v := p.index.Volume(view.ID(slot)); v != nil && v.PVName != "" {
+					return v.PVName, true
+				}
+				return "", false
+			}
+			poller, err := rdshealth.New(client, rdshealth.Config{Pool: b.Pool, Interval: opts.RDSHealthInterval, PVName: pvName})
+			if err != nil {
+				return nil, err
+			}
+			p.rdsHealth = append(p.rdsHealth, poller)
+			sources = append(sources, metrics.RDSHealthSource{RDS: name, View: poller.View})
 		}
-		if p.rdsHealth, err = rdshealth.New(client, rdshealth.Config{Pool: driverOpts.RDSPool, Interval: opts.RDSHealthInterval, PVName: pvName}); err != nil {
-			return nil, err
-		}
-		m.ReportRDSHealth(p.rdsHealth.View)
+		m.ReportRDSHealth(sources...)
 	}
 	return p, nil
 }
@@ -464,9 +498,15 @@ func newControllerProcess(opts controllerOptions, driverOpts csi.Options, client
 // pollRDSHealth polls the RDS's health while ctx (the leadership's) lasts,
 // once the index has synced (per-volume series are labelled by PV name).
 func (p *controllerProcess) pollRDSHealth(ctx context.Context) {
-	if p.rdsHealth != nil && p.ctrl.WaitForSync(ctx) {
-		p.rdsHealth.Run(ctx)
+	if len(p.rdsHealth) == 0 || !p.ctrl.WaitForSync(ctx) {
+		return
 	}
+	var wg sync.WaitGroup
+	for _, poller := range p.rdsHealth {
+		wg.Add(1)
+		go func() { defer wg.Done(); poller.Run(ctx) }()
+	}
+	wg.Wait()
 }
 
 func (p *controllerProcess) isLeader() bool { return p.leader.Load() }
@@ -518,11 +558,28 @@ func (p *controllerProcess) reconcileExports(ctx context.Context) {
 	if !p.driver.AllowHostFencing() || !p.ctrl.WaitForSync(ctx) {
 		return
 	}
-	logger := klog.FromContext(ctx)
+	var wg sync.WaitGroup
+	for _, bf := range p.boxFences {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.reconcileBox(ctx, bf) }()
+	}
+	wg.Wait()
+}
+
+// boxFence is the storage-fence protocol on one box alone.
+type boxFence struct {
+	name  string
+	fence *storagefence.Fence
+}
+
+// reconcileBox is one box's reconcile loop: its passes neither wait on
+// nor fail with another box's.
+func (p *controllerProcess) reconcileBox(ctx context.Context, bf boxFence) {
+	logger := klog.FromContext(ctx).WithValues("rds", bf.name)
 	report := p.reportMismatch(ctx)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.opts.ExportReconcilePeriod+5*time.Minute)
-		n, err := p.fence.Reconcile(rctx, report)
+		n, err := bf.fence.Reconcile(rctx, report)
 		cancel()
 		if err != nil {
 			logger.Error(err, "storage fencing: reconciling exports with claims", "fixed", n)
@@ -556,18 +613,26 @@ func (p *controllerProcess) retireMarked(ctx context.Context) {
 	if !p.driver.AllowHostFencing() || !p.ctrl.WaitForSync(ctx) {
 		return
 	}
-	t := time.NewTicker(retireRetryPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if left, err := p.fence.RetireMarked(ctx, p.reportMismatch(ctx)); err != nil {
-			klog.FromContext(ctx).Error(err, "storage fencing: export changes after a release still pending", "volumes", left)
-		}
+	var wg sync.WaitGroup
+	for _, bf := range p.boxFences {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(retireRetryPeriod)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if left, err := bf.fence.RetireMarked(ctx, p.reportMismatch(ctx)); err != nil {
+					klog.FromContext(ctx).Error(err, "storage fencing: export changes after a release still pending", "rds", bf.name, "volumes", left)
+				}
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // retireRetryPeriod: how often the leader looks for export changes after

@@ -75,7 +75,7 @@ func startReplica(t *testing.T, client *fake.Clientset, name string) *replica {
 	}
 	dopts := csi.Options{DriverName: csi.DefaultDriverName, NodeID: name}
 	m := metrics.New()
-	proc, err := newControllerProcess(opts, dopts, client, nil, m, func(context.Context) error { return nil }, nil)
+	proc, err := newControllerProcess(opts, dopts, client, clientless(dopts), m, func(context.Context) error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/csi"
 	"github.com/srvlab/rds-csi/pkg/flagonce"
 	"github.com/srvlab/rds-csi/pkg/health"
@@ -101,11 +102,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rds-csi-driver: invalid configuration: %s\n", strings.Join(problems, "; "))
 		return 2
 	}
+	boxCfgs, err := loadBoxes(opts, copts.RDSCommandTimeout) // backends.go
+	if err != nil {
+		if errors.As(err, new(fileError)) {
+			return fail("invalid configuration: %v", err)
+		}
+		fmt.Fprintf(stderr, "rds-csi-driver: %v\n", err)
+		return 2
+	}
 	// The files the flags name are read before the endpoints are opened:
 	// a bad one stops the driver without touching a socket. Reading them
 	// touches nothing.
 	var kube kubernetes.Interface
-	var client *rds.Client
+	var boxes *rdsBoxes // the controller's RDS clients, one per box
 	var m *metrics.Metrics
 	copts.nodeLeaseNamespace = lopts.namespace()
 	var renewer *nodelease.Renewer // nil: no node plugin Lease
@@ -136,14 +145,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			opts.AttachmentKey = key
 		}
 		m = metrics.New()
-		rdsCfg := opts.RDSConfig()
-		rdsCfg.Observer = rdsObserver(m)
-		rdsCfg.CommandTimeout = copts.RDSCommandTimeout
-		var err error
-		if client, err = rds.NewClient(rdsCfg); err != nil {
-			return fail("invalid configuration: RDS client: %v", err)
+		if boxes, err = newRDSBoxes(boxCfgs, m); err != nil {
+			return fail("invalid configuration: %v", err)
 		}
-		defer client.Close()
+		defer boxes.Close()
 	}
 	// Both endpoints are opened before anything touches the host (the
 	// node's /etc/nvme identity): a port in use, or a live driver on the
@@ -177,27 +182,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var proc *controllerProcess // nil: none (node mode, --publish=false)
 	diag := newDiagnostics()    // --http-endpoint in every mode
 	if opts.Mode == csi.ModeNode {
-		d = csi.NewDriver(opts, nil)
+		nodeBoxes := make([]csi.Box, len(boxCfgs))
+		for i := range boxCfgs {
+			nodeBoxes[i] = csi.Box{Backend: boxCfgs[i]}
+		}
+		if d, err = csi.NewDriverBoxes(opts, nodeBoxes); err != nil {
+			return fail("invalid configuration: %v", err)
+		}
 	} else {
 		if kube != nil {
 			chooseInitialSync(ctx, kube) // watch-list or LIST (watchlist.go)
 		}
-		m.CountUnreadableEntries(client.SkippedEntries)
-		probe := func(ctx context.Context) error { _, err := client.Probe(ctx); return err }
+		probe := boxes.probeAny
 		diag.registry, diag.checks = m.Registry(), []health.Check{{Name: "rds", Func: probe}}
 		var pub *csi.Publisher
 		var ready []csi.ReadinessCheck
 		if kube != nil {
-			if proc, err = newControllerProcess(copts, opts, kube, client, m, probe, httpLis); err != nil {
+			if proc, err = newControllerProcess(copts, opts, kube, boxes, m, probe, httpLis); err != nil {
 				return fail("invalid configuration: %v", err)
 			}
 			diag.servedByController = true
 			// Read-only, cached, no credentials: docs/kubectl-rds.md.
-			proc.health.Handle(inventory.Path, inventory.NewHandler(client, opts.VolumePath))
+			proc.health.Handle(inventory.Path, boxes.inventory(opts.VolumePath))
 			pub, ready = proc.Publisher, []csi.ReadinessCheck{proc.Ready}
 		}
-		d = csi.NewDriver(opts, client, ready...)
+		if d, err = csi.NewDriverBoxes(opts, boxes.csiBoxes(), ready...); err != nil {
+			return fail("invalid configuration: %v", err)
+		}
 		cs = csi.NewControllerServer(d, pub)
+		defer runInBackground(ctx, boxes.runHealth)()
 	}
 	// The node service settles the host's NVMe identity (creating
 	// /etc/nvme/hostnqn once): last, when everything else has passed.
@@ -215,10 +228,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// logged and retried.
 		defer runInBackground(ctx, renewer.Run)()
 	}
-	if client != nil {
-		// Beside it too: the first contact with the RDS, said in the log
-		// at start rather than first by a /readyz or Probe.
-		defer runInBackground(ctx, func(ctx context.Context) { logFirstRDSContact(ctx, client, opts) })()
+	if boxes != nil {
+		// Beside it too: the first contact with each RDS box, said in the
+		// log at start rather than first by a /readyz or Probe; each box
+		// on its own, so that one that hangs delays no other's line.
+		for i := range boxes.cfgs {
+			defer runInBackground(ctx, func(ctx context.Context) { logFirstRDSContact(ctx, boxes.clients[i], boxes.cfgs[i]) })()
+		}
 	}
 	if proc != nil {
 		procCtx, stopProc := context.WithCancel(ctx)
@@ -236,7 +252,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	srv := csi.NewGRPCServer(csi.NewIdentityServer(d), controllerService(cs), node)
 	logger := klog.FromContext(ctx)
 	logger.Info("serving", "version", version.Version, "driver", opts.DriverName, "mode", opts.Mode,
-		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID)
+		"endpoint", opts.Endpoint, "rds", opts.RDSAddress, "rdsName", opts.RDSName, "node", opts.NodeID, "boxes", len(boxCfgs))
 	started = true
 	if err := csi.Serve(ctx, srv, lis, opts.ShutdownGrace); err != nil {
 		logger.Error(err, "gRPC server failed")
@@ -246,23 +262,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// logFirstRDSContact probes the RDS once at start and logs the outcome:
-// an RDS that does not answer (a wrong address, a firewall, a host key
-// that is not the pinned one) is named with its address and the reason,
+// logFirstRDSContact probes one RDS box once at start and logs the outcome:
+// a box that does not answer (a wrong address, a firewall, a host key
+// that is not the pinned one) is named with its name, address and the reason,
 // once; later failures are the /readyz and Probe answers' and the
 // metrics'.
-func logFirstRDSContact(ctx context.Context, client *rds.Client, opts csi.Options) {
-	address := net.JoinHostPort(opts.RDSAddress, strconv.Itoa(opts.RDSPort))
+func logFirstRDSContact(ctx context.Context, client *rds.Client, box backends.Backend) {
+	address := net.JoinHostPort(box.Address, strconv.Itoa(box.Port))
 	info, err := client.Probe(ctx)
 	if ctx.Err() != nil {
 		return // stopping before it answered: nothing learnt
 	}
 	logger := klog.FromContext(ctx)
 	if err != nil {
-		logger.Error(err, "the RDS does not answer: volume operations fail until it does (readiness and Probe report it)", "address", address, "user", opts.RDSUser)
+		logger.Error(err, "the RDS does not answer: volume operations fail until it does (readiness and Probe report it)", "rds", box.Name, "address", address, "user", box.User)
 		return
 	}
-	logger.Info("the RDS answers", "address", address, "board", info.BoardName, "version", info.Version)
+	logger.Info("the RDS answers", "rds", box.Name, "address", address, "board", info.BoardName, "version", info.Version)
 }
 
 // missingSocketDirs lists the directories of a unix endpoint's socket that

@@ -108,7 +108,7 @@ func TestOnlyTheLeaderPollsRDSHealth(t *testing.T) {
 		o := dopts
 		o.NodeID = name
 		m := metrics.New()
-		proc, err := newControllerProcess(opts, o, client, nil, m, func(context.Context) error { return nil }, nil)
+		proc, err := newControllerProcess(opts, o, client, clientless(o), m, func(context.Context) error { return nil }, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestOnlyTheLeaderPollsRDSHealth(t *testing.T) {
 			counter(t, leader.m, "rds_csi_rds_volume_write_ops_total"), counter(t, leader.m, "rds_csi_rds_volume_in_flight_ops"), counter(t, leader.m, "rds_csi_rds_array_degraded"))
 	}
 	if counter(t, follower.m, "rds_csi_rds_health_polling") != 0 || hasFamily(t, follower.m, "rds_csi_rds_array_degraded") ||
-		hasFamily(t, follower.m, "rds_csi_rds_health_staleness_seconds") || follower.proc.rdsHealth.View().Polling {
+		hasFamily(t, follower.m, "rds_csi_rds_health_staleness_seconds") || follower.proc.rdsHealth[0].View().Polling {
 		t.Error("the follower reports RDS health")
 	}
 	if err := sim.FailDrive("nvme2"); err != nil {

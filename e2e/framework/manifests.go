@@ -42,12 +42,16 @@ func ManifestContainerArgs(root, container string) (args []string, ok bool, err 
 // localizeArgs adapts a container's args to a process on this machine:
 // the socket directory /csi becomes the driver's socket, $(NAMESPACE) the
 // deployment's namespace, and --http-endpoint is dropped (fixed ports
-// would collide between tests; nothing scrapes them here).
+// would collide between tests; nothing scrapes them here). Capacity
+// objects get no owner: there is no pod to walk up from.
 func localizeArgs(args []string, socket, namespace string) ([]string, error) {
 	var out []string
 	for _, a := range args {
 		if strings.HasPrefix(a, "--http-endpoint=") || strings.HasPrefix(a, "--metrics-address=") {
 			continue
+		}
+		if strings.HasPrefix(a, "--capacity-ownerref-level=") {
+			a = "--capacity-ownerref-level=-1"
 		}
 		a = strings.ReplaceAll(a, "/csi/csi.sock", socket)
 		a = strings.ReplaceAll(a, "$(NAMESPACE)", namespace)

@@ -81,6 +81,8 @@ type FakeKubelet struct {
 	tl      *Timeline
 	cadence KubeletCadence
 	renewed chan time.Time // each renewal's time, when someone listens (RenewedAt)
+	// topologyKeys its plugin registers (RegisterTopology); nil: TopologyKey.
+	topologyKeys []string
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -342,7 +344,11 @@ func (k *FakeKubelet) setPlugin(ctx context.Context, on bool) error {
 		}
 		cn.Spec.Drivers = nil
 		if on {
-			cn.Spec.Drivers = []storagev1.CSINodeDriver{{Name: DriverName, NodeID: k.id(), TopologyKeys: []string{TopologyKey}}}
+			keys := []string{TopologyKey}
+			if k.topologyKeys != nil {
+				keys = k.topologyKeys
+			}
+			cn.Spec.Drivers = []storagev1.CSINodeDriver{{Name: DriverName, NodeID: k.id(), TopologyKeys: keys}}
 		}
 		_, err = k.client.StorageV1().CSINodes().Update(ctx, cn, metav1.UpdateOptions{})
 		return err

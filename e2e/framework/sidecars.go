@@ -2,6 +2,7 @@ package framework
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -44,7 +45,13 @@ func StartSidecar(tb testing.TB, tl *Timeline, root, dir, binary, container stri
 	}
 	args = append(args, "--kubeconfig="+dep.Kubeconfig, "--v=4")
 	args = append(args, opts.ExtraArgs...)
-	bin, args := withHostname(opts.Hostname, filepath.Join(BinDir(root), binary), args)
+	bin := filepath.Join(BinDir(root), binary)
+	if slices.Contains(args, "--enable-capacity") {
+		// csi-provisioner publishes capacity into $NAMESPACE, as in its pod.
+		args = append([]string{"NAMESPACE=" + dep.Namespace, bin}, args...)
+		bin = "env"
+	}
+	bin, args = withHostname(opts.Hostname, bin, args)
 	return StartProcess(tb, tl, opts.Name, filepath.Join(dir, opts.Name+".log"), bin, args...)
 }
 

@@ -88,7 +88,7 @@ func TestVMVolumeWriteIOPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	m.ReportRDSHealth(poller.View)
+	m.ReportRDSHealth(metrics.RDSHealthSource{RDS: "rds-vm", View: poller.View})
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); poller.Run(pctx) }()

@@ -90,14 +90,25 @@ func isBlockOnly(caps ...*csi.VolumeCapability) bool {
 // accepted and ignored.
 const provisionerParameterPrefix = "csi.storage.k8s.io/"
 
+// ParameterRDS is the StorageClass parameter that pins a box: its volumes
+// go to the RDS of that name (pkg/backends), whatever topology allows
+// besides.
+const ParameterRDS = "rds"
+
 // checkParameters rejects every parameter key the driver does not know,
 // so that a typo in a StorageClass fails loudly instead of being ignored.
-// The driver itself takes no parameters: the filesystem arrives in the
-// volume capability (the provisioner turns csi.storage.k8s.io/fstype into
-// it), and placement is the driver's configuration, not a class's.
+// The driver's one parameter is ParameterRDS; the filesystem arrives in
+// the volume capability (the provisioner turns csi.storage.k8s.io/fstype
+// into it).
 func checkParameters(params map[string]string) error {
 	var unknown []string
-	for k := range params {
+	for k, v := range params {
+		if k == ParameterRDS {
+			if !labelValuePattern.MatchString(v) {
+				return fmt.Errorf("parameter %s=%q is not the name of an RDS (a label value)", ParameterRDS, v)
+			}
+			continue
+		}
 		if !strings.HasPrefix(k, provisionerParameterPrefix) {
 			unknown = append(unknown, fmt.Sprintf("%q", k))
 		}
@@ -106,5 +117,5 @@ func checkParameters(params map[string]string) error {
 		return nil
 	}
 	sort.Strings(unknown)
-	return fmt.Errorf("unknown parameter(s) %s; this driver accepts only keys prefixed %s: remove them from the StorageClass or VolumeSnapshotClass", strings.Join(unknown, ", "), provisionerParameterPrefix)
+	return fmt.Errorf("unknown parameter(s) %s; this driver accepts %s and keys prefixed %s: remove them from the StorageClass or VolumeSnapshotClass", strings.Join(unknown, ", "), ParameterRDS, provisionerParameterPrefix)
 }

@@ -96,10 +96,13 @@ func claimCapability(c *csi.VolumeCapability) string {
 	return access + "/" + c.GetAccessMode().GetMode().String()
 }
 
+// publishContext is where the node connects to volume id: its box's
+// NVMe/TCP target (the box the ID names was checked by the publish).
 func (s *ControllerServer) publishContext(id string) map[string]string {
+	b, _ := s.d.boxOf(id)
 	return map[string]string{
-		PublishContextNVMeAddress: s.d.opts.NVMeAddress,
-		PublishContextNVMePort:    strconv.Itoa(s.d.opts.NVMePort),
+		PublishContextNVMeAddress: b.nvmeAddress(),
+		PublishContextNVMePort:    strconv.Itoa(b.NVMePort),
 		PublishContextNQN:         s.d.nqn(id),
 	}
 }
@@ -149,6 +152,11 @@ func (s *ControllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, statusf(codes.InvalidArgument, "volume %s: %v", id, err)
+	}
+	// The volume's box, before anything: its export and publish_context
+	// are that box's.
+	if _, err := s.d.boxOf(id); err != nil {
+		return nil, err
 	}
 	if err := s.requireSynced(id); err != nil {
 		return nil, err

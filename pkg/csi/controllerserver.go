@@ -12,10 +12,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/fencing"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -175,35 +175,51 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, statusf(codes.InvalidArgument, "volume %q: mutable parameters (VolumeAttributesClass) are not supported by this driver; remove volumeAttributesClassName from the claim", name)
 	}
-	if !s.d.topologyAllowed(req.GetAccessibilityRequirements()) {
-		return nil, statusf(codes.ResourceExhausted, "volume %q: the request requires topology %v, but this driver's volumes are on RDS %s=%s; check the StorageClass allowedTopologies and the nodes' %s labels",
-			name, req.GetAccessibilityRequirements().GetRequisite(), s.d.TopologyKey(), s.d.opts.RDSName, s.d.TopologyKey())
-	}
-	id := VolumeIDFromName(name)
-	rng, err := parseRange(id, req.GetCapacityRange())
+	slot := VolumeIDFromName(name)
+	rng, err := parseRange(slot, req.GetCapacityRange())
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.acquire("volume", id, volumeKey(id))
+	// In flight by the name's slot: the box is not known yet.
+	release, err := s.acquire("volume", slot, volumeKey(slot))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	logger := klog.FromContext(ctx).WithValues("volume", id, "name", name)
-	filePath := s.d.volumeFilePath(id)
+	logger := klog.FromContext(ctx).WithValues("name", name)
 
-	// An earlier attempt may have created the volume already.
-	existing, err := s.d.rds.GetDisk(ctx, id)
-	switch {
-	case err == nil:
+	// A copy stays on its source's box.
+	var srcBox *rdsBox
+	if src := req.GetVolumeContentSource(); src != nil {
+		srcID := src.GetSnapshot().GetSnapshotId() + src.GetVolume().GetVolumeId()
+		if srcBox, err = s.d.boxOf(srcID); err != nil {
+			return nil, err
+		}
+	}
+	cands, err := s.candidates(name, req, srcBox)
+	if err != nil {
+		return nil, err
+	}
+	// An earlier attempt may have created the volume already, on any box
+	// the request allows; a new one needs a box with room.
+	looks, down := s.lookAround(ctx, cands, slot)
+	if len(down) == len(cands) {
+		return nil, fmt.Errorf("volume %q: every RDS the request allows is down: %w", name, withTransient(errors.Join(down...)))
+	}
+	b, existing, err := place(name, looks, rng.required)
+	if err != nil {
+		return nil, err
+	}
+	id := b.id(slot)
+	logger = logger.WithValues("volume", id, "rds", b.Name)
+	if existing != nil {
 		if err := s.matchesRequest(existing, name, rng); err != nil {
 			return nil, err
 		}
 		logger.V(2).Info("volume exists already", "bytes", existing.Size)
 		return &csi.CreateVolumeResponse{Volume: s.volume(existing, req.GetVolumeContentSource())}, nil
-	case !errors.Is(err, rds.ErrNotFound):
-		return nil, fmt.Errorf("volume %s (name %q): looking it up on the RDS: %w", id, name, err)
 	}
+	filePath := b.filePath(id)
 
 	if src := req.GetVolumeContentSource(); src != nil {
 		if err := s.refuseCopy(fmt.Sprintf("volume %s (name %q) from %s", id, name, describeSource(src))); err != nil {
@@ -225,26 +241,26 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	// With storage fencing a new volume is exported to no host until a
 	// publish opens it to the node's host NQN.
-	export := &rds.Export{Port: s.d.opts.NVMePort, NQN: s.d.nqn(id), Closed: s.d.opts.AllowHostFencing()}
+	export := &rds.Export{Port: b.NVMePort, NQN: s.d.nqn(id), Closed: s.d.opts.AllowHostFencing()}
 	var disk *rds.Disk
 	if source == nil {
 		// The file path is derived from the volume ID, so a file there
 		// without a disk is debris of an earlier attempt: ours to reclaim.
-		disk, err = s.d.rds.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export, OwnsFilePath: true})
+		disk, err = b.view.CreateDisk(ctx, rds.CreateDiskRequest{Slot: id, FilePath: filePath, Size: size, Export: export, OwnsFilePath: true})
 	} else {
 		// A file without a disk here is debris of an earlier copy whose
 		// clean-up failed, or a copy still running: the client reclaims
 		// it only once the RDS's clock says no copy can still be writing
 		// it, and answers ErrCopyPending (UNAVAILABLE, retried) until then.
-		disk, err = s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export, OwnsFilePath: true})
+		disk, err = b.view.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: filePath, SourceSlot: source.Slot, Size: size, Export: export, OwnsFilePath: true})
 	}
 	switch {
 	case errors.Is(err, rds.ErrNoSpace):
-		return nil, fmt.Errorf("volume %s (name %q, %d bytes): the RDS pool is full, nothing was created; free space on the RDS or request less: %w", id, name, size, err)
+		return nil, fmt.Errorf("volume %s (name %q, %d bytes): the pool of RDS %s is full, nothing was created; free space on the RDS or request less: %w", id, name, size, b.Name, err)
 	case errors.Is(err, rds.ErrAlreadyExists):
-		return nil, fmt.Errorf("volume %s (name %q): the RDS already has a different disk or file for it: %w", id, name, err)
+		return nil, fmt.Errorf("volume %s (name %q): RDS %s already has a different disk or file for it: %w", id, name, b.Name, err)
 	case err != nil:
-		return nil, fmt.Errorf("volume %s (name %q): creating it on the RDS: %w", id, name, err)
+		return nil, fmt.Errorf("volume %s (name %q): creating it on RDS %s: %w", id, name, b.Name, err)
 	}
 	// A concurrent replica may have made it with another size.
 	if err := s.matchesRequest(disk, name, rng); err != nil {
@@ -259,13 +275,17 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 // a size within the requested range. RouterOS keeps no record of the
 // content source, so a volume's source cannot be compared.
 func (s *ControllerServer) matchesRequest(d *rds.Disk, name string, rng sizeRange) error {
+	b, err := s.d.boxOf(d.Slot)
+	if err != nil {
+		return err
+	}
 	switch {
-	case !s.d.isVolumeDisk(d):
-		return statusf(codes.AlreadyExists, "volume %s (name %q): the RDS slot is taken by a disk with file %s, not %s; it was not created by this driver with this --rds-volume-path", d.Slot, name, d.FilePath, s.d.volumeFilePath(d.Slot))
+	case !b.isVolumeDisk(d):
+		return statusf(codes.AlreadyExists, "volume %s (name %q): the slot on RDS %s is taken by a disk with file %s, not %s; it was not created by this driver with this volume path", d.Slot, name, b.Name, d.FilePath, b.filePath(d.Slot))
 	case !rng.fits(d.Size):
 		return statusf(codes.AlreadyExists, "volume %s (name %q) already exists with %d bytes, but %s were requested; use another name or the existing size", d.Slot, name, d.Size, rng)
-	case (!d.Exported && !s.d.opts.AllowHostFencing()) || d.Port != s.d.opts.NVMePort || d.NQN != s.d.nqn(d.Slot):
-		return statusf(codes.AlreadyExists, "volume %s (name %q) exists but is exported as nvme-tcp-export=%t port %d NQN %q, not port %d NQN %q; fix the disk on the RDS (/disk set) or delete it", d.Slot, name, d.Exported, d.Port, d.NQN, s.d.opts.NVMePort, s.d.nqn(d.Slot))
+	case (!d.Exported && !s.d.opts.AllowHostFencing()) || d.Port != b.NVMePort || d.NQN != s.d.nqn(d.Slot):
+		return statusf(codes.AlreadyExists, "volume %s (name %q) exists but is exported as nvme-tcp-export=%t port %d NQN %q, not port %d NQN %q; fix the disk on RDS %s (/disk set) or delete it", d.Slot, name, d.Exported, d.Port, d.NQN, b.NVMePort, s.d.nqn(d.Slot), b.Name)
 	}
 	return nil
 }
@@ -308,18 +328,19 @@ func (s *ControllerServer) contentSource(ctx context.Context, src *csi.VolumeCon
 	return nil, nil
 }
 
-// volume describes a volume disk for the CO.
+// volume describes a volume disk (its Slot its ID) for the CO.
 func (s *ControllerServer) volume(d *rds.Disk, src *csi.VolumeContentSource) *csi.Volume {
+	b, _ := s.d.boxOf(d.Slot) // a disk the view of a box returned
 	return &csi.Volume{
 		VolumeId:      d.Slot,
 		CapacityBytes: d.Size,
 		VolumeContext: map[string]string{
-			VolumeContextNVMeAddress: s.d.opts.NVMeAddress,
-			VolumeContextNVMePort:    strconv.Itoa(s.d.opts.NVMePort),
+			VolumeContextNVMeAddress: b.nvmeAddress(),
+			VolumeContextNVMePort:    strconv.Itoa(b.NVMePort),
 			VolumeContextNQN:         s.d.nqn(d.Slot),
 		},
 		ContentSource:      src,
-		AccessibleTopology: []*csi.Topology{s.d.topology()},
+		AccessibleTopology: []*csi.Topology{s.d.topology(b)},
 	}
 }
 
@@ -328,23 +349,28 @@ func (s *ControllerServer) volume(d *rds.Disk, src *csi.VolumeContentSource) *cs
 // holding something else is FAILED_PRECONDITION, for an operator to look at.
 func (s *ControllerServer) getVolume(ctx context.Context, id string) (*rds.Disk, error) {
 	if !isVolumeID(id) {
-		return nil, statusf(codes.NotFound, "volume %q does not exist: this driver's volume IDs are pvc-<uuid> or vol-<32 hex digits>", id)
+		return nil, statusf(codes.NotFound, "volume %q does not exist: this driver's volume IDs are pvc-<uuid> or vol-<32 hex digits>, after <RDS name>/ on an RDS other than the default", id)
 	}
-	d, err := s.d.rds.GetDisk(ctx, id)
+	b, err := s.d.boxOf(id)
+	if err != nil {
+		return nil, err
+	}
+	d, err := b.view.GetDisk(ctx, id)
 	if errors.Is(err, rds.ErrNotFound) {
-		return nil, statusf(codes.NotFound, "volume %s does not exist on the RDS", id)
+		return nil, statusf(codes.NotFound, "volume %s does not exist on RDS %s", id, b.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("volume %s: looking it up on the RDS: %w", id, err)
 	}
-	if !s.d.isVolumeDisk(d) {
-		return nil, s.foreignDisk(d, s.d.volumeFilePath(id))
+	if !b.isVolumeDisk(d) {
+		return nil, s.foreignDisk(b, d, b.filePath(id))
 	}
 	return d, nil
 }
 
-func (s *ControllerServer) foreignDisk(d *rds.Disk, want string) error {
-	return statusf(codes.FailedPrecondition, "the RDS disk in slot %s uses file %s, not %s: it was not made by this driver with --rds-volume-path=%s; check the disk on the RDS (/disk print detail where slot=%q)", d.Slot, d.FilePath, want, s.d.opts.VolumePath, d.Slot)
+func (s *ControllerServer) foreignDisk(b *rdsBox, d *rds.Disk, want string) error {
+	_, slot := backends.SplitID(d.Slot)
+	return statusf(codes.FailedPrecondition, "the disk in slot %s of RDS %s uses file %s, not %s: it was not made by this driver with the volume path %s; check the disk on the RDS (/disk print detail where slot=%q)", slot, b.Name, d.FilePath, want, b.VolumePath, slot)
 }
 
 func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
@@ -358,15 +384,21 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		logger.V(2).Info("not a volume ID of this driver; nothing to delete")
 		return &csi.DeleteVolumeResponse{}, nil
 	}
+	b, err := s.d.boxOf(id)
+	if err != nil {
+		// Never "nothing to delete": the disk may be on a box that is
+		// only missing from the configuration.
+		return nil, err
+	}
 	release, err := s.acquire("volume", id, volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	d, err := s.d.rds.GetDisk(ctx, id)
+	d, err := b.view.GetDisk(ctx, id)
 	switch {
-	case err == nil && !s.d.isVolumeDisk(d):
-		return nil, s.foreignDisk(d, s.d.volumeFilePath(id))
+	case err == nil && !b.isVolumeDisk(d):
+		return nil, s.foreignDisk(b, d, b.filePath(id))
 	case err != nil && !errors.Is(err, rds.ErrNotFound):
 		return nil, fmt.Errorf("volume %s: looking it up on the RDS: %w", id, err)
 	}
@@ -374,7 +406,7 @@ func (s *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	// With the disk gone, DeleteDisk still removes a backing file left by
 	// an interrupted delete. Snapshots are independent copies in their own
 	// files, so they are not affected.
-	if err := s.d.rds.DeleteDisk(ctx, id, s.d.volumeFilePath(id)); err != nil {
+	if err := b.view.DeleteDisk(ctx, id, b.filePath(id)); err != nil {
 		return nil, fmt.Errorf("volume %s: deleting it on the RDS: %w", id, err)
 	}
 	logger.Info("volume deleted", "diskExisted", existed)
@@ -424,16 +456,20 @@ func page[T any](items []T, key func(T) string, token string, max int32) ([]T, s
 	return items, ""
 }
 
-// volumeDisks lists this driver's volumes, sorted by ID.
+// volumeDisks lists this driver's volumes on every box, sorted by ID. A
+// box that fails fails the listing: a list without its volumes would
+// tell the CO they are gone.
 func (s *ControllerServer) volumeDisks(ctx context.Context) ([]rds.Disk, error) {
-	disks, err := s.d.rds.ListDisks(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing disks on the RDS: %w", err)
-	}
 	var out []rds.Disk
-	for _, d := range disks {
-		if s.d.isVolumeDisk(&d) {
-			out = append(out, d)
+	for _, b := range s.d.boxes {
+		disks, err := b.view.ListDisks(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing disks on the RDS: %w", err)
+		}
+		for _, d := range disks {
+			if b.isVolumeDisk(&d) {
+				out = append(out, d)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
@@ -499,20 +535,26 @@ func healthEntry(kind csi.VolumeHealthErrorType, reason, format string, args ...
 // exportHealth checks that nodes can connect to a volume disk: exported
 // over NVMe/TCP on the port and NQN its volume_context names.
 func (s *ControllerServer) exportHealth(d *rds.Disk) []*csi.VolumeHealth_VolumeHealthEntry {
+	b, err := s.d.boxOf(d.Slot)
+	if err != nil {
+		return nil
+	}
+	_, slot := backends.SplitID(d.Slot)
+	port := b.NVMePort
 	switch {
-	case s.d.opts.AllowHostFencing() && (!d.Exported || (d.Port == s.d.opts.NVMePort && d.NQN == s.d.nqn(d.Slot))):
+	case s.d.opts.AllowHostFencing() && (!d.Exported || (d.Port == port && d.NQN == s.d.nqn(d.Slot))):
 		// Closed while unpublished is how storage fencing keeps it; a
 		// published volume must be open to its holder (and, open, at the
 		// address nodes dial: below).
 		return s.holderHealth(d)
 	case !d.Exported:
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthNotExported,
-			"volume %s is not exported over NVMe/TCP (nvme-tcp-export=no), so no node can connect; on the RDS: /disk set [find slot=%q] nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q",
-			d.Slot, d.Slot, s.d.opts.NVMePort, s.d.nqn(d.Slot))}
-	case d.Port != s.d.opts.NVMePort || d.NQN != s.d.nqn(d.Slot):
+			"volume %s is not exported over NVMe/TCP (nvme-tcp-export=no), so no node can connect; on RDS %s: /disk set [find slot=%q] nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q",
+			d.Slot, b.Name, slot, port, s.d.nqn(d.Slot))}
+	case d.Port != port || d.NQN != s.d.nqn(d.Slot):
 		return []*csi.VolumeHealth_VolumeHealthEntry{healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthExportMismatch,
-			"volume %s is exported on port %d as %q, but nodes connect to port %d as %q; on the RDS: /disk set [find slot=%q] nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q",
-			d.Slot, d.Port, d.NQN, s.d.opts.NVMePort, s.d.nqn(d.Slot), d.Slot, s.d.opts.NVMePort, s.d.nqn(d.Slot))}
+			"volume %s is exported on port %d as %q, but nodes connect to port %d as %q; on RDS %s: /disk set [find slot=%q] nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q",
+			d.Slot, d.Port, d.NQN, port, s.d.nqn(d.Slot), b.Name, slot, port, s.d.nqn(d.Slot))}
 	}
 	return nil
 }
@@ -550,26 +592,29 @@ func (s *ControllerServer) ControllerGetVolumeHealth(ctx context.Context, req *c
 	}
 	health := &csi.VolumeHealth{VolumeId: id}
 	resp := &csi.ControllerGetVolumeHealthResponse{VolumeHealth: health}
-	filePath := s.d.volumeFilePath(id)
 	d, err := s.getVolume(ctx, id)
 	if err != nil {
 		if status.Code(err) != codes.NotFound || !isVolumeID(id) {
 			return nil, err
 		}
 		// No disk: the volume is gone, unless its data still is.
-		if _, ferr := s.d.rds.GetFile(ctx, filePath); ferr != nil {
+		b, _ := s.d.boxOf(id) // getVolume found its box
+		filePath := b.filePath(id)
+		_, slot := backends.SplitID(id)
+		if _, ferr := b.view.GetFile(ctx, filePath); ferr != nil {
 			if errors.Is(ferr, rds.ErrNotFound) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("volume %s: looking up its backing file %s: %w", id, filePath, ferr)
 		}
 		health.HealthStatuses = append(health.HealthStatuses, healthEntry(csi.VolumeHealthErrorType_INACCESSIBLE, HealthDiskMissing,
-			"the RDS has no disk for volume %s, but its backing file %s is there; re-add the disk (/disk add type=file file-path=%s slot=%q nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q) or delete the volume",
-			id, filePath, filePath, id, s.d.opts.NVMePort, s.d.nqn(id)))
+			"RDS %s has no disk for volume %s, but its backing file %s is there; re-add the disk (/disk add type=file file-path=%s slot=%q nvme-tcp-export=yes nvme-tcp-server-port=%d nvme-tcp-server-nqn=%q) or delete the volume",
+			b.Name, id, filePath, filePath, slot, b.NVMePort, s.d.nqn(id)))
 		return resp, nil
 	}
 	health.HealthStatuses = s.exportHealth(d)
-	if _, err := s.d.rds.GetFile(ctx, d.FilePath); errors.Is(err, rds.ErrNotFound) {
+	b, _ := s.d.boxOf(id)
+	if _, err := b.view.GetFile(ctx, d.FilePath); errors.Is(err, rds.ErrNotFound) {
 		health.HealthStatuses = append(health.HealthStatuses, healthEntry(csi.VolumeHealthErrorType_DATA_LOSS, HealthBackingFileMissing,
 			"the backing file %s of volume %s is missing on the RDS; restore it from a snapshot or backup", d.FilePath, id))
 	} else if err != nil {
@@ -597,29 +642,6 @@ func (s *ControllerServer) ControllerListVolumeHealth(ctx context.Context, req *
 	}
 	entries, next := page(abnormal, (*csi.VolumeHealth).GetVolumeId, req.GetStartingToken(), req.GetMaxEntries())
 	return &csi.ControllerListVolumeHealthResponse{Entries: entries, NextToken: next}, nil
-}
-
-func (s *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if err := checkParameters(req.GetParameters()); err != nil {
-		return nil, statusf(codes.InvalidArgument, "GetCapacity: %v", err)
-	}
-	for _, c := range req.GetVolumeCapabilities() {
-		if checkCapability(c) != nil {
-			return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
-		}
-	}
-	if t := req.GetAccessibleTopology(); t != nil && t.GetSegments()[s.d.TopologyKey()] != s.d.opts.RDSName {
-		return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
-	}
-	c, err := s.d.rds.Capacity(ctx, s.d.opts.RDSPool)
-	if err != nil {
-		return nil, fmt.Errorf("reading the capacity of RDS pool %s: %w", s.d.opts.RDSPool, err)
-	}
-	free := max(c.Free, 0)
-	return &csi.GetCapacityResponse{
-		AvailableCapacity: free,
-		MaximumVolumeSize: wrapperspb.Int64(free / rds.Granularity * rds.Granularity),
-	}, nil
 }
 
 func (s *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
@@ -659,7 +681,8 @@ func (s *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 		if d.Size >= rng.required {
 			return nil, statusf(codes.OutOfRange, "volume %s has %d bytes, more than limit_bytes %d; volumes never shrink", id, d.Size, rng.limit)
 		}
-		d, err = s.d.rds.ResizeDisk(ctx, id, size)
+		b, _ := s.d.boxOf(id) // getVolume found its box
+		d, err = b.view.ResizeDisk(ctx, id, size)
 		switch {
 		case errors.Is(err, rds.ErrNoSpace):
 			return nil, fmt.Errorf("volume %s: the RDS pool has no room to grow it to %d bytes; free space on the RDS: %w", id, size, err)

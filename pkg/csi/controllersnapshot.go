@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/klog/v2"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -67,25 +68,27 @@ func pendingSnapshot(size int64, m snapshotMeta) *csi.CreateSnapshotResponse {
 // runningCopy finds a copy of snapshot id that may still be running: its
 // file without a disk, younger than pendingCopyTimeout. Older ones are
 // removed.
-func (s *ControllerServer) runningCopy(ctx context.Context, id string) (*snapshotMeta, error) {
-	dir := path.Join(s.d.opts.VolumePath, snapshotDir)
-	files, err := s.d.rds.FilesWithPrefix(ctx, path.Join(dir, id)+srcMarker)
+func (s *ControllerServer) runningCopy(ctx context.Context, b *rdsBox, id string) (*snapshotMeta, error) {
+	dir := b.snapshotDir()
+	_, slot := backends.SplitID(id)
+	files, err := b.view.FilesWithPrefix(ctx, path.Join(dir, slot)+srcMarker)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range files {
 		file := "/" + f.Name
 		m, err := parseSnapshotFileName(path.Base(file))
-		if err != nil || m.SnapshotID != id || path.Dir(file) != dir {
+		if err != nil || m.SnapshotID != slot || path.Dir(file) != dir {
 			continue
 		}
 		if s.now().Sub(m.CreatedAt) < pendingCopyTimeout {
+			m = b.qualify(m)
 			return &m, nil
 		}
-		if used, err := s.d.rds.DiskUsingFile(ctx, file); err != nil || used {
+		if used, err := b.view.DiskUsingFile(ctx, file); err != nil || used {
 			return nil, err
 		}
-		if err := s.d.rds.RemoveFile(ctx, file); err != nil {
+		if err := b.view.RemoveFile(ctx, file); err != nil {
 			return nil, err
 		}
 		klog.FromContext(ctx).Info("removed the file of a snapshot copy that never completed", "snapshot", id, "file", file)
@@ -96,18 +99,22 @@ func (s *ControllerServer) runningCopy(ctx context.Context, id string) (*snapsho
 // getSnapshot returns a snapshot's disk and metadata, or NOT_FOUND.
 func (s *ControllerServer) getSnapshot(ctx context.Context, id string) (*rds.Disk, snapshotMeta, error) {
 	if !isSnapshotID(id) {
-		return nil, snapshotMeta{}, statusf(codes.NotFound, "snapshot %q does not exist: this driver's snapshot IDs are snap-<uuid> or snap-<32 hex digits>", id)
+		return nil, snapshotMeta{}, statusf(codes.NotFound, "snapshot %q does not exist: this driver's snapshot IDs are snap-<uuid> or snap-<32 hex digits>, after <RDS name>/ on an RDS other than the default", id)
 	}
-	d, err := s.d.rds.GetDisk(ctx, id)
+	b, err := s.d.boxOf(id)
+	if err != nil {
+		return nil, snapshotMeta{}, err
+	}
+	d, err := b.view.GetDisk(ctx, id)
 	if errors.Is(err, rds.ErrNotFound) {
-		return nil, snapshotMeta{}, statusf(codes.NotFound, "snapshot %s does not exist on the RDS", id)
+		return nil, snapshotMeta{}, statusf(codes.NotFound, "snapshot %s does not exist on RDS %s", id, b.Name)
 	}
 	if err != nil {
 		return nil, snapshotMeta{}, fmt.Errorf("snapshot %s: looking it up on the RDS: %w", id, err)
 	}
-	m, err := s.d.parseSnapshotDisk(d)
+	m, err := b.parseSnapshotDisk(d)
 	if err != nil {
-		return nil, snapshotMeta{}, statusf(codes.FailedPrecondition, "the RDS disk in slot %s is not a snapshot of this driver with --rds-volume-path=%s: %v", id, s.d.opts.VolumePath, err)
+		return nil, snapshotMeta{}, statusf(codes.FailedPrecondition, "the disk of snapshot %s on RDS %s is not a snapshot of this driver with the volume path %s: %v", id, b.Name, b.VolumePath, err)
 	}
 	return d, m, nil
 }
@@ -123,16 +130,24 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if err := checkParameters(req.GetParameters()); err != nil {
 		return nil, statusf(codes.InvalidArgument, "snapshot %q: %v", name, err)
 	}
-	id := SnapshotIDFromName(name)
+	if _, ok := req.GetParameters()[ParameterRDS]; ok {
+		return nil, statusf(codes.InvalidArgument, "snapshot %q: parameter %s: a snapshot is made on its source volume's RDS; remove it from the VolumeSnapshotClass", name, ParameterRDS)
+	}
+	// The snapshot goes on its source's box: its ID names that box.
+	b, err := s.d.boxOf(source)
+	if err != nil {
+		return nil, err
+	}
+	id := b.id(SnapshotIDFromName(name))
 	release, err := s.acquire("snapshot", id, snapshotKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	logger := klog.FromContext(ctx).WithValues("snapshot", id, "name", name, "sourceVolume", source)
+	logger := klog.FromContext(ctx).WithValues("snapshot", id, "name", name, "sourceVolume", source, "rds", b.Name)
 
 	// An earlier attempt may have made it already.
-	existing, err := s.d.rds.GetDisk(ctx, id)
+	existing, err := b.view.GetDisk(ctx, id)
 	switch {
 	case err == nil:
 		return s.existingSnapshot(existing, name, source)
@@ -147,18 +162,18 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, err
 	}
 	// A copy sent earlier whose reply was lost may still be running.
-	switch running, err := s.runningCopy(ctx, id); {
+	switch running, err := s.runningCopy(ctx, b, id); {
 	case err != nil:
 		return nil, fmt.Errorf("snapshot %s (name %q): looking for a copy in progress on the RDS: %w", id, name, err)
 	case running != nil && running.SourceVolumeID != source:
 		return nil, statusf(codes.AlreadyExists, "snapshot %s (name %q) is being made of volume %s, not %s; use another name", id, name, running.SourceVolumeID, source)
 	case running != nil:
-		logger.Info("snapshot copy still in progress", "file", s.d.snapshotFilePath(*running))
+		logger.Info("snapshot copy still in progress", "file", b.snapshotFilePath(*running))
 		return pendingSnapshot(src.Size, *running), nil
 	}
 	meta := snapshotMeta{SnapshotID: id, SourceVolumeID: source, CreatedAt: s.now().UTC()}
-	d, err := s.d.rds.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: s.d.snapshotFilePath(meta), SourceSlot: source,
-		Export: &rds.Export{Port: s.d.opts.NVMePort, NQN: s.d.nqn(id), Closed: true}})
+	d, err := b.view.CopyDisk(ctx, rds.CopyDiskRequest{Slot: id, FilePath: b.snapshotFilePath(meta), SourceSlot: source,
+		Export: &rds.Export{Port: b.NVMePort, NQN: s.d.nqn(id), Closed: true}})
 	switch {
 	case errors.Is(err, rds.ErrCopyPending):
 		// Sent, not confirmed: ready once its disk appears.
@@ -167,7 +182,7 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	case errors.Is(err, rds.ErrAlreadyExists):
 		// Made meanwhile by another controller replica, with its own
 		// creation time in the file name: that one is the snapshot.
-		if existing, gerr := s.d.rds.GetDisk(ctx, id); gerr == nil {
+		if existing, gerr := b.view.GetDisk(ctx, id); gerr == nil {
 			return s.existingSnapshot(existing, name, source)
 		}
 		return nil, fmt.Errorf("snapshot %s (name %q): the RDS already has a different disk or file for it: %w", id, name, err)
@@ -181,7 +196,11 @@ func (s *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 }
 
 func (s *ControllerServer) existingSnapshot(d *rds.Disk, name, source string) (*csi.CreateSnapshotResponse, error) {
-	m, err := s.d.parseSnapshotDisk(d)
+	b, err := s.d.boxOf(d.Slot)
+	if err != nil {
+		return nil, err
+	}
+	m, err := b.parseSnapshotDisk(d)
 	if err != nil {
 		return nil, statusf(codes.AlreadyExists, "snapshot %s (name %q): the RDS slot is taken by a disk that is not a snapshot of this driver: %v", d.Slot, name, err)
 	}
@@ -201,6 +220,10 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		logger.V(2).Info("not a snapshot ID of this driver; nothing to delete")
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	b, err := s.d.boxOf(id)
+	if err != nil {
+		return nil, err
+	}
 	release, err := s.acquire("snapshot", id, snapshotKey(id))
 	if err != nil {
 		return nil, err
@@ -210,14 +233,14 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	if status.Code(err) == codes.NotFound {
 		// A delete interrupted between its two steps (disk removed, file
 		// not) is finished here: the file name starts with the ID.
-		if err := s.removeSnapshotFiles(ctx, id); err != nil {
+		if err := s.removeSnapshotFiles(ctx, b, id); err != nil {
 			return nil, fmt.Errorf("snapshot %s: its disk is gone; removing its leftover file on the RDS: %w", id, err)
 		}
 		return &csi.DeleteSnapshotResponse{}, nil
 	} else if err != nil {
 		return nil, err
 	}
-	if err := s.d.rds.DeleteDisk(ctx, id, d.FilePath); err != nil {
+	if err := b.view.DeleteDisk(ctx, id, d.FilePath); err != nil {
 		return nil, fmt.Errorf("snapshot %s: deleting it on the RDS: %w", id, err)
 	}
 	logger.Info("snapshot deleted", "file", d.FilePath)
@@ -226,24 +249,25 @@ func (s *ControllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 
 // removeSnapshotFiles removes the backing files of snapshot id that no disk
 // uses: <volume-path>/snapshots/<id>.*.img, matched by name.
-func (s *ControllerServer) removeSnapshotFiles(ctx context.Context, id string) error {
-	dir := path.Join(s.d.opts.VolumePath, snapshotDir)
-	files, err := s.d.rds.FilesWithPrefix(ctx, path.Join(dir, id)+srcMarker)
+func (s *ControllerServer) removeSnapshotFiles(ctx context.Context, b *rdsBox, id string) error {
+	dir := b.snapshotDir()
+	_, slot := backends.SplitID(id)
+	files, err := b.view.FilesWithPrefix(ctx, path.Join(dir, slot)+srcMarker)
 	if err != nil {
 		return err
 	}
 	for _, f := range files {
 		file := "/" + f.Name
-		if m, err := parseSnapshotFileName(path.Base(file)); err != nil || m.SnapshotID != id || path.Dir(file) != dir {
+		if m, err := parseSnapshotFileName(path.Base(file)); err != nil || m.SnapshotID != slot || path.Dir(file) != dir {
 			continue
 		}
-		if used, err := s.d.rds.DiskUsingFile(ctx, file); err != nil || used {
+		if used, err := b.view.DiskUsingFile(ctx, file); err != nil || used {
 			if err != nil {
 				return err
 			}
 			continue
 		}
-		if err := s.d.rds.RemoveFile(ctx, file); err != nil {
+		if err := b.view.RemoveFile(ctx, file); err != nil {
 			return err
 		}
 		klog.FromContext(ctx).Info("removed the file of a snapshot whose disk was already gone", "snapshot", id, "file", file)
@@ -280,20 +304,31 @@ func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 			snaps = append(snaps, snapshotOf(d, m))
 		}
 	} else {
-		disks, err := s.d.rds.ListDisks(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("listing disks on the RDS: %w", err)
+		boxes := s.d.boxes
+		if wantSource != "" {
+			// Snapshots of a volume are on its box alone.
+			b, err := s.d.boxOf(wantSource)
+			if err != nil {
+				return &csi.ListSnapshotsResponse{}, nil // no snapshot of it here
+			}
+			boxes = []*rdsBox{b}
 		}
-		for i := range disks {
-			d := &disks[i]
-			if !isSnapshotID(d.Slot) {
-				continue
+		for _, b := range boxes {
+			disks, err := b.view.ListDisks(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("listing disks on the RDS: %w", err)
 			}
-			m, err := s.d.parseSnapshotDisk(d)
-			if err != nil || (wantSource != "" && m.SourceVolumeID != wantSource) {
-				continue
+			for i := range disks {
+				d := &disks[i]
+				if !isSnapshotID(d.Slot) {
+					continue
+				}
+				m, err := b.parseSnapshotDisk(d)
+				if err != nil || (wantSource != "" && m.SourceVolumeID != wantSource) {
+					continue
+				}
+				snaps = append(snaps, snapshotOf(d, m))
 			}
-			snaps = append(snaps, snapshotOf(d, m))
 		}
 		sort.Slice(snaps, func(i, j int) bool { return snaps[i].SnapshotId < snaps[j].SnapshotId })
 	}

@@ -2,9 +2,12 @@ package csi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
@@ -42,24 +45,81 @@ type ReadinessCheck func(ctx context.Context) error
 // Driver holds what the CSI services share. It is built once in main.
 type Driver struct {
 	opts      Options
-	rds       RDS
+	boxes     []*rdsBox // the default first
+	byName    map[string]*rdsBox
+	router    *backends.Router // nil on a node
 	readiness []ReadinessCheck
 }
 
-// NewDriver returns a driver for validated options. rds may be nil in node
-// mode. Probe passes once the RDS answers and every check of ready passes
-// (for example: the attachment index's informers have synced).
+// NewDriver returns a driver for validated options serving the one RDS
+// of the --rds-* flags through client (nil in node mode). Probe passes
+// once the RDS answers and every check of ready passes (for example: the
+// attachment index's informers have synced).
 func NewDriver(opts Options, client RDS, ready ...ReadinessCheck) *Driver {
-	d := &Driver{opts: opts, rds: client}
-	if client != nil {
-		d.readiness = append(d.readiness, func(ctx context.Context) error {
-			_, err := client.Probe(ctx)
-			return err
-		})
+	d, err := NewDriverBoxes(opts, []Box{{Backend: opts.DefaultBackend(), RDS: client}}, ready...)
+	if err != nil {
+		panic(err) // one box, the default: cannot fail
 	}
-	d.readiness = append(d.readiness, ready...)
 	return d
 }
+
+// NewDriverBoxes returns a driver serving boxes, the default (the RDS of
+// the --rds-* flags) first, each through its own client (nil in node
+// mode). Probe passes once one of the boxes answers (a box that is down
+// fails only its own volumes' calls) and every check of ready passes.
+func NewDriverBoxes(opts Options, boxes []Box, ready ...ReadinessCheck) (*Driver, error) {
+	bs, byName, err := newBoxes(boxes)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{opts: opts, boxes: bs, byName: byName}
+	if bs[0].view != nil {
+		views := make([]*backends.View, len(bs))
+		for i, b := range bs {
+			if b.view == nil {
+				return nil, fmt.Errorf("csi: RDS %s has no client", b.Name)
+			}
+			views[i] = b.view
+		}
+		if d.router, err = backends.NewRouter(views...); err != nil {
+			return nil, err
+		}
+		d.readiness = append(d.readiness, d.anyBoxAnswers)
+	}
+	d.readiness = append(d.readiness, ready...)
+	return d, nil
+}
+
+// anyBoxAnswers probes every box at once and passes as soon as one
+// answers, without waiting on the others.
+func (d *Driver) anyBoxAnswers(ctx context.Context) error {
+	if len(d.boxes) == 1 {
+		_, err := d.boxes[0].view.Probe(ctx)
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(d.boxes))
+	for _, b := range d.boxes {
+		go func() {
+			_, err := b.view.Probe(ctx)
+			errs <- err
+		}()
+	}
+	var all []error
+	for range d.boxes {
+		err := <-errs
+		if err == nil {
+			return nil
+		}
+		all = append(all, err)
+	}
+	return fmt.Errorf("no RDS answers: %w", errors.Join(all...))
+}
+
+// Router sends each call on a volume to its box's client: what the
+// storage-fence protocol is given (nil on a node).
+func (d *Driver) Router() *backends.Router { return d.router }
 
 // Ready runs every readiness check.
 func (d *Driver) Ready(ctx context.Context) error {
@@ -71,29 +131,19 @@ func (d *Driver) Ready(ctx context.Context) error {
 	return nil
 }
 
-// TopologyKey is the topology segment naming the RDS a volume lives on and
-// the RDS a node can reach.
-func (d *Driver) TopologyKey() string { return "topology." + d.opts.DriverName + "/rds" }
+// TopologyKey is the topology segment naming the default RDS: the one a
+// volume of the default box requires, and every node that reaches it
+// reports (backends.DefaultKey).
+func (d *Driver) TopologyKey() string { return backends.DefaultKey(d.opts.DriverName) }
 
 func (d *Driver) controllerEnabled() bool { return d.opts.Mode != ModeNode }
 
-// topology is where this driver's volumes are accessible from: nodes that
-// reach this RDS.
-func (d *Driver) topology() *csi.Topology {
-	return &csi.Topology{Segments: map[string]string{d.TopologyKey(): d.opts.RDSName}}
+// topology is where a volume of b is accessible from: the nodes that reach b.
+func (d *Driver) topology(b *rdsBox) *csi.Topology {
+	return &csi.Topology{Segments: backends.Accessible(d.opts.DriverName, &b.Backend)}
 }
 
-// topologyAllowed reports whether volumes on this RDS satisfy a request's
-// requisite topologies (preferred ones are only hints). A requisite segment
-// is satisfied when it names this RDS under TopologyKey.
-func (d *Driver) topologyAllowed(req *csi.TopologyRequirement) bool {
-	if len(req.GetRequisite()) == 0 {
-		return true
-	}
-	for _, t := range req.GetRequisite() {
-		if t.GetSegments()[d.TopologyKey()] == d.opts.RDSName {
-			return true
-		}
-	}
-	return false
+// nodeTopology is what node reports: every box it reaches.
+func (d *Driver) nodeTopology(node string) *csi.Topology {
+	return &csi.Topology{Segments: backends.Segments(d.opts.DriverName, d.Backends(), node)}
 }

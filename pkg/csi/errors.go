@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/claims"
 	"github.com/srvlab/rds-csi/pkg/nvme"
 	"github.com/srvlab/rds-csi/pkg/rds"
@@ -50,6 +51,10 @@ func toStatus(err error) error {
 		// The Kubernetes API server failed or could not be reached: a
 		// write may or may not have landed, and the CO retries.
 		code = codes.Unavailable
+	case errors.Is(err, backends.ErrUnknownBox):
+		// An ID of a box missing from the configuration: nothing is done
+		// until it is back (never another box's volume of that slot).
+		code = codes.FailedPrecondition
 	case errors.Is(err, claims.ErrUnreadable):
 		// An annotation of the driver's that cannot be read: nothing
 		// changes until someone fixes it.

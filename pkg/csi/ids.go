@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -65,37 +66,45 @@ func hashHex(s string) string {
 }
 
 // IsVolumeID reports whether id is a volume ID this driver could have
-// made (what storage fencing may change the export of).
+// made (what storage fencing may change the export of), on any box.
 func IsVolumeID(id string) bool { return isVolumeID(id) }
 
-// IsVolumeDisk reports whether a disk is one of the volumes of a driver
-// with these options (Driver.isVolumeDisk).
+// IsVolumeDisk reports whether a disk of the default box (its slot as
+// RouterOS prints it) is one of the volumes of a driver with these
+// options.
 func (o *Options) IsVolumeDisk(disk *rds.Disk) bool {
 	return isVolumeID(disk.Slot) && disk.FilePath == rds.VolumeFilePath(o.VolumePath, disk.Slot)
 }
 
-// isVolumeID reports whether id is a volume ID this driver could have made.
+// IsVolumeDisk reports whether a disk a box's view returned (its Slot an
+// ID) is one of this driver's volumes on that box.
+func (d *Driver) IsVolumeDisk(disk *rds.Disk) bool {
+	b, err := d.boxOf(disk.Slot)
+	return err == nil && b.view != nil && b.isVolumeDisk(disk)
+}
+
+// isVolumeID reports whether id is a volume ID this driver could have
+// made: a volume slot, alone (the default box's) or after the name of
+// another box (backends.JoinID).
 func isVolumeID(id string) bool {
-	return volumeIDRE.MatchString(id) && rds.ValidateSlot(id) == nil
+	box, slot := backends.SplitID(id)
+	return backends.ValidIDBox(box) && volumeIDRE.MatchString(slot) && rds.ValidateSlot(slot) == nil
 }
 
-// isSnapshotID reports whether id is a snapshot ID this driver could have made.
+// isSnapshotID reports whether id is a snapshot ID this driver could have
+// made, on any box.
 func isSnapshotID(id string) bool {
-	return snapshotIDRE.MatchString(id) && rds.ValidateSlot(id) == nil
+	box, slot := backends.SplitID(id)
+	return backends.ValidIDBox(box) && snapshotIDRE.MatchString(slot) && rds.ValidateSlot(slot) == nil
 }
 
-// volumeFilePath is the backing file of a volume.
-func (d *Driver) volumeFilePath(volumeID string) string {
-	return rds.VolumeFilePath(d.opts.VolumePath, volumeID)
+// nqn is the NVMe qualified name a volume is exported under: the prefix
+// and its slot on its box (slots are made from the CO's unique names, so
+// no two boxes export one), derived from the ID alone, as a node does.
+func (d *Driver) nqn(volumeID string) string {
+	_, slot := backends.SplitID(volumeID)
+	return d.opts.NQNPrefix + slot
 }
-
-// nqn is the NVMe qualified name a volume is exported under.
-func (d *Driver) nqn(volumeID string) string { return d.opts.NQNPrefix + volumeID }
-
-// isVolumeDisk reports whether a disk is one of this driver's volumes: its
-// slot is a volume ID and its file is that volume's file. Snapshots,
-// foreign disks and disks of another --rds-volume-path are not.
-func (d *Driver) isVolumeDisk(disk *rds.Disk) bool { return d.opts.IsVolumeDisk(disk) }
 
 // snapshotMeta is what a snapshot's file name records. RouterOS keeps no
 // source or creation time for a copied disk, so the driver writes both into
@@ -108,29 +117,60 @@ type snapshotMeta struct {
 	CreatedAt      time.Time
 }
 
-// snapshotFilePath names a snapshot's backing file:
+// snapshotFilePath names a snapshot's backing file on its box b, with
+// the IDs' slots on b:
 // <volume-path>/snapshots/<snapshot-id>.src-<volume-id>.t-<unix-nanoseconds>.img
-func (d *Driver) snapshotFilePath(m snapshotMeta) string {
-	name := m.SnapshotID + srcMarker + m.SourceVolumeID + timeMarker + strconv.FormatInt(m.CreatedAt.UnixNano(), 10) + imgSuffix
-	return path.Join(d.opts.VolumePath, snapshotDir, name)
+func (b *rdsBox) snapshotFilePath(m snapshotMeta) string {
+	_, snap := backends.SplitID(m.SnapshotID)
+	_, src := backends.SplitID(m.SourceVolumeID)
+	name := snap + srcMarker + src + timeMarker + strconv.FormatInt(m.CreatedAt.UnixNano(), 10) + imgSuffix
+	return path.Join(b.snapshotDir(), name)
 }
 
-// parseSnapshotDisk reads the metadata of a snapshot disk. It fails for
-// any disk that is not one of this driver's snapshots under the current
-// volume path.
-func (d *Driver) parseSnapshotDisk(disk *rds.Disk) (snapshotMeta, error) {
+// parseSnapshotDisk reads the metadata of a snapshot disk of b (its Slot
+// an ID, as the view returns it), the IDs in it b's. It fails for any
+// disk that is not one of this driver's snapshots under b's volume path.
+func (b *rdsBox) parseSnapshotDisk(disk *rds.Disk) (snapshotMeta, error) {
 	dir, base := path.Split(disk.FilePath)
-	if path.Clean(dir) != path.Join(d.opts.VolumePath, snapshotDir) {
-		return snapshotMeta{}, fmt.Errorf("file %s is not in %s", disk.FilePath, path.Join(d.opts.VolumePath, snapshotDir))
+	if path.Clean(dir) != b.snapshotDir() {
+		return snapshotMeta{}, fmt.Errorf("file %s is not in %s", disk.FilePath, b.snapshotDir())
 	}
 	m, err := parseSnapshotFileName(base)
 	if err != nil {
 		return snapshotMeta{}, err
 	}
+	m = b.qualify(m)
 	if m.SnapshotID != disk.Slot {
 		return snapshotMeta{}, fmt.Errorf("file %s names snapshot %s, but the disk's slot is %s", disk.FilePath, m.SnapshotID, disk.Slot)
 	}
 	return m, nil
+}
+
+// qualify turns the slots of a snapshot file name into IDs of b.
+func (b *rdsBox) qualify(m snapshotMeta) snapshotMeta {
+	m.SnapshotID, m.SourceVolumeID = b.id(m.SnapshotID), b.id(m.SourceVolumeID)
+	return m
+}
+
+// snapshotFilePath is the default box's (rdsBox.snapshotFilePath).
+func (d *Driver) snapshotFilePath(m snapshotMeta) string { return d.defaultBox().snapshotFilePath(m) }
+
+// parseSnapshotDisk is rdsBox.parseSnapshotDisk on the box of the disk.
+func (d *Driver) parseSnapshotDisk(disk *rds.Disk) (snapshotMeta, error) {
+	b, err := d.boxOf(disk.Slot)
+	if err != nil {
+		return snapshotMeta{}, err
+	}
+	return b.parseSnapshotDisk(disk)
+}
+
+// volumeFilePath is the backing file of volume id on its box.
+func (d *Driver) volumeFilePath(id string) string {
+	b, err := d.boxOf(id)
+	if err != nil {
+		return ""
+	}
+	return b.filePath(id)
 }
 
 // parseSnapshotFileName parses the base name written by snapshotFilePath.

@@ -156,7 +156,7 @@ func (s *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 	return &csi.NodeGetInfoResponse{
 		NodeId:             nodeID,
 		MaxVolumesPerNode:  s.d.opts.MaxVolumesPerNode,
-		AccessibleTopology: s.d.topology(),
+		AccessibleTopology: s.d.nodeTopology(s.d.opts.NodeID),
 	}, nil
 }
 

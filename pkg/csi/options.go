@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
 	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
@@ -42,6 +43,10 @@ type Options struct {
 	// the nodes' segments); a Kubernetes label value. Defaults to
 	// RDSAddress when that is a valid label value.
 	RDSName string
+
+	// RDSConfigFile lists the RDS boxes besides the one of these flags
+	// (pkg/backends; "": none).
+	RDSConfigFile string
 
 	NVMeAddress string // NVMe/TCP target address; defaults to RDSAddress
 	NVMePort    int
@@ -125,6 +130,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RDSPool, "rds-pool", "storage-pool", "mount point of the RDS storage pool")
 	fs.StringVar(&o.VolumePath, "rds-volume-path", rds.DefaultVolumePath, "directory of the volumes' backing files on the RDS")
 	fs.StringVar(&o.RDSName, "rds-name", "", "name of the RDS in volume topology, a label value (default: --rds-address)")
+	fs.StringVar(&o.RDSConfigFile, "rds-config", "", "YAML file listing more RDS boxes besides the default one of the --rds-* flags")
 	fs.StringVar(&o.NVMeAddress, "nvme-address", "", "NVMe/TCP address nodes connect to (default: --rds-address)")
 	fs.IntVar(&o.NVMePort, "nvme-port", 4420, "NVMe/TCP port of exported volumes")
 	fs.StringVar(&o.NQNPrefix, "nqn-prefix", "nqn.2000-02.com.mikrotik:", "NQN prefix of this driver's volumes; the volume ID follows it")
@@ -234,6 +240,22 @@ func (o *Options) Validate() error {
 		o.RDSName = o.RDSAddress
 	}
 	return nil
+}
+
+// DefaultBackend is the box of the --rds-* flags: the default box.
+func (o *Options) DefaultBackend() backends.Backend {
+	name, nvme := o.RDSName, o.NVMeAddress
+	if name == "" {
+		name = o.RDSAddress
+	}
+	if nvme == "" {
+		nvme = o.RDSAddress
+	}
+	return backends.Backend{
+		Name: name, Default: true, Address: o.RDSAddress, Port: o.RDSPort, User: o.RDSUser,
+		KeyFile: o.RDSKeyFile, KnownHostsFile: o.RDSKnownHostsFile, InsecureSkipHostKeyCheck: o.RDSInsecureSkipHostKeyCheck,
+		LoginOptions: o.RDSLoginOptions, Pool: o.RDSPool, VolumePath: o.VolumePath, NVMeAddress: nvme, NVMePort: o.NVMePort,
+	}
 }
 
 // RDSConfig is the SSH client configuration the options describe.

@@ -93,13 +93,17 @@ var (
 )
 
 type modelReplica struct {
-	name    string
-	index   *informers.AttachmentIndex
-	ctrl    *informers.Controller
-	feed    *informers.Feed
-	cs      *ControllerServer
-	fence   *storagefence.Fence
-	pending map[string][]watch.Event // by resource
+	name  string
+	index *informers.AttachmentIndex
+	ctrl  *informers.Controller
+	feed  *informers.Feed
+	cs    *ControllerServer
+	fence *storagefence.Fence
+	// boxFences: with boxes, the protocol on each box alone, for the
+	// reconcile (as the controller runs it: a stalled box fails its pass
+	// only).
+	boxFences []*storagefence.Fence
+	pending   map[string][]watch.Event // by resource
 	// pausedUntil: the step until which a stream delivers nothing.
 	pausedUntil map[string]int
 	// fault applies to this replica's next API call: "fail" (the call
@@ -180,19 +184,25 @@ type model struct {
 	// replacedOwn: hosts whose claims a publish of the same node (another
 	// incarnation) replaced (finding 7).
 	replacedOwn map[string]bool
-	seed        int64
-	rng         *rand.Rand
-	ctx         context.Context
-	api         *fake.Clientset
-	watches     map[string]watch.Interface
-	replicas    []*modelReplica
-	leader      int
-	nodes       []string
-	uid         map[string]string // node -> current UID; "" while deleted
-	oos         map[string]bool
-	incarn      map[string]int
-	vols        []*modelVolume
-	holds       map[string][]modelHold // volume -> live holds
+	// boxes: two RDS boxes (publish_model_boxes_test.go): the default and
+	// rack-b, each through its own view of the one fake RDS; rack-b
+	// stalls until stalledUntil (every read fails, every export change
+	// times out and lands late).
+	boxes        bool
+	stalledUntil int
+	seed         int64
+	rng          *rand.Rand
+	ctx          context.Context
+	api          *fake.Clientset
+	watches      map[string]watch.Interface
+	replicas     []*modelReplica
+	leader       int
+	nodes        []string
+	uid          map[string]string // node -> current UID; "" while deleted
+	oos          map[string]bool
+	incarn       map[string]int
+	vols         []*modelVolume
+	holds        map[string][]modelHold // volume -> live holds
 	// late: unpublish requests answered before, replayed later.
 	late []struct{ vol, node string }
 	// toAttach: attachments published but not yet marked attached=true by
@@ -211,7 +221,20 @@ func newModel(t *testing.T, seed int64, fenced bool) *model {
 // newModelWith is newModel with --export-auth=dhchap (auth, fenced only)
 // and rdsFake changed by mod before the replicas start.
 func newModelWith(t *testing.T, seed int64, fenced, auth bool, mod func(*fakeRDS)) *model {
-	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced, auth: auth && fenced,
+	return newModelConfig(t, seed, modelConfig{fenced: fenced, auth: auth, mod: mod})
+}
+
+// modelConfig is what a model runs with.
+type modelConfig struct {
+	fenced, auth bool
+	mod          func(*fakeRDS)
+	// boxes: the volumes on two RDS boxes, one of which stalls.
+	boxes bool
+}
+
+func newModelConfig(t *testing.T, seed int64, cfg modelConfig) *model {
+	fenced, auth, mod := cfg.fenced, cfg.auth, cfg.mod
+	m := &model{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), ctx: context.Background(), fenced: fenced, auth: auth && fenced, boxes: cfg.boxes,
 		nodeKeys: map[string]*exportauth.NodeKey{}, connSecret: map[string]nvme.DHCHAPSecret{}, secretOf: map[string]map[string]nvme.DHCHAPSecret{},
 		conns: map[string]map[string]bool{}, connHost: map[string]string{}, answeredCtx: map[string]map[string]string{},
 		claimed: map[string]map[string]string{}, released: map[string]map[string]int{}, retired: map[string]map[string]int{},
@@ -262,20 +285,31 @@ func newModelWith(t *testing.T, seed int64, fenced, auth bool, mod func(*fakeRDS
 		policy := fencing.DefaultConfig()
 		idx := i
 		live := fencing.NewLiveness(fencing.LivenessConfig{Clock: clk, Policy: policy, Client: client})
-		fence, err := storagefence.New(storagefence.Config{
+		driver := NewDriver(opts, rdsFake)
+		var fenceRDS storagefence.RDS = rdsFake
+		isDisk := opts.IsVolumeDisk
+		if m.boxes {
+			driver = m.boxesDriver(opts)
+			fenceRDS, isDisk = driver.Router(), driver.IsVolumeDisk
+		}
+		fenceCfg := storagefence.Config{
 			StorageFencing: opts.AllowHostFencing(), ExportAuth: opts.ExportAuthOn(), AttachmentKey: opts.AttachmentKey,
-			RDS: rdsFake, Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: r.index, Nodes: live,
-			IsVolumeID: IsVolumeID, IsVolumeDisk: opts.IsVolumeDisk,
-		})
+			RDS: fenceRDS, Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: r.index, Nodes: live,
+			IsVolumeID: IsVolumeID, IsVolumeDisk: isDisk,
+		}
+		fence, err := storagefence.New(fenceCfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.fence = fence
+		if m.boxes {
+			r.boxFences = m.boxFences(driver, fenceCfg, r.index)
+		}
 		fencer := storagefence.NewNodeFencer(storagefence.NodeFencerConfig{Fence: fence, Nodes: live, Policy: policy,
 			IsLeader: func() bool { return m.leader == idx }, Now: clk.Now})
 		r.ctrl, r.feed = informers.NewFedController(r.index, informers.Config{DriverName: DefaultDriverName, Policy: policy,
 			Reactor: &modelFencer{m: m, NodeFencer: fencer}, Clock: clk, Liveness: live})
-		r.cs = NewControllerServer(NewDriver(opts, rdsFake), &Publisher{
+		r.cs = NewControllerServer(driver, &Publisher{
 			Index: r.index, Fence: fence, Nodes: live, Synced: r.ctrl.Synced, Policy: policy, Clock: clk,
 			// The index moves only when the schedule delivers: a publish
 			// that conflicted must not wait for it in real time.
@@ -287,9 +321,15 @@ func newModelWith(t *testing.T, seed int64, fenced, auth bool, mod func(*fakeRDS
 	for i := 0; i < 4; i++ {
 		multi := i >= 3
 		id := fmt.Sprintf("pvc-0a1b2c3d-0000-4000-8000-%012d", 500+i)
-		if _, err := m.replicas[0].cs.CreateVolume(m.ctx, &csi.CreateVolumeRequest{Name: id, VolumeCapabilities: []*csi.VolumeCapability{m.capability(multi)}}); err != nil {
+		var params map[string]string
+		if m.boxes && i >= 2 {
+			params = map[string]string{ParameterRDS: modelBoxB}
+		}
+		resp, err := m.replicas[0].cs.CreateVolume(m.ctx, &csi.CreateVolumeRequest{Name: id, Parameters: params, VolumeCapabilities: []*csi.VolumeCapability{m.capability(multi)}})
+		if err != nil {
 			t.Fatal(err)
 		}
+		id = resp.GetVolume().GetVolumeId()
 		v := &modelVolume{id: id, multi: multi}
 		m.vols = append(m.vols, v)
 		m.createPV(v)
@@ -327,7 +367,7 @@ func (m *model) exportState(v *modelVolume) string {
 	if !m.fenced {
 		return ""
 	}
-	d, _ := m.rds.disk(v.id)
+	d, _ := m.rds.disk(m.fakeSlot(v.id))
 	host := "-"
 	if d.Exported {
 		host = "any"
@@ -336,7 +376,7 @@ func (m *model) exportState(v *modelVolume) string {
 		}
 	}
 	m.rds.mu.Lock()
-	drops := m.rds.drops[v.id]
+	drops := m.rds.drops[m.fakeSlot(v.id)]
 	m.rds.mu.Unlock()
 	var claims []string
 	for _, pv := range v.pvs {
@@ -368,6 +408,7 @@ func (f *fakeRDS) hostLabel(handle, node string, c claims.Claim) string {
 // single-node volume must not have two possible writers (checked here,
 // not only after the step: a drop within the step would hide it).
 func (m *model) exportChanged(slot string, before, after rds.Disk) {
+	slot = m.idOfSlot(slot)
 	v := m.volume(slot)
 	if before.Exported && !after.Exported {
 		delete(m.conns, slot)
@@ -427,6 +468,9 @@ func (m *model) admits(slot, node, host string, after rds.Disk) bool {
 // random moment of step due (an RDS call of another operation, or the
 // step's end), or never.
 func (m *model) delaySwap(s *lateSwap) (timedOut bool) {
+	if m.stalls(m.idOfSlot(s.slot)) {
+		return m.stalledSwap(s)
+	}
 	if m.lateOff || m.rng.Intn(lateOneIn) != 0 {
 		return false
 	}
@@ -585,7 +629,7 @@ func (m *model) trackClaims(pv string) {
 func (m *model) checkExports(when string) {
 	for _, v := range m.vols {
 		claims := m.liveClaims(v)
-		d, _ := m.rds.disk(v.id)
+		d, _ := m.rds.disk(m.fakeSlot(v.id))
 		var hosts []string
 		for n, c := range claims {
 			hosts = append(hosts, n+"="+m.hostOf(v.id, n, c))
@@ -624,7 +668,7 @@ func (m *model) connect(v *modelVolume, node string, pc map[string]string) {
 		// the target).
 		return
 	}
-	d, _ := m.rds.disk(v.id)
+	d, _ := m.rds.disk(m.fakeSlot(v.id))
 	if !d.Exported || !(d.AllowHost == host || (v.multi && d.AllowHost == "")) {
 		m.fail("node %s was told it may write volume %s, but the RDS export is nvme-tcp-export=%t allow-host=%q", node, v.id, d.Exported, d.AllowHost)
 	}
@@ -689,7 +733,7 @@ func (m *model) endOp(ok bool) {
 		if _, still := m.released[id][h]; !still {
 			continue
 		}
-		if d, _ := m.rds.disk(id); d.Exported && d.AllowHost == h {
+		if d, _ := m.rds.disk(m.fakeSlot(id)); d.Exported && d.AllowHost == h {
 			continue
 		}
 		if m.retired[id] == nil {
@@ -915,6 +959,9 @@ func (m *model) publish(r *modelReplica, v *modelVolume, node string) {
 	m.endOp(err == nil)
 	m.logf("%s publish %s -> %s: %v%s", r.name, v.id[len(v.id)-3:], node, codeOf(err), m.exportState(v))
 	m.stats["publish "+codeOf(err)]++
+	if m.boxes {
+		m.countBoxPublish(v, err)
+	}
 	if err != nil {
 		return
 	}
@@ -1168,6 +1215,9 @@ func (m *model) pvOp(v *modelVolume) {
 
 func (m *model) randomStep() {
 	m.step++
+	if m.boxes {
+		m.maybeStall()
+	}
 	r := m.replicas[m.rng.Intn(len(m.replicas))]
 	v := m.vols[m.rng.Intn(len(m.vols))]
 	node := m.nodes[m.rng.Intn(len(m.nodes))]
@@ -1273,9 +1323,14 @@ func (m *model) reconcile(rep *modelReplica, who string) (fixed int, err error) 
 		quiet = quiet && len(evs) == 0
 	}
 	var found []string
-	fixed, err = rep.fence.Reconcile(m.ctx, func(mm storagefence.Mismatch) {
+	report := func(mm storagefence.Mismatch) {
 		found = append(found, fmt.Sprintf("%s: %s -> %s (%v)", mm.Volume[len(mm.Volume)-3:], stateLabel(mm.Found), stateLabel(mm.Now), mm.Err))
-	})
+	}
+	if m.boxes {
+		fixed, err = m.reconcileBoxes(rep, report)
+	} else {
+		fixed, err = rep.fence.Reconcile(m.ctx, report)
+	}
 	m.logf("%s (%s) reconciles: %d fixed %v, err %v", rep.name, who, fixed, found, err)
 	m.stats["reconcile fixed"] += fixed
 	m.stats[fmt.Sprintf("reconcile err=%t", err != nil)]++
@@ -1295,6 +1350,7 @@ func (m *model) reconcile(rep *modelReplica, who string) (fixed int, err error) 
 // order; then the leader's reconcile must leave every export matching its
 // live claims, and once more at the very end.
 func (m *model) heal() {
+	m.stalledUntil = 0 // every box answers again
 	for _, r := range m.replicas {
 		r.fault = ""
 		r.pausedUntil = map[string]int{}
@@ -1452,12 +1508,17 @@ func TestPublishModelCatchesAKeptPassword(t *testing.T) {
 func runModel(t *testing.T, fenced bool) { runModelWith(t, fenced, false) }
 
 func runModelWith(t *testing.T, fenced, auth bool) {
+	runModelConfig(t, modelConfig{fenced: fenced, auth: auth})
+}
+
+func runModelConfig(t *testing.T, cfg modelConfig) map[string]int {
+	auth := cfg.auth
 	ops, seeds := modelOps(t)
 	per := ops / len(seeds)
 	totals := map[string]int{}
 	start := time.Now()
 	for _, seed := range seeds {
-		m := newModelWith(t, seed, fenced, auth, nil)
+		m := newModelConfig(t, seed, cfg)
 		for i := 0; i < per; i++ {
 			m.randomStep()
 		}
@@ -1475,4 +1536,5 @@ func runModelWith(t *testing.T, fenced, auth bool) {
 	if totals["publish OK"] == 0 || totals["publish FailedPrecondition"] == 0 || (auth && totals["connect with a secret"] == 0) {
 		t.Fatalf("degenerate run: %v", totals)
 	}
+	return totals
 }

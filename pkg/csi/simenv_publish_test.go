@@ -84,7 +84,7 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 	opts := cs.d.opts
 	fence, err := storagefence.New(storagefence.Config{
 		StorageFencing: opts.AllowHostFencing(), ExportAuth: opts.ExportAuthOn(), AttachmentKey: opts.AttachmentKey,
-		RDS: cs.d.rds, Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: index, Nodes: live,
+		RDS: cs.d.Router(), Store: claims.NewStore(client, DefaultDriverName, opts.AllowHostFencing()), Index: index, Nodes: live,
 		IsVolumeID: IsVolumeID, IsVolumeDisk: opts.IsVolumeDisk,
 	})
 	if err != nil {

@@ -151,17 +151,25 @@ func Check(c *Cluster) Report {
 			switch {
 			case d.Kind == inventory.KindVolume && handles[d.Slot] == "":
 				add(FindingOrphanDisk, "disk/"+d.Slot, "rdsctl delete "+d.Slot+"   # after checking nobody needs its data; or re-create a PV for it",
-					"disk %s (%d bytes, %s) on the RDS has no PV", d.Slot, d.SizeBytes, d.File)
+					"disk %s (%d bytes, %s) on %s has no PV", d.Slot, d.SizeBytes, d.File, onRDS(d.RDS))
 			case d.Kind == inventory.KindSnapshot && c.SnapshotHandles != nil && c.SnapshotHandles[d.Slot] == "":
 				add(FindingOrphanSnapshot, "disk/"+d.Slot, "rdsctl delete "+d.Slot+"   # after checking nobody needs it",
-					"snapshot %s (%s) on the RDS has no VolumeSnapshotContent", d.Slot, d.File)
+					"snapshot %s (%s) on %s has no VolumeSnapshotContent", d.Slot, d.File, onRDS(d.RDS))
+			}
+		}
+		for _, b := range c.Inventory.Boxes {
+			if b.Error != "" {
+				r.Skipped = append(r.Skipped, fmt.Sprintf("disks on RDS %s: not listed: %s", b.Name, b.Error))
 			}
 		}
 		for _, h := range sortedKeys(handles) {
 			d, ok := slots[h]
+			if b, boxed := c.Inventory.BoxOf(h); boxed && b.Error != "" {
+				continue // its box did not answer: not checked, not missing
+			}
 			if !ok || d.Kind != inventory.KindVolume {
 				add(FindingMissingDisk, "pv/"+handles[h], "kubectl rds why pv "+handles[h],
-					"PV %s has no disk %s on the RDS", handles[h], h)
+					"PV %s has no disk %s on %s", handles[h], h, onRDS(boxName(c.Inventory, h)))
 				continue
 			}
 			if unreadable[h] {
@@ -287,4 +295,22 @@ func (c *Cluster) checkRDSHealth(r *Report, add func(kind, object, next, format 
 		add(FindingPoolFilling, "rds/"+p.Name, "delete snapshots and volumes no longer needed, or grow the pool"+doc+"\"Pool filling\"",
 			"pool %s is %.1f%% full (%.0f of %.0f bytes free)", p.Name, 100*p.Used(), p.FreeBytes, p.SizeBytes)
 	}
+}
+
+// onRDS names the box a disk is on in a message: "the RDS" with one box,
+// "RDS <name>" with several.
+func onRDS(box string) string {
+	if box == "" {
+		return "the RDS"
+	}
+	return "RDS " + box
+}
+
+// boxName is the name of the box a volume ID names, with several boxes
+// ("" with one).
+func boxName(inv *inventory.Inventory, id string) string {
+	if b, ok := inv.BoxOf(id); ok {
+		return b.Name
+	}
+	return ""
 }

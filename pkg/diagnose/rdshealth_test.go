@@ -38,7 +38,7 @@ func leaderView() rdshealth.View {
 func serve(t *testing.T, view rdshealth.View) *RDSHealth {
 	t.Helper()
 	m := metrics.New()
-	m.ReportRDSHealth(func() rdshealth.View { return view })
+	m.ReportRDSHealth(metrics.RDSHealthSource{RDS: "rds-a", View: func() rdshealth.View { return view }})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	h, err := FetchRDSHealth(context.Background(), srv.Client(), MetricsURL(srv.URL+"/inventory"))

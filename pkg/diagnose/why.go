@@ -42,12 +42,14 @@ type Verdict struct {
 // Story is the chain Pod → PVC → PV → VolumeAttachments → Nodes → claims →
 // disk of one volume, and its verdict.
 type Story struct {
-	Pod         string           `json:"pod,omitempty"` // namespace/name
-	WantNode    string           `json:"wantNode,omitempty"`
-	PVC         string           `json:"pvc,omitempty"` // namespace/name
-	PVCPhase    string           `json:"pvcPhase,omitempty"`
-	PV          string           `json:"pv,omitempty"`
-	Handle      string           `json:"volumeHandle,omitempty"`
+	Pod      string `json:"pod,omitempty"` // namespace/name
+	WantNode string `json:"wantNode,omitempty"`
+	PVC      string `json:"pvc,omitempty"` // namespace/name
+	PVCPhase string `json:"pvcPhase,omitempty"`
+	PV       string `json:"pv,omitempty"`
+	Handle   string `json:"volumeHandle,omitempty"`
+	// Box is the RDS box the volume is on, with several (the inventory's).
+	Box         string           `json:"rdsBox,omitempty"`
 	AccessModes string           `json:"accessModes,omitempty"`
 	Users       []string         `json:"users,omitempty"` // pods using the claim, namespace/name@node
 	Attachments []AttachmentFact `json:"attachments,omitempty"`
@@ -188,9 +190,9 @@ func (c *Cluster) judge(s *Story) {
 			"the claims annotation of PV %s cannot be read, and the driver refuses every publish and unpublish of it until it is fixed: %v", pv.Name, err)
 		return
 	}
-	if c.Inventory != nil && s.Disk == nil {
+	if c.Inventory != nil && s.Disk == nil && s.DiskNote == "" {
 		v(VerdictDiskMissing, fmt.Sprintf("rdsctl get %s   # on a machine with the driver's key; restore from a VolumeSnapshot if it is gone", s.Handle),
-			"the disk %s of PV %s is not on the RDS (inventory of %s): the volume cannot attach anywhere", s.Handle, pv.Name, c.Inventory.GeneratedAt.Format("15:04:05Z"))
+			"the disk %s of PV %s is not on %s (inventory of %s): the volume cannot attach anywhere", s.Handle, pv.Name, onRDS(s.Box), c.Inventory.GeneratedAt.Format("15:04:05Z"))
 		return
 	}
 	c.judgeHolders(s, pv)
@@ -226,6 +228,13 @@ func (c *Cluster) diskOf(s *Story) {
 			s.DiskNote = "no inventory"
 		}
 		return
+	}
+	if b, ok := c.Inventory.BoxOf(s.Handle); ok {
+		s.Box = b.Name
+		if b.Error != "" {
+			s.DiskNote = fmt.Sprintf("RDS %s did not answer: %s", b.Name, b.Error)
+			return
+		}
 	}
 	if d, ok := c.Inventory.Find(s.Handle); ok {
 		s.Disk = &d

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ const DefaultMaxAge = 5 * time.Second
 type Handler struct {
 	lister     Lister
 	volumePath string
+	sources    []Source // several boxes (NewBoxesHandler)
 	maxAge     time.Duration
 	timeout    time.Duration
 	now        func() time.Time
@@ -37,6 +39,22 @@ type Handler struct {
 // NewHandler returns a Handler listing through l the disks under volumePath.
 func NewHandler(l Lister, volumePath string) *Handler {
 	return &Handler{lister: l, volumePath: volumePath, maxAge: DefaultMaxAge, timeout: 30 * time.Second, now: time.Now}
+}
+
+// Source is one RDS box as the handler lists it: its lister speaks volume
+// IDs (backends.View), so each disk's Slot is its ID.
+type Source struct {
+	Name       string
+	Default    bool
+	VolumePath string
+	Lister     Lister
+}
+
+// NewBoxesHandler returns a Handler listing every box, side by side; a
+// box that fails is reported as such, and only when every box fails does
+// the request fail.
+func NewBoxesHandler(sources []Source) *Handler {
+	return &Handler{sources: sources, maxAge: DefaultMaxAge, timeout: 30 * time.Second, now: time.Now}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -67,11 +85,41 @@ func (h *Handler) inventory(ctx context.Context) (*Inventory, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
+	if h.sources != nil {
+		return h.boxes(ctx)
+	}
 	disks, err := h.lister.ListDisks(ctx)
 	if err != nil {
 		return nil, err
 	}
 	inv := Build(disks, h.volumePath, h.now())
+	h.last = &inv
+	return h.last, nil
+}
+
+// boxes lists every box at once.
+func (h *Handler) boxes(ctx context.Context) (*Inventory, error) {
+	listings := make([]Listing, len(h.sources))
+	var wg sync.WaitGroup
+	for i, src := range h.sources {
+		listings[i] = Listing{Name: src.Name, Default: src.Default, VolumePath: src.VolumePath}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			listings[i].Disks, listings[i].Err = src.Lister.ListDisks(ctx)
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, l := range listings {
+		if l.Err != nil {
+			errs = append(errs, l.Err)
+		}
+	}
+	if len(errs) == len(listings) {
+		return nil, errors.Join(errs...)
+	}
+	inv := BuildBoxes(listings, h.now())
 	h.last = &inv
 	return h.last, nil
 }

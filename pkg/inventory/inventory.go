@@ -32,11 +32,42 @@ type Inventory struct {
 	// OtherDisks counts the file-backed disks outside the volume path,
 	// which are not this driver's and are not described.
 	OtherDisks int `json:"otherDisks"`
+	// Boxes: with several RDS boxes, each box's listing (a box that did
+	// not answer says why: its disks are not in Disks, which does not
+	// mean they are gone). Empty with one box.
+	Boxes []Box `json:"boxes,omitempty"`
+}
+
+// Box is one RDS box's part of the inventory.
+type Box struct {
+	Name       string `json:"name"`
+	Default    bool   `json:"default,omitempty"`
+	VolumePath string `json:"volumePath"`
+	Disks      int    `json:"disks"`
+	Error      string `json:"error,omitempty"`
+}
+
+// BoxOf is the listing of the box a volume ID names ("": the default
+// box's), and whether the inventory has boxes at all.
+func (inv *Inventory) BoxOf(id string) (Box, bool) {
+	name, _, _ := strings.Cut(id, "/")
+	if !strings.Contains(id, "/") {
+		name = ""
+	}
+	for _, b := range inv.Boxes {
+		if (name == "" && b.Default) || (name != "" && b.Name == name && !b.Default) {
+			return b, true
+		}
+	}
+	return Box{}, false
 }
 
 // Disk is one of the driver's disks on the RDS.
 type Disk struct {
+	// Slot is the disk's volume or snapshot ID: its slot on its box,
+	// after the box's name and "/" on a box other than the default.
 	Slot      string `json:"slot"`
+	RDS       string `json:"rds,omitempty"` // its box, with several`
 	Kind      string `json:"kind"`
 	SizeBytes int64  `json:"sizeBytes"`
 	File      string `json:"file"`
@@ -73,6 +104,53 @@ func Build(disks []rds.Disk, volumePath string, now time.Time) Inventory {
 			Slot: d.Slot, Kind: kind, SizeBytes: d.Size, File: d.FilePath,
 			Exported: d.Exported, Port: d.Port, NQN: d.NQN, AllowHost: HostFingerprint(d.AllowHost),
 		})
+	}
+	sort.Slice(inv.Disks, func(i, j int) bool { return inv.Disks[i].Slot < inv.Disks[j].Slot })
+	return inv
+}
+
+// Listing is what one box answered (Sources): its disks, with each
+// Slot the disk's ID (backends.View), or the failure.
+type Listing struct {
+	Name       string
+	Default    bool
+	VolumePath string
+	Disks      []rds.Disk
+	Err        error
+}
+
+// BuildBoxes is Build over several boxes. Pure.
+func BuildBoxes(listings []Listing, now time.Time) Inventory {
+	inv := Inventory{GeneratedAt: now.UTC(), Disks: []Disk{}}
+	for _, l := range listings {
+		b := Box{Name: l.Name, Default: l.Default, VolumePath: l.VolumePath}
+		if l.Default {
+			inv.VolumePath = l.VolumePath
+		}
+		if l.Err != nil {
+			b.Error = l.Err.Error()
+			inv.Boxes = append(inv.Boxes, b)
+			continue
+		}
+		for _, d := range l.Disks {
+			slot := d.Slot
+			if i := strings.Index(slot, "/"); i >= 0 {
+				slot = slot[i+1:]
+			}
+			bare := d
+			bare.Slot = slot
+			kind := rds.FileKind(l.VolumePath, bare)
+			if kind == "" {
+				inv.OtherDisks++
+				continue
+			}
+			b.Disks++
+			inv.Disks = append(inv.Disks, Disk{
+				Slot: d.Slot, RDS: l.Name, Kind: kind, SizeBytes: d.Size, File: d.FilePath,
+				Exported: d.Exported, Port: d.Port, NQN: d.NQN, AllowHost: HostFingerprint(d.AllowHost),
+			})
+		}
+		inv.Boxes = append(inv.Boxes, b)
 	}
 	sort.Slice(inv.Disks, func(i, j int) bool { return inv.Disks[i].Slot < inv.Disks[j].Slot })
 	return inv

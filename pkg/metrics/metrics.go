@@ -109,7 +109,7 @@ type Metrics struct {
 	migrationsStarted prometheus.Counter
 	migrationsEnded   *prometheus.CounterVec
 	rdsCommand        *prometheus.HistogramVec
-	rdsConnected      prometheus.Gauge
+	rdsConnected      *prometheus.GaugeVec
 	indexVolumes      prometheus.Gauge
 	indexAttachments  prometheus.Gauge
 	indexNodes        prometheus.Gauge
@@ -124,12 +124,17 @@ type Metrics struct {
 // unreadable entry never fails a listing of the driver's disks, so this
 // is where an operator sees that RouterOS printed something the driver
 // cannot read.
-func (m *Metrics) CountUnreadableEntries(count func() int64) {
+func (m *Metrics) CountUnreadableEntries(rds string, count func() int64) {
 	m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "rds_unreadable_entries_total",
-		Help: "Entries of RouterOS listings the RDS client could not read and skipped (each is logged with its text); the driver's other disks are still listed.",
+		Help:        "Entries of RouterOS listings the RDS client could not read and skipped (each is logged with its text), by RDS; the driver's other disks are still listed.",
+		ConstLabels: prometheus.Labels{LabelRDS: rds},
 	}, func() float64 { return float64(count()) }))
 }
+
+// LabelRDS is the label that names the RDS box (pkg/backends) of a
+// series of the RDS families.
+const LabelRDS = "rds"
 
 // New returns Metrics registered on a new registry, together with the Go
 // runtime and process collectors.
@@ -159,10 +164,11 @@ func New() *Metrics {
 			"Live migrations ended, by reason (completed, timed_out).", "reason"),
 		rdsCommand: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "rds_command_duration_seconds",
-			Help:    "Duration of RouterOS commands on the RDS, by command (disk_add, disk_print, ...) and result (success, timeout, error).",
+			Help:    "Duration of RouterOS commands, by RDS, command (disk_add, disk_print, ...) and result (success, timeout, error).",
 			Buckets: rdsCommandBuckets,
-		}, []string{"command", "result"}),
-		rdsConnected:     gauge("rds_ssh_connected", "1 while the SSH connection to the RDS is established, 0 otherwise."),
+		}, []string{LabelRDS, "command", "result"}),
+		rdsConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "rds_ssh_connected",
+			Help: "1 while the SSH connection to the RDS is established (its last command reached it), 0 otherwise, by RDS."}, []string{LabelRDS}),
 		indexVolumes:     gauge("index_volumes", "Volumes of this driver in the attachment index."),
 		indexAttachments: gauge("index_attachments", "Attachments (volume on node) in the attachment index."),
 		indexNodes:       gauge("index_nodes", "Nodes known to the attachment index."),
@@ -259,7 +265,7 @@ func (m *Metrics) MigrationTimedOut() { m.migrationsEnded.WithLabelValues(Migrat
 // ObserveRDSCommand records one RouterOS command: command is the command
 // as sent (its arguments are dropped, see commandLabel) or its path
 // ("disk add"), err its outcome (a context deadline counts as a timeout).
-func (m *Metrics) ObserveRDSCommand(command string, d time.Duration, err error) {
+func (m *Metrics) ObserveRDSCommand(rds, command string, d time.Duration, err error) {
 	result := RDSResultSuccess
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -267,11 +273,17 @@ func (m *Metrics) ObserveRDSCommand(command string, d time.Duration, err error) 
 	case err != nil:
 		result = RDSResultError
 	}
-	m.rdsCommand.WithLabelValues(commandLabel(command), result).Observe(d.Seconds())
+	m.rdsCommand.WithLabelValues(rds, commandLabel(command), result).Observe(d.Seconds())
 }
 
-// SetRDSConnected records whether the SSH connection to the RDS is up.
-func (m *Metrics) SetRDSConnected(connected bool) { m.rdsConnected.Set(boolValue(connected)) }
+// AddRDS creates the series of the RDS box named rds that exist from the
+// start (its connection gauge, 0 until a command reaches it).
+func (m *Metrics) AddRDS(rds string) { m.rdsConnected.WithLabelValues(rds) }
+
+// SetRDSConnected records whether the SSH connection to an RDS is up.
+func (m *Metrics) SetRDSConnected(rds string, connected bool) {
+	m.rdsConnected.WithLabelValues(rds).Set(boolValue(connected))
+}
 
 // SetIndexSize records the attachment index's size.
 func (m *Metrics) SetIndexSize(volumes, attachments, nodes int) {

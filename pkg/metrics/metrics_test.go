@@ -92,6 +92,8 @@ func gather(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
 
 func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 	m := New()
+	m.AddRDS("rack-a")
+	m.AddRDS("rack-b")
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	srv := httptest.NewServer(mux)
@@ -125,16 +127,17 @@ func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 		{series{"rds_csi_migrations_started_total", map[string]string{}}, 0, false, m.MigrationStarted, 1},
 		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "completed"}}, 0, false, m.MigrationFinished, 1},
 		{series{"rds_csi_migrations_ended_total", map[string]string{"reason": "timed_out"}}, 0, false, m.MigrationTimedOut, 1},
-		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_add", "result": "success"}}, 0, true, func() {
-			m.ObserveRDSCommand("/disk add type=file file-path=/storage-pool/kubernetes-volumes/pvc-1.img file-size=1G slot=pvc-1", 40*time.Millisecond, nil)
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"rds": "rack-a", "command": "disk_add", "result": "success"}}, 0, true, func() {
+			m.ObserveRDSCommand("rack-a", "/disk add type=file file-path=/storage-pool/kubernetes-volumes/pvc-1.img file-size=1G slot=pvc-1", 40*time.Millisecond, nil)
 		}, 1},
-		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "disk_print", "result": "timeout"}}, 0, true, func() {
-			m.ObserveRDSCommand("disk print", time.Second, fmt.Errorf("waiting for the RDS: %w", context.DeadlineExceeded))
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"rds": "rack-b", "command": "disk_print", "result": "timeout"}}, 0, true, func() {
+			m.ObserveRDSCommand("rack-b", "disk print", time.Second, fmt.Errorf("waiting for the RDS: %w", context.DeadlineExceeded))
 		}, 1},
-		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"command": "system_resource_print", "result": "error"}}, 0, true, func() {
-			m.ObserveRDSCommand("/system resource print", time.Millisecond, errors.New("failure: no such item"))
+		{series{"rds_csi_rds_command_duration_seconds", map[string]string{"rds": "rack-a", "command": "system_resource_print", "result": "error"}}, 0, true, func() {
+			m.ObserveRDSCommand("rack-a", "/system resource print", time.Millisecond, errors.New("failure: no such item"))
 		}, 1},
-		{series{"rds_csi_rds_ssh_connected", map[string]string{}}, 0, false, func() { m.SetRDSConnected(true) }, 1},
+		{series{"rds_csi_rds_ssh_connected", map[string]string{"rds": "rack-a"}}, 0, false, func() { m.SetRDSConnected("rack-a", true) }, 1},
+		{series{"rds_csi_rds_ssh_connected", map[string]string{"rds": "rack-b"}}, 0, false, func() {}, 0},
 		{series{"rds_csi_index_volumes", map[string]string{}}, 0, false, func() { m.SetIndexSize(7, 9, 3) }, 7},
 		{series{"rds_csi_index_attachments", map[string]string{}}, 0, false, func() { m.SetIndexSize(7, 9, 3) }, 9},
 		{series{"rds_csi_index_nodes", map[string]string{}}, 0, false, func() { m.SetIndexSize(7, 9, 3) }, 3},
@@ -176,10 +179,10 @@ func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 
 	// Booleans go back to 0.
 	m.SetLeader(false)
-	m.SetRDSConnected(false)
+	m.SetRDSConnected("rack-a", false)
 	final := scrape(t, srv)
-	for _, name := range []string{"rds_csi_leader", "rds_csi_rds_ssh_connected"} {
-		if got, err := value(final, name, map[string]string{}); err != nil || got != 0 {
+	for name, labels := range map[string]map[string]string{"rds_csi_leader": {}, "rds_csi_rds_ssh_connected": {"rds": "rack-a"}} {
+		if got, err := value(final, name, labels); err != nil || got != 0 {
 			t.Errorf("%s = %v (%v), want 0", name, got, err)
 		}
 	}
@@ -188,7 +191,8 @@ func TestScrapeHasEveryFamilyAndRecordingChangesIt(t *testing.T) {
 func TestEveryFamilyHasThePrefixAndPassesPromlint(t *testing.T) {
 	m := New()
 	// Create every labelled series so the linter sees them all.
-	m.ObserveRDSCommand("disk_add", time.Millisecond, nil)
+	m.ObserveRDSCommand("rack-a", "disk_add", time.Millisecond, nil)
+	m.AddRDS("rack-a")
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +286,8 @@ func TestTwoInstancesAreIndependent(t *testing.T) {
 func TestUnreadableEntriesCounter(t *testing.T) {
 	m := New()
 	var n int64 = 3
-	m.CountUnreadableEntries(func() int64 { return n })
+	m.CountUnreadableEntries("rack-a", func() int64 { return n })
+	m.CountUnreadableEntries("rack-b", func() int64 { return 11 })
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +296,10 @@ func TestUnreadableEntriesCounter(t *testing.T) {
 	for _, f := range families {
 		byName[f.GetName()] = f
 	}
-	if v, err := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{}); err != nil || v != 3 {
+	if v, err := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{"rds": "rack-b"}); err != nil || v != 11 {
+		t.Fatalf("rack-b's rds_csi_rds_unreadable_entries_total = %v, %v; want 11", v, err)
+	}
+	if v, err := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{"rds": "rack-a"}); err != nil || v != 3 {
 		t.Fatalf("rds_csi_rds_unreadable_entries_total = %v, %v; want 3", v, err)
 	}
 	n = 5
@@ -299,7 +307,7 @@ func TestUnreadableEntriesCounter(t *testing.T) {
 	for _, f := range families {
 		byName[f.GetName()] = f
 	}
-	if v, _ := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{}); v != 5 {
+	if v, _ := value(byName, "rds_csi_rds_unreadable_entries_total", map[string]string{"rds": "rack-a"}); v != 5 {
 		t.Fatalf("after two more skipped entries: %v, want 5", v)
 	}
 }

@@ -15,8 +15,9 @@ import (
 // driver's PVs only, capped by rdshealth.Config.MaxVolumes); drives and
 // arrays their RDS slot.
 
+// Every family carries the RDS box's name (LabelRDS) first.
 func healthDesc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rds", name), help, labels, nil)
+	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "rds", name), help, append([]string{LabelRDS}, labels...), nil)
 }
 
 var (
@@ -85,9 +86,15 @@ var (
 		"Operations in flight on the volume's disk (its queue depth) at the last poll.", "pv")
 )
 
-// rdsHealthCollector reports a poller's View.
+// RDSHealthSource is one box's poller as the metrics read it.
+type RDSHealthSource struct {
+	RDS  string                // the box's name, the rds label
+	View func() rdshealth.View // rdshealth.Poller.View
+}
+
+// rdsHealthCollector reports each box's poller's View.
 type rdsHealthCollector struct {
-	view func() rdshealth.View
+	sources []RDSHealthSource
 }
 
 func (c rdsHealthCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -100,12 +107,18 @@ func (c rdsHealthCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c rdsHealthCollector) Collect(ch chan<- prometheus.Metric) {
-	v := c.view()
+	for _, src := range c.sources {
+		collectRDSHealth(ch, src.RDS, src.View())
+	}
+}
+
+// collectRDSHealth reports one box's view.
+func collectRDSHealth(ch chan<- prometheus.Metric, box string, v rdshealth.View) {
 	gauge := func(d *prometheus.Desc, value float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, value, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, value, append([]string{box}, labels...)...)
 	}
 	counter := func(d *prometheus.Desc, value float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, value, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, value, append([]string{box}, labels...)...)
 	}
 	gauge(descPolling, boolValue(v.Polling))
 	for _, part := range rdshealth.Parts {
@@ -190,7 +203,8 @@ func (c rdsHealthCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // ReportRDSHealth registers the RDS health and load families (issue 27),
-// read from view (rdshealth.Poller.View) at every scrape.
-func (m *Metrics) ReportRDSHealth(view func() rdshealth.View) {
-	m.registry.MustRegister(rdsHealthCollector{view: view})
+// read from each box's poller (rdshealth.Poller.View) at every scrape,
+// labelled by box.
+func (m *Metrics) ReportRDSHealth(sources ...RDSHealthSource) {
+	m.registry.MustRegister(rdsHealthCollector{sources: sources})
 }

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,44 +73,44 @@ func series(t *testing.T, families map[string]*dto.MetricFamily) []string {
 func TestRDSHealthSeries(t *testing.T) {
 	view := sampleView()
 	m := New()
-	m.ReportRDSHealth(func() rdshealth.View { return view })
+	m.ReportRDSHealth(RDSHealthSource{RDS: "rds-a", View: func() rdshealth.View { return view }})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	got := strings.Join(series(t, scrape(t, srv)), "\n")
 	want := strings.Join([]string{
-		"rds_csi_rds_array_degraded{array=raid1} 1",
-		"rds_csi_rds_array_failed_members{array=raid1} 1",
-		"rds_csi_rds_array_missing_members{array=raid1} 1",
-		"rds_csi_rds_drive_critical_warning{drive=nvme1} 0",
-		"rds_csi_rds_drive_failed{array=raid1,drive=nvme1} 0",
-		"rds_csi_rds_drive_failed{array=raid1,drive=nvme2} 1",
-		"rds_csi_rds_drive_percentage_used{drive=nvme1} 4",
-		"rds_csi_rds_drive_temperature_celsius{drive=nvme1} 71",
-		"rds_csi_rds_drive_unsafe_shutdowns_total{drive=nvme1} 3",
-		"rds_csi_rds_health_part_failed_polls{part=disks} 0",
-		"rds_csi_rds_health_part_failed_polls{part=pool_traffic} 1",
-		"rds_csi_rds_health_part_failed_polls{part=stats} 0",
-		"rds_csi_rds_health_poll_duration_seconds{} 1.5",
-		"rds_csi_rds_health_poll_errors_total{part=disks} 2",
-		"rds_csi_rds_health_poll_errors_total{part=pool_traffic} 1",
-		"rds_csi_rds_health_poll_errors_total{part=stats} 0",
-		"rds_csi_rds_health_poll_interval_seconds{} 30",
-		"rds_csi_rds_health_polling{} 1",
-		"rds_csi_rds_health_staleness_seconds{} 45",
-		"rds_csi_rds_health_unreadable_entries{} 0",
-		"rds_csi_rds_health_volumes_dropped{} 0",
-		"rds_csi_rds_pool_free_bytes{pool=storage-pool} 100",
-		"rds_csi_rds_pool_size_bytes{pool=storage-pool} 1000",
-		"rds_csi_rds_pool_write_bytes_per_second{pool=storage-pool} 1600000",
-		"rds_csi_rds_pool_write_ops_per_second{pool=storage-pool} 76",
-		"rds_csi_rds_volume_active_seconds_total{pv=pvc-a} 1.5",
-		"rds_csi_rds_volume_in_flight_ops{pv=pvc-a} 7",
-		"rds_csi_rds_volume_io_errors_total{pv=pvc-a} 0",
-		"rds_csi_rds_volume_read_bytes_total{pv=pvc-a} 4096",
-		"rds_csi_rds_volume_read_ops_total{pv=pvc-a} 5",
-		"rds_csi_rds_volume_wait_seconds_total{pv=pvc-a} 1",
-		"rds_csi_rds_volume_write_bytes_total{pv=pvc-a} 360448",
-		"rds_csi_rds_volume_write_ops_total{pv=pvc-a} 88",
+		"rds_csi_rds_array_degraded{array=raid1,rds=rds-a} 1",
+		"rds_csi_rds_array_failed_members{array=raid1,rds=rds-a} 1",
+		"rds_csi_rds_array_missing_members{array=raid1,rds=rds-a} 1",
+		"rds_csi_rds_drive_critical_warning{drive=nvme1,rds=rds-a} 0",
+		"rds_csi_rds_drive_failed{array=raid1,drive=nvme1,rds=rds-a} 0",
+		"rds_csi_rds_drive_failed{array=raid1,drive=nvme2,rds=rds-a} 1",
+		"rds_csi_rds_drive_percentage_used{drive=nvme1,rds=rds-a} 4",
+		"rds_csi_rds_drive_temperature_celsius{drive=nvme1,rds=rds-a} 71",
+		"rds_csi_rds_drive_unsafe_shutdowns_total{drive=nvme1,rds=rds-a} 3",
+		"rds_csi_rds_health_part_failed_polls{part=disks,rds=rds-a} 0",
+		"rds_csi_rds_health_part_failed_polls{part=pool_traffic,rds=rds-a} 1",
+		"rds_csi_rds_health_part_failed_polls{part=stats,rds=rds-a} 0",
+		"rds_csi_rds_health_poll_duration_seconds{rds=rds-a} 1.5",
+		"rds_csi_rds_health_poll_errors_total{part=disks,rds=rds-a} 2",
+		"rds_csi_rds_health_poll_errors_total{part=pool_traffic,rds=rds-a} 1",
+		"rds_csi_rds_health_poll_errors_total{part=stats,rds=rds-a} 0",
+		"rds_csi_rds_health_poll_interval_seconds{rds=rds-a} 30",
+		"rds_csi_rds_health_polling{rds=rds-a} 1",
+		"rds_csi_rds_health_staleness_seconds{rds=rds-a} 45",
+		"rds_csi_rds_health_unreadable_entries{rds=rds-a} 0",
+		"rds_csi_rds_health_volumes_dropped{rds=rds-a} 0",
+		"rds_csi_rds_pool_free_bytes{pool=storage-pool,rds=rds-a} 100",
+		"rds_csi_rds_pool_size_bytes{pool=storage-pool,rds=rds-a} 1000",
+		"rds_csi_rds_pool_write_bytes_per_second{pool=storage-pool,rds=rds-a} 1600000",
+		"rds_csi_rds_pool_write_ops_per_second{pool=storage-pool,rds=rds-a} 76",
+		"rds_csi_rds_volume_active_seconds_total{pv=pvc-a,rds=rds-a} 1.5",
+		"rds_csi_rds_volume_in_flight_ops{pv=pvc-a,rds=rds-a} 7",
+		"rds_csi_rds_volume_io_errors_total{pv=pvc-a,rds=rds-a} 0",
+		"rds_csi_rds_volume_read_bytes_total{pv=pvc-a,rds=rds-a} 4096",
+		"rds_csi_rds_volume_read_ops_total{pv=pvc-a,rds=rds-a} 5",
+		"rds_csi_rds_volume_wait_seconds_total{pv=pvc-a,rds=rds-a} 1",
+		"rds_csi_rds_volume_write_bytes_total{pv=pvc-a,rds=rds-a} 360448",
+		"rds_csi_rds_volume_write_ops_total{pv=pvc-a,rds=rds-a} 88",
 	}, "\n")
 	if got != want {
 		t.Errorf("leader's series:\n%s\nwant:\n%s", got, want)
@@ -118,17 +119,17 @@ func TestRDSHealthSeries(t *testing.T) {
 	// Polling, no good poll yet or too old: the meta series only.
 	view.Snapshot = nil
 	got = strings.Join(series(t, scrape(t, srv)), "\n")
-	if strings.Contains(got, "rds_csi_rds_array_") || strings.Contains(got, "rds_csi_rds_pool_") || strings.Contains(got, "rds_csi_rds_volume_") || !strings.Contains(got, "rds_csi_rds_health_staleness_seconds{} 45") {
+	if strings.Contains(got, "rds_csi_rds_array_") || strings.Contains(got, "rds_csi_rds_pool_") || strings.Contains(got, "rds_csi_rds_volume_") || !strings.Contains(got, "rds_csi_rds_health_staleness_seconds{rds=rds-a} 45") {
 		t.Errorf("without a snapshot:\n%s", got)
 	}
 	// Not the leader: whether it polls, and its counts.
 	view = rdshealth.View{Errors: map[string]uint64{rdshealth.PartDisks: 2}}
 	got = strings.Join(series(t, scrape(t, srv)), "\n")
 	want = strings.Join([]string{
-		"rds_csi_rds_health_poll_errors_total{part=disks} 2",
-		"rds_csi_rds_health_poll_errors_total{part=pool_traffic} 0",
-		"rds_csi_rds_health_poll_errors_total{part=stats} 0",
-		"rds_csi_rds_health_polling{} 0",
+		"rds_csi_rds_health_poll_errors_total{part=disks,rds=rds-a} 2",
+		"rds_csi_rds_health_poll_errors_total{part=pool_traffic,rds=rds-a} 0",
+		"rds_csi_rds_health_poll_errors_total{part=stats,rds=rds-a} 0",
+		"rds_csi_rds_health_polling{rds=rds-a} 0",
 	}, "\n")
 	if got != want {
 		t.Errorf("a replica that does not poll:\n%s\nwant:\n%s", got, want)
@@ -138,7 +139,7 @@ func TestRDSHealthSeries(t *testing.T) {
 // TestRDSHealthLint: the families pass promlint (names, units, help).
 func TestRDSHealthLint(t *testing.T) {
 	m := New()
-	m.ReportRDSHealth(sampleView)
+	m.ReportRDSHealth(RDSHealthSource{RDS: "rds-a", View: sampleView})
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func TestMissingMembersUnknownIsNotZero(t *testing.T) {
 	view := rdshealth.View{Polling: true, Interval: 30 * time.Second, Errors: map[string]uint64{},
 		Snapshot: &rdshealth.Snapshot{Arrays: []rds.Array{{Slot: "raid1", Members: []string{"nvme1"}}}}}
 	m := New()
-	m.ReportRDSHealth(func() rdshealth.View { return view })
+	m.ReportRDSHealth(RDSHealthSource{RDS: "rds-a", View: func() rdshealth.View { return view }})
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +170,32 @@ func TestMissingMembersUnknownIsNotZero(t *testing.T) {
 			for _, s := range f.GetMetric() {
 				t.Errorf("array_missing_members %v = %v, although raid-device-count was not printed", s.GetLabel(), s.GetGauge().GetValue())
 			}
+		}
+	}
+}
+
+// Each box's poll is reported under its own name: one box polled and
+// degraded, another not polled, side by side.
+func TestRDSHealthSeriesPerBox(t *testing.T) {
+	m := New()
+	m.ReportRDSHealth(RDSHealthSource{RDS: "rds-a", View: sampleView},
+		RDSHealthSource{RDS: "rds-b", View: func() rdshealth.View { return rdshealth.View{Errors: map[string]uint64{rdshealth.PartDisks: 4}} }})
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	got := series(t, scrape(t, srv))
+	for _, want := range []string{
+		"rds_csi_rds_array_degraded{array=raid1,rds=rds-a} 1",
+		"rds_csi_rds_health_polling{rds=rds-a} 1",
+		"rds_csi_rds_health_polling{rds=rds-b} 0",
+		"rds_csi_rds_health_poll_errors_total{part=disks,rds=rds-b} 4",
+	} {
+		if !slices.Contains(got, want) {
+			t.Errorf("no %s in\n%s", want, strings.Join(got, "\n"))
+		}
+	}
+	for _, g := range got {
+		if strings.HasPrefix(g, "rds_csi_rds_array_degraded") && strings.Contains(g, "rds=rds-b") {
+			t.Errorf("rds-b, not polled, reports %s", g)
 		}
 	}
 }

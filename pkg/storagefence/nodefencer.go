@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -28,6 +29,7 @@ type NodeFencer struct {
 	isLeader func() bool
 	policy   fencing.Config
 	now      func() time.Time
+	group    func(handle string) string
 }
 
 // NodeTainter declares a node out of service (fencing.Tainter).
@@ -51,6 +53,10 @@ type NodeFencerConfig struct {
 	IsLeader func() bool
 	// Now nil: time.Now.
 	Now func() time.Time
+	// Group, when set, names the RDS box a volume is on: a node's
+	// volumes on different boxes are released side by side, so that a
+	// box that hangs delays only its own volumes' fences.
+	Group func(handle string) string
 }
 
 // NewNodeFencer returns a NodeFencer.
@@ -59,7 +65,7 @@ func NewNodeFencer(cfg NodeFencerConfig) *NodeFencer {
 		cfg.Now = time.Now
 	}
 	return &NodeFencer{fence: cfg.Fence, nodes: cfg.Nodes, tainter: cfg.Tainter, reporter: cfg.Reporter,
-		isLeader: cfg.IsLeader, policy: cfg.Policy, now: cfg.Now}
+		isLeader: cfg.IsLeader, policy: cfg.Policy, now: cfg.Now, group: cfg.Group}
 }
 
 func (n *NodeFencer) leads() bool { return n.isLeader == nil || n.isLeader() }
@@ -71,30 +77,37 @@ func (n *NodeFencer) NodeStale(ctx context.Context, s fencing.StaleHolder) error
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	var errs []error
+	// One box's volumes one after the other, the boxes side by side; the
+	// taint waits for every box.
+	groups := map[string][]fencing.VolumeRef{}
+	var order []string
 	for _, v := range s.Volumes {
-		var reason fencing.FenceReason
-		stale := func(ctx context.Context, c claims.Claim) (bool, error) {
-			live, err := n.nodes.LiveNode(ctx, s.Node)
-			if err != nil {
-				return false, err
+		g := ""
+		if n.group != nil {
+			g = n.group(v.Handle)
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], v)
+	}
+	errsOf := make([][]error, len(order))
+	var wg sync.WaitGroup
+	for i, g := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, v := range groups[g] {
+				if err := n.fenceVolume(ctx, logger, s, v); err != nil {
+					errsOf[i] = append(errsOf[i], err)
+				}
 			}
-			r, ok := fencing.HolderStale(fencing.Holder{Node: s.Node, UID: c.NodeUID}, live, n.now(), n.policy)
-			reason = r
-			return ok, nil
-		}
-		out, err := n.fence.Release(ctx, Release{Handle: v.Handle, PV: v.PV, PVs: v.PVs, Node: s.Node, May: stale})
-		if err == nil {
-			err = out.SettleErr
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("fencing node %s off volume %s: %w", s.Node, v.Handle, err))
-		}
-		if !out.Released {
-			continue
-		}
-		n.reporter.Fenced(v, s.Node, reason)
-		logger.Info("fenced stale attachment", "volume", v.Handle, "pv", v.PV, "node", s.Node, "reason", reason)
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, e := range errsOf {
+		errs = append(errs, e...)
 	}
 	if len(errs) > 0 || n.tainter == nil || (s.Reason != fencing.FenceNotReady && s.Reason != fencing.FenceHeartbeatLost) {
 		return errors.Join(errs...)
@@ -109,6 +122,34 @@ func (n *NodeFencer) NodeStale(ctx context.Context, s fencing.StaleHolder) error
 	}
 	logger.Info("fenced node tainted out of service", "node", s.Node, "taint", "node.kubernetes.io/out-of-service:NoExecute")
 	return nil
+}
+
+// fenceVolume releases node s.Node's claim on v through the protocol, if
+// a live read of the node still finds it stale.
+func (n *NodeFencer) fenceVolume(ctx context.Context, logger klog.Logger, s fencing.StaleHolder, v fencing.VolumeRef) error {
+	var reason fencing.FenceReason
+	stale := func(ctx context.Context, c claims.Claim) (bool, error) {
+		live, err := n.nodes.LiveNode(ctx, s.Node)
+		if err != nil {
+			return false, err
+		}
+		r, ok := fencing.HolderStale(fencing.Holder{Node: s.Node, UID: c.NodeUID}, live, n.now(), n.policy)
+		reason = r
+		return ok, nil
+	}
+	out, err := n.fence.Release(ctx, Release{Handle: v.Handle, PV: v.PV, PVs: v.PVs, Node: s.Node, May: stale})
+	if err == nil {
+		err = out.SettleErr
+	}
+	if err != nil {
+		err = fmt.Errorf("fencing node %s off volume %s: %w", s.Node, v.Handle, err)
+	}
+	if !out.Released {
+		return err
+	}
+	n.reporter.Fenced(v, s.Node, reason)
+	logger.Info("fenced stale attachment", "volume", v.Handle, "pv", v.PV, "node", s.Node, "reason", reason)
+	return err
 }
 
 // OrphanedClaim reports a claim without a VolumeAttachment (leader only,

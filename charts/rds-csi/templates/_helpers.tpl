@@ -37,6 +37,12 @@ env:
     valueFrom:
       fieldRef:
         fieldPath: metadata.namespace
+{{- if .podName }}
+  - name: POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
+{{- end }}
 ports:
   - name: {{ .port }}
     containerPort: {{ .containerPort }}

@@ -41,6 +41,55 @@ install that fails half-way) is refused here, before anything is applied.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* The boxes of extraRDS, as the driver checks its --rds-config:
+each named (a label value), none twice (without case, the default box's
+name included), none at another's SSH address or NVMe/TCP target. */ -}}
+{{- $boxName := default $v.rds.address $v.rds.name -}}
+{{- $boxes := dict (lower $boxName) "the default RDS (rds.name, or rds.address)" -}}
+{{- $exact := dict $boxName true -}}
+{{- $sshAt := dict (printf "%s:%v" (lower (trimSuffix "." $v.rds.address)) $v.rds.port) "the default RDS (rds.address:rds.port)" -}}
+{{- $nvmeAt := dict (printf "%s:%v" (lower (trimSuffix "." (default $v.rds.address $v.nvme.address))) $v.nvme.port) "the default RDS (nvme.address:nvme.port)" -}}
+{{- if and $v.extraRDS (gt (len $boxName) 59) -}}
+{{- fail (printf "the default RDS's name %q is %d characters: with extraRDS at most 59 (nodes are labelled topology.rds.csi.srvlab.io/rds.<name>); set rds.name" $boxName (len $boxName)) -}}
+{{- end -}}
+{{- range $i, $b := $v.extraRDS -}}
+{{- $at := printf "extraRDS[%d] (%q)" $i $b.name -}}
+{{- include "rds-csi.checkHost" (dict "name" (printf "%s.address" $at) "value" $b.address "port" (printf "extraRDS[%d].port" $i)) -}}
+{{- with $b.nvmeAddress -}}
+{{- include "rds-csi.checkHost" (dict "name" (printf "%s.nvmeAddress" $at) "value" . "port" (printf "extraRDS[%d].nvmePort" $i)) -}}
+{{- end -}}
+{{- with get $boxes (lower $b.name) -}}
+{{- fail (printf "%s: the name is taken by %s already (names are compared without case)" $at .) -}}
+{{- end -}}
+{{- $_ := set $boxes (lower $b.name) $at -}}
+{{- $_ := set $exact $b.name true -}}
+{{- $ssh := printf "%s:%v" (lower (trimSuffix "." $b.address)) (default 22 $b.port) -}}
+{{- with get $sshAt $ssh -}}
+{{- fail (printf "%s: SSH address %s is %s's already: two entries would be one RDS under two names" $at $ssh .) -}}
+{{- end -}}
+{{- $_ := set $sshAt $ssh $at -}}
+{{- $nvme := printf "%s:%v" (lower (trimSuffix "." (default $b.address $b.nvmeAddress))) (default $v.nvme.port $b.nvmePort) -}}
+{{- with get $nvmeAt $nvme -}}
+{{- fail (printf "%s: NVMe/TCP target %s is %s's already: nodes could not tell their volumes apart" $at $nvme .) -}}
+{{- end -}}
+{{- $_ := set $nvmeAt $nvme $at -}}
+{{- with $b.commandTimeout -}}
+{{- $s := float64 (include "rds-csi.seconds" .) -}}
+{{- if or (lt $s 1.0) (gt $s 600.0) -}}
+{{- fail (printf "%s: commandTimeout %s is outside 1s..10m, or the driver refuses to start" $at .) -}}
+{{- end -}}
+{{- end -}}
+{{- if eq (default $v.rds.volumePath $b.volumePath) (printf "/%s" (default $v.rds.pool $b.pool)) -}}
+{{- fail (printf "%s: volumePath %q is its storage pool itself: give a directory inside it" $at (default $v.rds.volumePath $b.volumePath)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $sc := $v.storageClasses -}}
+{{- with $sc.parameters -}}
+{{- if and (hasKey . "rds") (not (hasKey $exact (get . "rds"))) -}}
+{{- fail (printf "storageClasses[%d].parameters.rds %q names no RDS of the chart (rds.name, or rds.address, and extraRDS[].name): the driver refuses its claims at CreateVolume" $i (get . "rds")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $names := dict -}}
 {{- range $i, $sc := $v.storageClasses -}}
 {{- if hasKey $names $sc.name -}}
@@ -58,6 +107,7 @@ value to set instead. */ -}}
   "endpoint" (printf $fixed "the socket the sidecars share")
   "rds-address" (printf $value "rds.address")
   "rds-name" (printf $value "rds.name")
+  "rds-config" (printf $value "extraRDS (the ConfigMap's rds-config.yaml)")
   "http-endpoint" (printf $fixed "the ports the probes and metrics use")
   "storage-fencing" (printf $value "storageFencing.enabled, which also grants the controller the RBAC storage fencing needs")
   "out-of-service-taint" (printf $value "storageFencing.outOfServiceTaint, which also grants the controller update on nodes")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +122,18 @@ images:
 replicas:
   - name: rds-csi-controller
     count: 3
+`,
+		},
+		{
+			name: "more RDS",
+			set:  []string{"extraRDS[0].name=rack-b", "extraRDS[0].address=192.0.2.20", "extraRDS[0].nodes[0]=rack-b-*"},
+			kust: `resources: [ROOT/manifests]
+patches:
+  - target: {kind: ConfigMap, name: rds-csi-config}
+    patch: |-
+      - op: replace
+        path: /data/rds-config.yaml
+        value: "rds:\n- address: 192.0.2.20\n  name: rack-b\n  nodes:\n  - rack-b-*\n"
 `,
 		},
 		{
@@ -311,10 +324,14 @@ func TestChartRefusesBadValues(t *testing.T) {
 		// Refused by the driver at CreateVolume.
 		{[]string{"storageClasses[0].name=x", "storageClasses[0].parameters.fsType=ext4"}, "fsType"},
 		{[]string{`storageClasses[0].name=x`, `storageClasses[0].parameters.csi\.storage\.k8s\.io/fstype=btrfs`}, "fstype"},
+		{[]string{"storageClasses[0].name=x", "storageClasses[0].parameters.rds=rack-z", "extraRDS[0].name=rack-b", "extraRDS[0].address=192.0.2.20"}, `storageClasses[0].parameters.rds "rack-z" names no RDS of the chart`},
+		{[]string{"storageClasses[0].name=x", "storageClasses[0].parameters.rdsName=rack-b"}, "rdsName"},
+		{[]string{"extraRDS[0].name=rack-b", "extraRDS[0].address=192.0.2.20", "extraRDS[0].knownHosts=x"}, "knownHosts"},
 		// extraArgs.
 		{[]string{"controller.extraArgs[0]=--storage-fencing=allow-host"}, "--storage-fencing is set by the chart from storageFencing.enabled"},
 		{[]string{"controller.extraArgs[0]=--out-of-service-taint"}, "storageFencing.outOfServiceTaint"},
 		{[]string{"controller.extraArgs[0]=--rds-address=other"}, "--rds-address is set by the chart from rds.address"},
+		{[]string{"controller.extraArgs[0]=--rds-config=/x.yaml"}, "--rds-config is set by the chart from extraRDS"},
 		{[]string{"node.extraArgs[0]=--v=5"}, "node.logLevel"},
 		{[]string{"node.extraArgs[0]=--node-id=n1"}, "--node-id is set by the chart"},
 		{[]string{"node.extraArgs[0]=--node-connector=loop"}, "--node-connector is node.labLoopDataDir (labs only"},
@@ -565,17 +582,83 @@ func TestChartFlagValuesAgreeWithTheDriver(t *testing.T) {
 		var args []string
 		if renderErr != nil {
 			// What the chart would have rendered: its default args and these.
-			out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set})
-			if err != nil {
+			var err error
+			if out, err = Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: c.set}); err != nil {
 				t.Fatalf("--set %q: %v", c.set, err)
 			}
 			args = append(controllerArgs(t, out), c.args...)
 		} else {
 			args = controllerArgs(t, out)
 		}
-		driverTook, stderr := driverTakesFlags(t, bin, args, "the controller needs the Kubernetes API")
+		driverTook, stderr := driverTakesFlags(t, bin, args, rdsConfig(t, out), "the controller needs the Kubernetes API")
 		if chartTook := renderErr == nil; chartTook != driverTook {
 			t.Errorf("--set %q: chart renders %v (%v), driver takes the flags %v (%s)", set, chartTook, renderErr, driverTook, stderr)
+		}
+	}
+}
+
+// The chart's checks of extraRDS agree with the driver's of --rds-config:
+// for each list, the chart renders exactly when the driver, started with
+// the controller args and the list the chart renders, gets past its checks
+// (a refused list is given to the driver as the chart would have rendered
+// it).
+func TestChartRDSListAgreesWithTheDriver(t *testing.T) {
+	bin := driverBinary(t)
+	type box map[string]string
+	for _, c := range []struct {
+		name  string
+		boxes []box
+		more  []string
+	}{
+		{"one more", []box{{"name": "rack-b", "address": "192.0.2.20"}}, nil},
+		{"two more, own ports", []box{{"name": "rack-b", "address": "192.0.2.20", "port": "2222", "nvmePort": "4421"}, {"name": "rack-c", "address": "rds-c.example.net", "commandTimeout": "5s", "maxSessions": "2"}}, nil},
+		{"a name twice", []box{{"name": "rack-b", "address": "192.0.2.20"}, {"name": "Rack-B", "address": "192.0.2.21"}}, nil},
+		{"the default's name", []box{{"name": "rds-1", "address": "192.0.2.20"}}, nil},
+		{"the default's address", []box{{"name": "rack-b", "address": "192.0.2.10"}}, nil},
+		{"another port of the default's address", []box{{"name": "rack-b", "address": "192.0.2.10", "port": "2222", "nvmePort": "4421"}}, nil},
+		{"the default's NVMe target", []box{{"name": "rack-b", "address": "192.0.2.20", "nvmeAddress": "192.0.2.10"}}, nil},
+		{"not a label value", []box{{"name": "rack b", "address": "192.0.2.20"}}, nil},
+		{"too long for the node label", []box{{"name": strings.Repeat("b", 60), "address": "192.0.2.20"}}, nil},
+		{"59 characters", []box{{"name": strings.Repeat("b", 59), "address": "192.0.2.20"}}, nil},
+		{"an address with a port", []box{{"name": "rack-b", "address": "192.0.2.20:22"}}, nil},
+		{"no address", []box{{"name": "rack-b"}}, nil},
+		{"the pool as volume path", []box{{"name": "rack-b", "address": "192.0.2.20", "pool": "p2", "volumePath": "/p2"}}, nil},
+		{"a command timeout of an hour", []box{{"name": "rack-b", "address": "192.0.2.20", "commandTimeout": "1h"}}, nil},
+		{"a command timeout of 10m", []box{{"name": "rack-b", "address": "192.0.2.20", "commandTimeout": "9m60s"}}, nil},
+		{"a StorageClass pinning a box", []box{{"name": "rack-b", "address": "192.0.2.20"}}, []string{"storageClasses[0].name=b", "storageClasses[0].parameters.rds=rack-b"}},
+	} {
+		// The default box as driverTakesFlags starts the driver.
+		def := []string{"rds.address=192.0.2.10", "rds.name=rds-1"}
+		set := append(slices.Clone(def), c.more...)
+		var list strings.Builder
+		list.WriteString("rds:\n")
+		for i, b := range c.boxes {
+			for j, k := range slices.Sorted(maps.Keys(b)) {
+				v := b[k]
+				set = append(set, fmt.Sprintf("extraRDS[%d].%s=%s", i, k, v))
+				lead := "  "
+				if j == 0 {
+					lead = "- "
+				}
+				if k == "port" || k == "nvmePort" || k == "maxSessions" {
+					fmt.Fprintf(&list, "%s%s: %s\n", lead, k, v)
+				} else {
+					fmt.Fprintf(&list, "%s%s: %q\n", lead, k, v)
+				}
+			}
+		}
+		out, renderErr := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: set})
+		text := list.String()
+		if renderErr == nil {
+			text = rdsConfig(t, out)
+		}
+		base, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: def})
+		if err != nil {
+			t.Fatal(err)
+		}
+		driverTook, stderr := driverTakesFlags(t, bin, controllerArgs(t, base), text, "the controller needs the Kubernetes API")
+		if chartTook := renderErr == nil; chartTook != driverTook {
+			t.Errorf("%s: chart renders %v (%v), driver takes the list %v (%s)", c.name, chartTook, renderErr, driverTook, stderr)
 		}
 	}
 }
@@ -597,6 +680,21 @@ func podArgs(t *testing.T, stream []byte, workload string) []string {
 		args = append(args, a.(string))
 	}
 	return args
+}
+
+// rdsConfig is the ConfigMap's rds-config.yaml in a render (the file the
+// pods mount for --rds-config).
+func rdsConfig(t *testing.T, stream []byte) string {
+	t.Helper()
+	objs, err := Objects(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, ok := path(objs["ConfigMap/rds-csi/rds-csi-config"], "data", "rds-config.yaml").(string)
+	if !ok {
+		t.Fatal("the ConfigMap rds-csi-config has no rds-config.yaml")
+	}
+	return text
 }
 
 // The node plugin's extraArgs, likewise: the chart renders exactly when
@@ -637,15 +735,15 @@ func TestChartNodeFlagValuesAgreeWithTheDriver(t *testing.T) {
 		out, renderErr := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: set})
 		var pod []string
 		if renderErr != nil {
-			out, err := Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: fencing})
-			if err != nil {
+			var err error
+			if out, err = Helm(filepath.Join(root(t), "charts", "rds-csi"), HelmOptions{Set: fencing}); err != nil {
 				t.Fatalf("--set %q: %v", fencing, err)
 			}
 			pod = append(podArgs(t, out, "DaemonSet/rds-csi/rds-csi-node"), args...)
 		} else {
 			pod = podArgs(t, out, "DaemonSet/rds-csi/rds-csi-node")
 		}
-		driverTook, stderr := driverTakesFlags(t, bin, pod, "--node-lease needs the Kubernetes API")
+		driverTook, stderr := driverTakesFlags(t, bin, pod, rdsConfig(t, out), "--node-lease needs the Kubernetes API")
 		if chartTook := renderErr == nil; chartTook != driverTook {
 			t.Errorf("--set %q: chart renders %v (%v), driver takes the flags %v (%s)", set, chartTook, renderErr, driverTook, stderr)
 		}
@@ -653,11 +751,12 @@ func TestChartNodeFlagValuesAgreeWithTheDriver(t *testing.T) {
 }
 
 // driverTakesFlags runs the driver with a pod's args, made runnable here:
-// the $(VAR)s get values, the CSI socket a temporary path, and no HTTP
-// port is opened. It reports whether the driver got past its flag checks,
+// the $(VAR)s get values, the CSI socket a temporary path, --rds-config
+// the ConfigMap's list (rdsList) in a file, and no HTTP port is opened.
+// It reports whether the driver got past its flag checks and its list's,
 // to the Kubernetes API (which it cannot find outside a pod: it exits
 // saying past, which the caller gives).
-func driverTakesFlags(t *testing.T, bin string, podArgs []string, past string) (bool, string) {
+func driverTakesFlags(t *testing.T, bin string, podArgs []string, rdsList, past string) (bool, string) {
 	t.Helper()
 	vars := strings.NewReplacer("$(RDS_ADDRESS)", "192.0.2.10", "$(RDS_PORT)", "22", "$(RDS_USER)", "csi", "$(RDS_NAME)", "rds-1",
 		"$(RDS_POOL)", "storage-pool", "$(RDS_VOLUME_PATH)", "/storage-pool/kubernetes-volumes", "$(NVME_ADDRESS)", "192.0.2.10",
@@ -668,6 +767,8 @@ func driverTakesFlags(t *testing.T, bin string, podArgs []string, past string) (
 		case strings.HasPrefix(a, "--http-endpoint="):
 		case strings.HasPrefix(a, "--endpoint="):
 			args = append(args, "--endpoint=unix://"+filepath.Join(t.TempDir(), "csi.sock"))
+		case strings.HasPrefix(a, "--rds-config="):
+			args = append(args, "--rds-config="+writeFile(t, "rds-config.yaml", rdsList))
 		default:
 			args = append(args, vars.Replace(a))
 		}
