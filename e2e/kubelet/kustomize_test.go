@@ -39,6 +39,7 @@ func TestKustomizeBaseOnRealKubelets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	driverRepo, driverTag := splitRef(l.DriverImage)
 	kust := `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [` + rel + `]
@@ -48,6 +49,9 @@ secretGenerator:
     options: {disableNameSuffixHash: true}
     files: [id_ed25519, known_hosts]
 images:
+  - name: ghcr.io/srvlab/rds-csi-driver
+    newName: ` + driverRepo + `
+    newTag: ` + driverTag + `
   - name: registry.k8s.io/sig-storage/csi-node-driver-registrar
     newName: ` + strings.Split(l.Tier.ImageRefs["lab-registrar"], ":")[0] + `
     newTag: lab

@@ -10,10 +10,13 @@
 package kubelet
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +47,10 @@ type Lab struct {
 	Sim     *framework.Sim
 	Nodes   []*framework.RealNode
 	Kubectl string
+	// DriverImage is the reference `make image` tagged its archive with:
+	// this checkout's version (hack/version.sh), which is the chart's
+	// appVersion only at a release's commit.
+	DriverImage string
 }
 
 // LabOptions configure NewLab.
@@ -88,6 +95,53 @@ func driverImage(t *testing.T, root string) string {
 	return out
 }
 
+// imageRef is the reference an OCI archive's index names its image by
+// (io.containerd.image.name, what `ctr images import` tags it with).
+func imageRef(t *testing.T, archive string) string {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("%s: no index.json", archive)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", archive, err)
+		}
+		if strings.TrimPrefix(h.Name, "./") != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			t.Fatalf("%s: index.json: %v", archive, err)
+		}
+		for _, m := range index.Manifests {
+			if ref := m.Annotations["io.containerd.image.name"]; ref != "" {
+				return ref
+			}
+		}
+		t.Fatalf("%s: index.json names no image (io.containerd.image.name)", archive)
+	}
+}
+
+// splitRef splits an image reference into repository and tag.
+func splitRef(ref string) (repo, tag string) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return ref, ""
+	}
+	return ref[:i], ref[i+1:]
+}
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -104,9 +158,10 @@ func NewLab(t *testing.T, opts LabOptions) *Lab {
 	t.Helper()
 	requireRoot(t)
 	root := framework.EnsureBinaries(t)
-	tier := framework.EnsureKubeletTier(t, root, driverImage(t, root))
+	image := driverImage(t, root)
+	tier := framework.EnsureKubeletTier(t, root, image)
 	c := framework.NewKubeletEnv(t, tier, framework.EnvOptions{ControlPlane: opts.ControlPlane})
-	l := &Lab{KubeletCluster: c, Kubectl: filepath.Join(framework.BinDir(root), "kubectl")}
+	l := &Lab{KubeletCluster: c, Kubectl: filepath.Join(framework.BinDir(root), "kubectl"), DriverImage: imageRef(t, image)}
 	l.Sim = c.Env.StartSim(framework.SimOptions{})
 	c.Sim = l.Sim
 	c.AfterNodes(func() { detachLoops(t, l.Sim.PoolDir) })
@@ -128,7 +183,9 @@ func NewLab(t *testing.T, opts LabOptions) *Lab {
 // ChartValues writes the values the lab installs with into a values
 // file: the simulator as the RDS (its address as the nodes reach it, its
 // host key pinned, the driver's key in a Secret the chart makes), the loop
-// connector over its files, and the stand-in node sidecars' images
+// connector over its files, the driver's image as `make image` tagged it
+// (image.tag: the checkout's version, the chart's appVersion only at a
+// release's commit) and the stand-in node sidecars' images
 // (hack/build-kubelet-tier.sh).
 func (l *Lab) ChartValues(t *testing.T) string {
 	t.Helper()
@@ -145,7 +202,9 @@ func (l *Lab) ChartValues(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	repo, tag := splitRef(l.DriverImage)
 	values := map[string]any{
+		"image": map[string]any{"repository": repo, "tag": tag},
 		"rds": map[string]any{
 			"address": framework.LabRDSAddress, "port": l.Sim.Port, "user": "admin", "name": framework.RDSName,
 			"sshSecret": map[string]any{"create": true, "privateKey": string(key), "knownHosts": string(khText)},
