@@ -21,6 +21,7 @@ import (
 // loop connector on the DaemonSet, and the stand-in node sidecars' images.
 // The node plugin registers and a pod's filesystem volume takes a pattern.
 func TestKustomizeBaseOnRealKubelets(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{NoInstall: true})
 	e := l.Env
 	dir := t.TempDir()
