@@ -119,12 +119,17 @@ e2e:
 # e2e/README.md), against the RDS simulator with the loop connector, and
 # Kubernetes' storage e2e suite for external drivers there (e2e.test with
 # e2e/kubelet/testdata/storage-testdriver.yaml). Needs root; skips with
-# the reason outside CI, fails in CI.
+# the reason outside CI, fails in CI. Each test builds a lab of its own
+# (control plane, real nodes, simulator) and mostly waits, so the tests run
+# side by side, E2E_KUBELET_PARALLEL labs at a time, the storage suite
+# first (RDS_CSI_KUBELET_LABS; go test's -parallel is set above the number
+# of tests so that the tests' own line orders them; e2e/README.md).
+E2E_KUBELET_PARALLEL ?= 3
 e2e-kubelet: deps
 	$(GO) vet -tags kubelet ./e2e/kubelet
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
 	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images e2e.test ginkgo" ./hack/build-kubelet-tier.sh && \
-	  $(GO) test -tags kubelet -count=1 -timeout 60m -v ./e2e/kubelet; fi
+	  RDS_CSI_KUBELET_LABS=$(E2E_KUBELET_PARALLEL) $(GO) test -tags kubelet -count=1 -timeout 60m -parallel 64 -v ./e2e/kubelet; fi
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),

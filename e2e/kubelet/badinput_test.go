@@ -27,6 +27,7 @@ import (
 // at boot, and a pod's volume fails to mount with an event that says the
 // same.
 func TestNodeWithoutNVMeTCPSaysHowToLoadIt(t *testing.T) {
+	parallelLab(t, labShort)
 	if _, err := os.Stat("/sys/module/nvme_tcp"); err == nil {
 		t.Skip("this kernel has nvme-tcp loaded; the test needs a node without it")
 	}
@@ -105,6 +106,7 @@ func lastLines(s string, n int) string {
 // which value to set; installed with node.kubeletDir set to the
 // kubelet's root, the plugin registers there.
 func TestKubeletRootDirElsewhereNamesTheValueToSet(t *testing.T) {
+	parallelLab(t, labShort)
 	const root = "/var/lib/k0s/kubelet"
 	l := NewLab(t, LabOptions{Nodes: 1, NoInstall: true, NodeOptions: framework.RealNodeOptions{KubeletRootDir: root}})
 	e := l.Env
@@ -146,6 +148,7 @@ var kubectlRDSBuild = framework.GoBuild{Name: "kubectl-rds", Pkg: "./cmd/kubectl
 // image.tag): the kubelet's events name the image it cannot pull, and
 // `kubectl rds check` names the value that set it.
 func TestMissingImageNamesTheValueThatSetIt(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{Nodes: 1, NoInstall: true})
 	e := l.Env
 	const tag = "v0.0.0-not-there"

@@ -21,6 +21,7 @@ import (
 // volume, each with its checksummed pattern) come up on the other node
 // unattended, and find their patterns intact.
 func TestNodePowerLossMovesPodsWithTheirData(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{Values: []string{"storageFencing.enabled=true"}})
 	e := l.Env
 	ns := framework.TestNamespace

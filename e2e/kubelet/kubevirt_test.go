@@ -23,6 +23,7 @@ import (
 // deleted and re-created on another node, and its disk is never attached
 // to two nodes at once.
 func TestRawBlockVolumesMoveAsKubeVirtMovesVMs(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{Nodes: 3})
 	e := l.Env
 	ns := framework.TestNamespace

@@ -21,6 +21,7 @@ import (
 // loop connector on the DaemonSet, and the stand-in node sidecars' images.
 // The node plugin registers and a pod's filesystem volume takes a pattern.
 func TestKustomizeBaseOnRealKubelets(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{NoInstall: true})
 	e := l.Env
 	dir := t.TempDir()
@@ -39,6 +40,7 @@ func TestKustomizeBaseOnRealKubelets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	driverRepo, driverTag := splitRef(l.DriverImage)
 	kust := `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [` + rel + `]
@@ -48,6 +50,9 @@ secretGenerator:
     options: {disableNameSuffixHash: true}
     files: [id_ed25519, known_hosts]
 images:
+  - name: ghcr.io/srvlab/rds-csi-driver
+    newName: ` + driverRepo + `
+    newTag: ` + driverTag + `
   - name: registry.k8s.io/sig-storage/csi-node-driver-registrar
     newName: ` + strings.Split(l.Tier.ImageRefs["lab-registrar"], ":")[0] + `
     newTag: lab

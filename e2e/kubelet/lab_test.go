@@ -10,10 +10,14 @@
 package kubelet
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +48,10 @@ type Lab struct {
 	Sim     *framework.Sim
 	Nodes   []*framework.RealNode
 	Kubectl string
+	// DriverImage is the reference `make image` tagged its archive with:
+	// this checkout's version (hack/version.sh), which is the chart's
+	// appVersion only at a release's commit.
+	DriverImage string
 }
 
 // LabOptions configure NewLab.
@@ -88,6 +96,180 @@ func driverImage(t *testing.T, root string) string {
 	return out
 }
 
+// imageRef is the reference an OCI archive's index names its image by
+// (io.containerd.image.name, what `ctr images import` tags it with).
+func imageRef(t *testing.T, archive string) string {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("%s: no index.json", archive)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", archive, err)
+		}
+		if strings.TrimPrefix(h.Name, "./") != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			t.Fatalf("%s: index.json: %v", archive, err)
+		}
+		for _, m := range index.Manifests {
+			if ref := m.Annotations["io.containerd.image.name"]; ref != "" {
+				return ref
+			}
+		}
+		t.Fatalf("%s: index.json names no image (io.containerd.image.name)", archive)
+	}
+}
+
+// splitRef splits an image reference into repository and tag.
+func splitRef(ref string) (repo, tag string) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return ref, ""
+	}
+	return ref[:i], ref[i+1:]
+}
+
+// The tier's tests run side by side: each builds a Lab of its own and
+// mostly waits (grace periods, silent Leases, pods starting), so running
+// them one after the other left the machine idle. Labs share nothing but
+// the kernel and what is built once per test binary (driverImage,
+// framework.EnsureKubeletTier): each has its own control plane (ports
+// from framework.FreePort), egress proxy socket (framework.SocketDir),
+// node state directory and cgroup names (a random prefix), artifact
+// directory, simulator (its own pool directory, so the loop devices a
+// lab's nodes attach are over files of its own, the only ones
+// detachLoops detaches), and nodes in network and mount namespaces of
+// their own (so the same node names, addresses, ports 10250 and
+// 10.0.0.1:443, /run, /var/lib/kubelet and /proc/sys binds in every lab).
+
+// labTurn is how a test waits for its turn to build a Lab: at most
+// labsAtOnce() tests of the tier run at once, the long ones first.
+type labTurn int
+
+const (
+	labShort labTurn = iota // a few minutes at most
+	// labLong is a test that alone runs several times longer than the
+	// others (the storage suite): started first, it runs while the
+	// others take their turns beside it, instead of after them.
+	labLong
+)
+
+// labLine is the line of the tier's tests waiting for their turn.
+type labLine struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	waiting    []*labTicket // in the order the tests registered
+	registered int
+	running    int
+}
+
+type labTicket struct {
+	turn    labTurn
+	arrived bool // past go test's own -parallel limit, waiting here
+}
+
+var labQueue labLine
+
+// goTestParallel is go test's -parallel (default GOMAXPROCS).
+func goTestParallel() int {
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+// labsAtOnce is how many of the tier's tests run at once:
+// $RDS_CSI_KUBELET_LABS (make e2e-kubelet sets it from
+// E2E_KUBELET_PARALLEL), else go test's -parallel, which bounds it too.
+func labsAtOnce() int {
+	if n, err := strconv.Atoi(os.Getenv("RDS_CSI_KUBELET_LABS")); err == nil && n > 0 {
+		return min(n, goTestParallel())
+	}
+	return goTestParallel()
+}
+
+// parallelLab is a tier test's first call: it puts the test in line, lets
+// it run in parallel with the others (t.Parallel) and waits for its turn,
+// which ends after the test's cleanups (the Lab's teardown included).
+//
+// The line is complete before any test waits in it: go test runs every
+// top-level test up to its t.Parallel one after the other, and releases
+// them together afterwards. Turns go to the long tests first, then in
+// the order the tests registered, so a run is scheduled the same way
+// every time. That holds when go test's -parallel is at least the number
+// of tests (make e2e-kubelet passes a higher one): below it, go test
+// itself admits the released tests in no set order and holds the rest,
+// so turns go to those it admitted, long ones first.
+func parallelLab(t *testing.T, turn labTurn) {
+	t.Helper()
+	q := &labQueue
+	q.mu.Lock()
+	if q.cond == nil {
+		q.cond = sync.NewCond(&q.mu)
+	}
+	tk := &labTicket{turn: turn}
+	q.waiting = append(q.waiting, tk)
+	q.registered++
+	q.mu.Unlock()
+
+	t.Parallel()
+
+	t0 := time.Now()
+	q.mu.Lock()
+	tk.arrived = true
+	for q.running >= labsAtOnce() || q.next(goTestParallel() >= q.registered) != tk {
+		q.cond.Wait()
+	}
+	q.running++
+	for i, w := range q.waiting {
+		if w == tk {
+			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			break
+		}
+	}
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	if w := time.Since(t0); w > time.Second {
+		t.Logf("waited %s for a turn (%d labs at once)", w.Round(time.Second), labsAtOnce())
+	}
+	t.Cleanup(func() {
+		q.mu.Lock()
+		q.running--
+		q.cond.Broadcast()
+		q.mu.Unlock()
+	})
+}
+
+// next is the waiting test whose turn comes first (q.mu held): of all
+// waiting when every registered test gets past go test's -parallel (all),
+// else of those that got past it (a test go test holds cannot take a
+// turn; waiting for it would wait for ever).
+func (q *labLine) next(all bool) *labTicket {
+	var best *labTicket
+	for _, w := range q.waiting {
+		if (all || w.arrived) && (best == nil || w.turn > best.turn) {
+			best = w
+		}
+	}
+	return best
+}
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -104,9 +286,10 @@ func NewLab(t *testing.T, opts LabOptions) *Lab {
 	t.Helper()
 	requireRoot(t)
 	root := framework.EnsureBinaries(t)
-	tier := framework.EnsureKubeletTier(t, root, driverImage(t, root))
+	image := driverImage(t, root)
+	tier := framework.EnsureKubeletTier(t, root, image)
 	c := framework.NewKubeletEnv(t, tier, framework.EnvOptions{ControlPlane: opts.ControlPlane})
-	l := &Lab{KubeletCluster: c, Kubectl: filepath.Join(framework.BinDir(root), "kubectl")}
+	l := &Lab{KubeletCluster: c, Kubectl: filepath.Join(framework.BinDir(root), "kubectl"), DriverImage: imageRef(t, image)}
 	l.Sim = c.Env.StartSim(framework.SimOptions{})
 	c.Sim = l.Sim
 	c.AfterNodes(func() { detachLoops(t, l.Sim.PoolDir) })
@@ -128,7 +311,9 @@ func NewLab(t *testing.T, opts LabOptions) *Lab {
 // ChartValues writes the values the lab installs with into a values
 // file: the simulator as the RDS (its address as the nodes reach it, its
 // host key pinned, the driver's key in a Secret the chart makes), the loop
-// connector over its files, and the stand-in node sidecars' images
+// connector over its files, the driver's image as `make image` tagged it
+// (image.tag: the checkout's version, the chart's appVersion only at a
+// release's commit) and the stand-in node sidecars' images
 // (hack/build-kubelet-tier.sh).
 func (l *Lab) ChartValues(t *testing.T) string {
 	t.Helper()
@@ -145,7 +330,9 @@ func (l *Lab) ChartValues(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	repo, tag := splitRef(l.DriverImage)
 	values := map[string]any{
+		"image": map[string]any{"repository": repo, "tag": tag},
 		"rds": map[string]any{
 			"address": framework.LabRDSAddress, "port": l.Sim.Port, "user": "admin", "name": framework.RDSName,
 			"sshSecret": map[string]any{"create": true, "privateKey": string(key), "knownHosts": string(khText)},

@@ -21,6 +21,7 @@ import (
 // (the node keeps no mount and no device of it), the volume detaches,
 // and a pod on the other node gets it with its data.
 func TestPodDeletedWhileItsNodeIsDown(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{})
 	e := l.Env
 	ns := framework.TestNamespace

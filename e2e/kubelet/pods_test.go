@@ -68,6 +68,7 @@ exec sleep 100000`
 // same through the pod and, for the block volume, in the RDS's backing
 // file itself.
 func TestChartOnRealKubelets(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{})
 	e := l.Env
 	ns := framework.TestNamespace

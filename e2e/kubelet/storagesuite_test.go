@@ -72,6 +72,7 @@ const (
 )
 
 func TestStorageSuiteOnRealKubelets(t *testing.T) {
+	parallelLab(t, labLong)
 	l := NewLab(t, LabOptions{NoInstall: true})
 	e := l.Env
 	framework.InstallSnapshotCRDs(e.Ctx, t, e.TL, e.CP)

@@ -31,6 +31,7 @@ import (
 // (NodeGetVolumeStats), a pod's fsGroup owns it, and a read-only mount
 // refuses writes.
 func TestFilesystemVolumesThroughTheKubelet(t *testing.T) {
+	parallelLab(t, labShort)
 	l := NewLab(t, LabOptions{Nodes: 1})
 	e := l.Env
 	ns := framework.TestNamespace
