@@ -329,3 +329,27 @@ func TestANodeReportsTheBoxesItReachesInItsTopology(t *testing.T) {
 		}
 	}
 }
+
+// An ID that starts with the separator names no box: it is not the
+// default box's volume of that slot under a second name (whose claims,
+// kept by ID, would not see the first name's, letting two nodes write it).
+func TestAnIDWithAnEmptyBoxNameIsNoVolume(t *testing.T) {
+	e := newBoxesEnv(t)
+	ctx := context.Background()
+	if _, err := e.s.CreateVolume(ctx, boxCreateReq(testPVC, nil, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg(keyA, testRDSName)}})); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{backends.IDSeparator + testPVC, backends.IDSeparator + "snap-" + testPVC[4:]} {
+		if isVolumeID(id) || isSnapshotID(id) {
+			t.Errorf("%q is taken for an ID", id)
+		}
+	}
+	// No volume of this driver's: nothing to delete (as any ID it cannot
+	// have made).
+	if _, err := e.s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: backends.IDSeparator + testPVC}); err != nil {
+		t.Errorf("DeleteVolume(/%s): %v", testPVC, err)
+	}
+	if _, ok := e.a.disk(testPVC); !ok {
+		t.Fatal("the default box's volume was deleted by an ID with an empty box name")
+	}
+}
