@@ -353,3 +353,51 @@ func TestAnIDWithAnEmptyBoxNameIsNoVolume(t *testing.T) {
 		t.Fatal("the default box's volume was deleted by an ID with an empty box name")
 	}
 }
+
+// A CreateVolume retried after an attempt whose answer was lost goes back
+// to the box that attempt was sent to: while that box cannot answer (down,
+// or its look-up fails) the retry waits (UNAVAILABLE), and when it
+// answers that the disk is not there yet (the command may still land) the
+// volume is made there again, never on another box, which would leave
+// the first box's disk behind and one slot on two boxes.
+func TestARetriedCreateStaysOnTheBoxAnEarlierAttemptWasSentTo(t *testing.T) {
+	topo := &csi.TopologyRequirement{
+		Requisite: []*csi.Topology{seg(keyB, "true"), seg(keyC, "true")},
+		Preferred: []*csi.Topology{seg(keyB, "true"), seg(keyC, "true")},
+	}
+	for _, tc := range []struct {
+		name   string
+		before func(e *boxesEnv)
+		want   codes.Code
+	}{
+		{"rack-b down", func(e *boxesEnv) { e.down["rack-b"] = errors.New("probe timed out") }, codes.Unavailable},
+		{"rack-b's look-up fails", func(e *boxesEnv) {
+			e.b.failNext("GetDisk", rds.ErrTransient)
+		}, codes.Unavailable},
+		{"rack-b answers it has no such disk yet", func(*boxesEnv) {}, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newBoxesEnv(t)
+			ctx := context.Background()
+			// The first attempt goes to rack-b (preferred); its answer is lost.
+			e.b.failNext("CreateDisk", rds.ErrTransient)
+			if _, err := e.s.CreateVolume(ctx, boxCreateReq(testPVC, nil, topo)); code(err) != codes.Unavailable {
+				t.Fatalf("first attempt: %v", err)
+			}
+			tc.before(e)
+			// The retry prefers rack-c (external-provisioner rotates the
+			// preferred segments of an immediately bound claim).
+			retry := &csi.TopologyRequirement{Requisite: topo.Requisite, Preferred: []*csi.Topology{seg(keyC, "true"), seg(keyB, "true")}}
+			resp, err := e.s.CreateVolume(ctx, boxCreateReq(testPVC, nil, retry))
+			if code(err) != tc.want {
+				t.Fatalf("retry: %v %v, want %s", resp.GetVolume().GetVolumeId(), err, tc.want)
+			}
+			if err == nil && resp.GetVolume().GetVolumeId() != "rack-b/"+testPVC {
+				t.Fatalf("retry made %s, want it on rack-b", resp.GetVolume().GetVolumeId())
+			}
+			if n := e.c.callCount("CreateDisk"); n != 0 {
+				t.Fatalf("rack-c was asked to create the volume %d times", n)
+			}
+		})
+	}
+}
