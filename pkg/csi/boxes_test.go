@@ -401,3 +401,29 @@ func TestARetriedCreateStaysOnTheBoxAnEarlierAttemptWasSentTo(t *testing.T) {
 		})
 	}
 }
+
+// A node connects to a volume whose context names no NVMe/TCP target (a
+// PV written by hand, a driver run without ControllerPublish) at its own
+// box's target, never at the default box's, which exports its own
+// volume of the same slot under the same NQN.
+func TestANodeConnectsToItsVolumesBoxWhenTheContextNamesNoTarget(t *testing.T) {
+	opts := testOptions()
+	opts.Mode, opts.NodeID = ModeNode, "rack-b-7"
+	def := opts.DefaultBackend()
+	d, err := NewDriverBoxes(opts, []Box{{Backend: def},
+		{Backend: backends.Backend{Name: "rack-b", Address: "10.0.1.5", NVMeAddress: "10.0.3.5", NVMePort: 4421}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := NewNodeServer(d, nil, "")
+	tgt, err := ns.target("rack-b/"+testPVC, nil)
+	if err != nil || tgt.Address != "10.0.3.5" || tgt.Port != 4421 {
+		t.Fatalf("rack-b's volume: target %+v, err %v; want 10.0.3.5:4421", tgt, err)
+	}
+	if tgt, err := ns.target(testPVC, nil); err != nil || tgt.Address != opts.NVMeAddress || tgt.Port != opts.NVMePort {
+		t.Fatalf("the default box's volume: target %+v, err %v", tgt, err)
+	}
+	if _, err := ns.target("rack-z/"+testPVC, nil); code(err) != codes.FailedPrecondition {
+		t.Fatalf("an unknown box's volume: %v", err)
+	}
+}
