@@ -220,6 +220,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 		logger.V(2).Info("volume exists already", "bytes", existing.Size)
+		if ctx.Err() == nil {
+			s.sent.forget(slot)
+		}
 		return &csi.CreateVolumeResponse{Volume: s.volume(existing, req.GetVolumeContentSource())}, nil
 	}
 	filePath := b.filePath(id)
