@@ -276,7 +276,8 @@ func Validate(boxes []Backend, p Purpose) error {
 // DistinctHostKeys refuses boxes that pin one host key (keys lists the
 // fingerprints of the keys a box's known_hosts pins for it): they are one
 // RDS under two names (an address and a host name of it, two ports of one
-// gateway), whose disks each would take for its own. A box that skips the
+// gateway): each of its disks would go by two IDs, whose claims are kept
+// apart, and its free space would count twice. A box that skips the
 // host key check pins none. The error names every pair.
 func DistinctHostKeys(boxes []Backend, keys func(*Backend) ([]string, error)) error {
 	var problems []string
