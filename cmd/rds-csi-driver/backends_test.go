@@ -189,9 +189,9 @@ func TestANodePluginReportsTheBoxesOfItsList(t *testing.T) {
 }
 
 // Two entries whose known_hosts pin one host key are one RDS under two
-// names (an IP address and a host name, or two ports of one gateway): its
-// disks would be both boxes' own, and each box's export reconcile would
-// close the other's volumes' exports, claimed under the other's IDs.
+// names (an IP address and a host name, or two ports of one gateway):
+// each of its disks would go by two volume IDs, whose claims are kept
+// apart, and its free space would count twice.
 func TestTwoBoxesPinningOneHostKeyStopTheDriver(t *testing.T) {
 	dir := t.TempDir()
 	pub, err := rdssim.WriteClientKey(filepath.Join(dir, "host"), "")
