@@ -427,3 +427,16 @@ func TestANodeConnectsToItsVolumesBoxWhenTheContextNamesNoTarget(t *testing.T) {
 		t.Fatalf("an unknown box's volume: %v", err)
 	}
 }
+
+// A snapshot ID of a box missing from the configuration is
+// FAILED_PRECONDITION in ListSnapshots too, never an empty list: that
+// would tell the CO the snapshot does not exist while its disk is on a
+// box only missing from the list for now.
+func TestListingASnapshotOfABoxNotConfiguredIsNotAnEmptyList(t *testing.T) {
+	e := newBoxesEnv(t)
+	id := "rack-z/snap-0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+	resp, err := e.s.ListSnapshots(context.Background(), &csi.ListSnapshotsRequest{SnapshotId: id})
+	if code(err) != codes.FailedPrecondition {
+		t.Fatalf("ListSnapshots(%s): %v %v, want FAILED_PRECONDITION", id, resp, err)
+	}
+}
