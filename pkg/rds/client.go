@@ -417,7 +417,7 @@ func (c *Client) dial(ctx context.Context) (*ssh.Client, error) {
 		case errors.Is(err, ErrHostKey):
 			return nil, err
 		case isAuthFailure(err):
-			return nil, fmt.Errorf("%w: SSH authentication to %s as %q refused: check the key and the RDS user", ErrInvalidArgument, c.addr, c.cfg.User)
+			return nil, fmt.Errorf("%w: %w: SSH authentication to %s as %q refused: check the key and the RDS user", ErrInvalidArgument, ErrAuthRefused, c.addr, c.cfg.User)
 		case watched.n.Load() == 0 && isTimeout(err):
 			return nil, fmt.Errorf("%w: %w: %s accepted the TCP connection but sent no SSH banner within %s; is the RDS's SSH service (/ip service ssh) on that port, and is the RDS answering?",
 				ErrTransient, errSilentPeer, c.addr, time.Since(start).Round(time.Millisecond))
