@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	"k8s.io/klog/v2"
 
 	"github.com/srvlab/rds-csi/pkg/backends"
@@ -41,7 +42,26 @@ func loadBoxes(opts csi.Options, commandTimeout time.Duration) ([]backends.Backe
 	if err := backends.Validate(boxes, purpose); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
+	if purpose == backends.ForController && len(boxes) > 1 {
+		if err := backends.DistinctHostKeys(boxes, pinnedKeys); err != nil {
+			return nil, fmt.Errorf("invalid configuration: %w", err)
+		}
+	}
 	return boxes, nil
+}
+
+// pinnedKeys are the fingerprints of the host keys b's known_hosts pins
+// for it. An unreadable file is the box's client's to report.
+func pinnedKeys(b *backends.Backend) ([]string, error) {
+	keys, err := rds.PinnedHostKeys(b.KnownHostsFile, b.Address, b.Port)
+	if err != nil {
+		return nil, nil
+	}
+	fps := make([]string, len(keys))
+	for i, k := range keys {
+		fps[i] = ssh.FingerprintSHA256(k)
+	}
+	return fps, nil
 }
 
 // fileError: a file a flag names could not be read.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -184,5 +185,32 @@ func TestANodePluginReportsTheBoxesOfItsList(t *testing.T) {
 	cancel()
 	if code := <-exit; code != 0 {
 		t.Errorf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// Two entries whose known_hosts pin one host key are one RDS under two
+// names (an IP address and a host name, or two ports of one gateway):
+// each of its disks would go by two volume IDs, whose claims are kept
+// apart, and its free space would count twice.
+func TestTwoBoxesPinningOneHostKeyStopTheDriver(t *testing.T) {
+	dir := t.TempDir()
+	pub, err := rdssim.WriteClientKey(filepath.Join(dir, "host"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := rdssim.WriteClientKey(filepath.Join(dir, "other"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(addr string, k ssh.PublicKey) string { return knownhosts.Line([]string{addr}, k) + "\n" }
+	kh := writeFile(t, dir, "kh", line("10.0.0.1", pub)+line("rds-a.example.internal", pub)+line("10.0.2.1", other))
+	base := []string{"--mode=controller", "--publish=false", "--endpoint=unix://" + dir + "/csi.sock", "--rds-address=10.0.0.1", "--rds-name=rack-a",
+		"--rds-key-file=" + dir + "/key", "--rds-known-hosts-file=" + kh}
+	var stderr bytes.Buffer
+	list := writeFile(t, dir, "rds.yaml", "rds:\n- {name: rack-c, address: 10.0.2.1}\n- {name: rack-b, address: rds-a.example.internal}\n")
+	code := run(context.Background(), append(base, "--rds-config="+list), &bytes.Buffer{}, &stderr)
+	want := `--rds-config rds[1] ("rack-b"): its pinned host key ` + ssh.FingerprintSHA256(pub) + ` is pinned for the RDS of the --rds-* flags ("rack-a") too`
+	if code != 2 || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("exit %d, %q; want 2 saying %q", code, stderr.String(), want)
 	}
 }

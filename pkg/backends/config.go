@@ -273,6 +273,39 @@ func Validate(boxes []Backend, p Purpose) error {
 	return nil
 }
 
+// DistinctHostKeys refuses boxes that pin one host key (keys lists the
+// fingerprints of the keys a box's known_hosts pins for it): they are one
+// RDS under two names (an address and a host name of it, two ports of one
+// gateway): each of its disks would go by two IDs, whose claims are kept
+// apart, and its free space would count twice. A box that skips the
+// host key check pins none. The error names every pair.
+func DistinctHostKeys(boxes []Backend, keys func(*Backend) ([]string, error)) error {
+	var problems []string
+	seen := map[string]int{}
+	for i := range boxes {
+		b := &boxes[i]
+		if b.InsecureSkipHostKeyCheck || b.KnownHostsFile == "" {
+			continue
+		}
+		fps, err := keys(b)
+		if err != nil {
+			problems = append(problems, entryName(b, i)+": "+err.Error())
+			continue
+		}
+		for _, fp := range fps {
+			if j, dup := seen[fp]; dup && j != i {
+				problems = append(problems, fmt.Sprintf("%s: its pinned host key %s is pinned for %s too: two entries would be one RDS under two names", entryName(b, i), fp, entryName(&boxes[j], j)))
+				break
+			}
+			seen[fp] = i
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
 // entryName names a box for messages: the flags' box, or the file's
 // entry by position and name.
 func entryName(b *Backend, i int) string {

@@ -20,9 +20,15 @@ func JoinID(box string, def bool, slot string) string {
 }
 
 // SplitID returns the box an ID names ("": the default box) and the slot
-// it is on that box. It checks neither part.
+// it is on that box. It checks neither part, but an ID that starts with
+// the separator ("/pvc-1") names the separator itself, a box no box can
+// be: never the default, whose "pvc-1" would otherwise go by two IDs
+// (and two sets of claims, kept by ID).
 func SplitID(id string) (box, slot string) {
 	if b, s, ok := strings.Cut(id, IDSeparator); ok {
+		if b == "" {
+			return IDSeparator, s
+		}
 		return b, s
 	}
 	return "", id

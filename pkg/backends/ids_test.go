@@ -117,3 +117,18 @@ func (r *recordingRDS) GetDisk(_ context.Context, slot string) (*rds.Disk, error
 	}
 	return &rds.Disk{Slot: slot}, nil
 }
+
+func TestTheRouterRoutesNoIDWithAnEmptyBoxName(t *testing.T) {
+	a := &recordingRDS{}
+	va := NewView(&Backend{Name: "rack-a", Default: true}, a)
+	r, err := NewRouter(va, NewView(&Backend{Name: "rack-b"}, &recordingRDS{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.GetDisk(context.Background(), "/pvc-1"); !errors.Is(err, ErrUnknownBox) || a.last != "" {
+		t.Fatalf("/pvc-1: err %v, the default box got %q", err, a.last)
+	}
+	if _, err := va.GetDisk(context.Background(), "/pvc-1"); err == nil || a.last != "" {
+		t.Fatalf("the default box's view took /pvc-1: err %v, got %q", err, a.last)
+	}
+}

@@ -329,3 +329,114 @@ func TestANodeReportsTheBoxesItReachesInItsTopology(t *testing.T) {
 		}
 	}
 }
+
+// An ID that starts with the separator names no box: it is not the
+// default box's volume of that slot under a second name (whose claims,
+// kept by ID, would not see the first name's, letting two nodes write it).
+func TestAnIDWithAnEmptyBoxNameIsNoVolume(t *testing.T) {
+	e := newBoxesEnv(t)
+	ctx := context.Background()
+	if _, err := e.s.CreateVolume(ctx, boxCreateReq(testPVC, nil, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg(keyA, testRDSName)}})); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{backends.IDSeparator + testPVC, backends.IDSeparator + "snap-" + testPVC[4:]} {
+		if isVolumeID(id) || isSnapshotID(id) {
+			t.Errorf("%q is taken for an ID", id)
+		}
+	}
+	// No volume of this driver's: nothing to delete (as any ID it cannot
+	// have made).
+	if _, err := e.s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: backends.IDSeparator + testPVC}); err != nil {
+		t.Errorf("DeleteVolume(/%s): %v", testPVC, err)
+	}
+	if _, ok := e.a.disk(testPVC); !ok {
+		t.Fatal("the default box's volume was deleted by an ID with an empty box name")
+	}
+}
+
+// A CreateVolume retried after an attempt whose answer was lost goes back
+// to the box that attempt was sent to: while that box cannot answer (down,
+// or its look-up fails) the retry waits (UNAVAILABLE), and when it
+// answers that the disk is not there yet (the command may still land) the
+// volume is made there again, never on another box, which would leave
+// the first box's disk behind and one slot on two boxes.
+func TestARetriedCreateStaysOnTheBoxAnEarlierAttemptWasSentTo(t *testing.T) {
+	topo := &csi.TopologyRequirement{
+		Requisite: []*csi.Topology{seg(keyB, "true"), seg(keyC, "true")},
+		Preferred: []*csi.Topology{seg(keyB, "true"), seg(keyC, "true")},
+	}
+	for _, tc := range []struct {
+		name   string
+		before func(e *boxesEnv)
+		want   codes.Code
+	}{
+		{"rack-b down", func(e *boxesEnv) { e.down["rack-b"] = errors.New("probe timed out") }, codes.Unavailable},
+		{"rack-b's look-up fails", func(e *boxesEnv) {
+			e.b.failNext("GetDisk", rds.ErrTransient)
+		}, codes.Unavailable},
+		{"rack-b answers it has no such disk yet", func(*boxesEnv) {}, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newBoxesEnv(t)
+			ctx := context.Background()
+			// The first attempt goes to rack-b (preferred); its answer is lost.
+			e.b.failNext("CreateDisk", rds.ErrTransient)
+			if _, err := e.s.CreateVolume(ctx, boxCreateReq(testPVC, nil, topo)); code(err) != codes.Unavailable {
+				t.Fatalf("first attempt: %v", err)
+			}
+			tc.before(e)
+			// The retry prefers rack-c (external-provisioner rotates the
+			// preferred segments of an immediately bound claim).
+			retry := &csi.TopologyRequirement{Requisite: topo.Requisite, Preferred: []*csi.Topology{seg(keyC, "true"), seg(keyB, "true")}}
+			resp, err := e.s.CreateVolume(ctx, boxCreateReq(testPVC, nil, retry))
+			if code(err) != tc.want {
+				t.Fatalf("retry: %v %v, want %s", resp.GetVolume().GetVolumeId(), err, tc.want)
+			}
+			if err == nil && resp.GetVolume().GetVolumeId() != "rack-b/"+testPVC {
+				t.Fatalf("retry made %s, want it on rack-b", resp.GetVolume().GetVolumeId())
+			}
+			if n := e.c.callCount("CreateDisk"); n != 0 {
+				t.Fatalf("rack-c was asked to create the volume %d times", n)
+			}
+		})
+	}
+}
+
+// A node connects to a volume whose context names no NVMe/TCP target (a
+// PV written by hand, a driver run without ControllerPublish) at its own
+// box's target, never at the default box's, which exports its own
+// volume of the same slot under the same NQN.
+func TestANodeConnectsToItsVolumesBoxWhenTheContextNamesNoTarget(t *testing.T) {
+	opts := testOptions()
+	opts.Mode, opts.NodeID = ModeNode, "rack-b-7"
+	def := opts.DefaultBackend()
+	d, err := NewDriverBoxes(opts, []Box{{Backend: def},
+		{Backend: backends.Backend{Name: "rack-b", Address: "10.0.1.5", NVMeAddress: "10.0.3.5", NVMePort: 4421}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := NewNodeServer(d, nil, "")
+	tgt, err := ns.target("rack-b/"+testPVC, nil)
+	if err != nil || tgt.Address != "10.0.3.5" || tgt.Port != 4421 {
+		t.Fatalf("rack-b's volume: target %+v, err %v; want 10.0.3.5:4421", tgt, err)
+	}
+	if tgt, err := ns.target(testPVC, nil); err != nil || tgt.Address != opts.NVMeAddress || tgt.Port != opts.NVMePort {
+		t.Fatalf("the default box's volume: target %+v, err %v", tgt, err)
+	}
+	if _, err := ns.target("rack-z/"+testPVC, nil); code(err) != codes.FailedPrecondition {
+		t.Fatalf("an unknown box's volume: %v", err)
+	}
+}
+
+// A snapshot ID of a box missing from the configuration is
+// FAILED_PRECONDITION in ListSnapshots too, never an empty list: that
+// would tell the CO the snapshot does not exist while its disk is on a
+// box only missing from the list for now.
+func TestListingASnapshotOfABoxNotConfiguredIsNotAnEmptyList(t *testing.T) {
+	e := newBoxesEnv(t)
+	id := "rack-z/snap-0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+	resp, err := e.s.ListSnapshots(context.Background(), &csi.ListSnapshotsRequest{SnapshotId: id})
+	if code(err) != codes.FailedPrecondition {
+		t.Fatalf("ListSnapshots(%s): %v %v, want FAILED_PRECONDITION", id, resp, err)
+	}
+}

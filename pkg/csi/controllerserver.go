@@ -42,6 +42,7 @@ type ControllerServer struct {
 	inflight *InFlight
 	now      func() time.Time // snapshot creation times
 	pub      *Publisher
+	sent     sentTo
 }
 
 // NewControllerServer returns the Controller service of d, serving
@@ -200,6 +201,8 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
+	// A retry goes back to the box an earlier attempt was sent to.
+	cands = s.sent.narrow(slot, cands)
 	// An earlier attempt may have created the volume already, on any box
 	// the request allows; a new one needs a box with room.
 	looks, down := s.lookAround(ctx, cands, slot)
@@ -217,6 +220,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 		logger.V(2).Info("volume exists already", "bytes", existing.Size)
+		if ctx.Err() == nil {
+			s.sent.forget(slot)
+		}
 		return &csi.CreateVolumeResponse{Volume: s.volume(existing, req.GetVolumeContentSource())}, nil
 	}
 	filePath := b.filePath(id)
@@ -243,6 +249,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	// publish opens it to the node's host NQN.
 	export := &rds.Export{Port: b.NVMePort, NQN: s.d.nqn(id), Closed: s.d.opts.AllowHostFencing()}
 	var disk *rds.Disk
+	s.sent.record(slot, b.Name)
 	if source == nil {
 		// The file path is derived from the volume ID, so a file there
 		// without a disk is debris of an earlier attempt: ours to reclaim.
@@ -256,6 +263,7 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	switch {
 	case errors.Is(err, rds.ErrNoSpace):
+		s.sent.forget(slot) // refused: nothing there to come back to
 		return nil, fmt.Errorf("volume %s (name %q, %d bytes): the pool of RDS %s is full, nothing was created; free space on the RDS or request less: %w", id, name, size, b.Name, err)
 	case errors.Is(err, rds.ErrAlreadyExists):
 		return nil, fmt.Errorf("volume %s (name %q): RDS %s already has a different disk or file for it: %w", id, name, b.Name, err)
@@ -267,6 +275,9 @@ func (s *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	logger.Info("volume created", "bytes", disk.Size, "source", sourceSlot)
+	if ctx.Err() == nil {
+		s.sent.forget(slot)
+	}
 	return &csi.CreateVolumeResponse{Volume: s.volume(disk, req.GetVolumeContentSource())}, nil
 }
 

@@ -295,6 +295,13 @@ func (s *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 	var snaps []*csi.Snapshot
 	if id := req.GetSnapshotId(); id != "" {
 		// One snapshot; a missing one is an empty list, not an error.
+		// One of a box missing from the configuration is not known to
+		// be missing: FAILED_PRECONDITION (boxOf), as in every call.
+		if isSnapshotID(id) {
+			if _, err := s.d.boxOf(id); err != nil {
+				return nil, err
+			}
+		}
 		d, m, err := s.getSnapshot(ctx, id)
 		switch {
 		case status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition:

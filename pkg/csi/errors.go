@@ -63,7 +63,7 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, nvme.ErrTargetUnreachable):
 		code = codes.Unavailable
-	case errors.Is(err, nvme.ErrInUse), errors.Is(err, nvme.ErrAuthFailed), errors.Is(err, nvme.ErrAuthUnsupported):
+	case errors.Is(err, nvme.ErrInUse), errors.Is(err, nvme.ErrAuthFailed), errors.Is(err, nvme.ErrAuthUnsupported), errors.Is(err, nvme.ErrOtherTarget):
 		// Refused authentication: the attachment's secret is not the
 		// export's (a fence replaced it); only a new publish changes that.
 		code = codes.FailedPrecondition

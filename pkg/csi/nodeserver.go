@@ -218,14 +218,24 @@ func (s *NodeServer) target(id string, vc map[string]string) (nvme.Target, error
 	if v, ok := vc[VolumeContextNQN]; ok && v != nqn {
 		return nvme.Target{}, statusf(codes.InvalidArgument, "volume %s: volume_context nqn %q is not the NQN this driver exports the volume under (%q, --nqn-prefix %q); fix the PersistentVolume's volumeAttributes", id, v, nqn, s.d.opts.NQNPrefix)
 	}
-	addr := vc[VolumeContextNVMeAddress]
-	if addr == "" {
+	// Without a target in the context, the volume's own box's: the
+	// default box's is the --nvme-address flag, as before there were
+	// several boxes; never another box's, which exports its own volume of
+	// the same slot under the same NQN.
+	b, err := s.d.boxOf(id)
+	if err != nil {
+		return nvme.Target{}, err
+	}
+	addr, port := vc[VolumeContextNVMeAddress], b.NVMePort
+	if addr == "" && !b.Default {
+		addr = b.nvmeAddress()
+	}
+	if addr == "" && b.Default {
 		addr = s.d.opts.NVMeAddress
 	}
 	if addr == "" {
-		return nvme.Target{}, statusf(codes.InvalidArgument, "volume %s: volume_context has no %s and the node plugin has no --nvme-address to fall back on", id, VolumeContextNVMeAddress)
+		return nvme.Target{}, statusf(codes.InvalidArgument, "volume %s: volume_context has no %s and the node plugin has no NVMe/TCP address of RDS %s to fall back on (--nvme-address, or the box's nvmeAddress or address in --rds-config)", id, VolumeContextNVMeAddress, b.Name)
 	}
-	port := s.d.opts.NVMePort
 	if v, ok := vc[VolumeContextNVMePort]; ok {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 1 || p > 65535 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -27,6 +28,51 @@ import (
 // attempt's volume is looked for on every box allowed; a new one goes to
 // the best-ranked box with room, the one with the most free space among
 // equals.
+
+// sentTo remembers, by volume slot, the box a CreateDisk or CopyDisk was
+// sent to until a CreateVolume of that slot answers with the volume. The
+// command may have landed with its answer lost, or land up to its timeout
+// late: a retry that went to another box (the first one down or slow, the
+// preferred segments rotated) would make the slot on two boxes and leave
+// the first box's disk behind. It lives in this process alone: after a
+// restart a retry is placed afresh.
+type sentTo struct {
+	mu  sync.Mutex
+	box map[string]string
+}
+
+func (t *sentTo) record(slot, box string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.box == nil {
+		t.box = map[string]string{}
+	}
+	t.box[slot] = box
+}
+
+func (t *sentTo) forget(slot string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.box, slot)
+}
+
+// narrow keeps, of the candidates, the box an earlier attempt at slot was
+// sent to, if it is one of them (down or not: then the retry waits for
+// it); all of them otherwise.
+func (t *sentTo) narrow(slot string, cands []candidate) []candidate {
+	t.mu.Lock()
+	box, ok := t.box[slot]
+	t.mu.Unlock()
+	if !ok {
+		return cands
+	}
+	for _, c := range cands {
+		if c.b.Name == box {
+			return []candidate{c}
+		}
+	}
+	return cands
+}
 
 // candidate is a box a new volume may go to, with its rank (lower first).
 type candidate struct {

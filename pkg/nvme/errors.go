@@ -25,6 +25,10 @@ var (
 	// discovery log does not list the NQN for this host: the volume is not
 	// exported there (or not to this host).
 	ErrSubsystemNotFound = errors.New("NVMe subsystem not offered by the target")
+	// ErrOtherTarget: the subsystem NQN is connected already, to another
+	// target (another address or port): another disk under the same NQN.
+	// It is left alone and not used.
+	ErrOtherTarget = errors.New("NVMe subsystem NQN connected to another target")
 	// ErrConnectFailed: the kernel refused the connect for another reason
 	// (see the node's kernel log).
 	ErrConnectFailed = errors.New("NVMe/TCP connect failed")

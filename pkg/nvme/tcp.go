@@ -233,6 +233,9 @@ func (c *TCPConnector) Connect(ctx context.Context, t Target) (string, error) {
 		return "", err
 	}
 	if st.live() {
+		if err := c.sameTarget(ctx, st, t.Address, port); err != nil {
+			return "", fmt.Errorf("connecting %s: %w", t.NQN, err)
+		}
 		logger.V(4).Info("already connected", "controllers", controllerNames(st.controllers))
 		c.hideSecrets(ctx, t.NQN, id)
 		return c.waitForDevice(ctx, t.NQN)
@@ -657,6 +660,48 @@ func (c *TCPConnector) resolve(ctx context.Context, address string) (string, err
 		}
 	}
 	return "", fmt.Errorf("%w: %q resolved to no usable address", ErrTargetUnreachable, address)
+}
+
+// sameTarget checks that the live controllers of an NQN are connected to
+// the target at address and port: an NQN names a slot, not its RDS, so
+// the same NQN at another target is another disk, whose device must not
+// stand for this one. A controller whose address cannot be read, or a
+// host name that cannot be resolved now, is not held against it.
+func (c *TCPConnector) sameTarget(ctx context.Context, st nqnState, address string, port int) error {
+	var want []string
+	if ip := net.ParseIP(address); ip != nil {
+		want = []string{ip.String()}
+	} else if addrs, err := c.cfg.Resolver.LookupIPAddr(ctx, address); err == nil {
+		for _, a := range addrs {
+			want = append(want, a.IP.String())
+		}
+	}
+	for _, ctrl := range st.controllers {
+		if ctrl.state != stateLive {
+			continue
+		}
+		attr, err := readAttr(filepath.Join(c.sys.controllerDir(ctrl.name), "address"))
+		if err != nil {
+			continue
+		}
+		traddr, trsvcid := "", ""
+		for _, kv := range strings.Split(attr, ",") {
+			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			switch k {
+			case "traddr":
+				traddr = v
+			case "trsvcid":
+				trsvcid = v
+			}
+		}
+		if ip := net.ParseIP(traddr); ip != nil {
+			traddr = ip.String()
+		}
+		if (trsvcid != "" && trsvcid != strconv.Itoa(port)) || (traddr != "" && len(want) > 0 && !slices.Contains(want, traddr)) {
+			return fmt.Errorf("%w: %s is connected to %s port %s, not %s port %d: another RDS's disk of the same slot is staged on this node; unstage it first", ErrOtherTarget, ctrl.name, traddr, trsvcid, address, port)
+		}
+	}
+	return nil
 }
 
 type fabricsResult struct {

@@ -860,3 +860,38 @@ func TestConnectNeverReusesAnotherHostsController(t *testing.T) {
 		t.Errorf("volume B's controller was deleted (%q)", got)
 	}
 }
+
+// A subsystem NQN is connected to one target; a Connect of the same NQN
+// at another target (the same slot on another RDS: the NQN names no box)
+// is refused, never answered with the device of the first, another disk.
+func TestConnectRefusesAnNQNConnectedToAnotherTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name, address string
+		port          int
+		ok            bool
+	}{
+		{"the same target", "10.0.0.5", 4420, true},
+		{"another address", "10.0.1.5", 4420, false},
+		{"another port", "10.0.0.5", 4421, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHost(t)
+			h.subsystem("nvme-subsys0", nqnA)
+			h.controller("nvme-subsys0", "nvme0", nqnA, "live")
+			h.write(filepath.Join(h.ctrlDir("nvme0"), "address"), "traddr=10.0.0.5,trsvcid=4420,src_addr=10.0.9.9\n")
+			h.head("nvme-subsys0", "nvme0n1")
+			c := h.connector()
+			c.kernel = func(string) error { t.Error("the kernel was asked to connect again"); return nil }
+			got, err := c.Connect(testCtx(t), Target{Address: tc.address, Port: tc.port, NQN: nqnA})
+			if tc.ok {
+				if err != nil || got != filepath.Join(h.dev, "nvme0n1") {
+					t.Fatalf("Connect = %q, %v", got, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrOtherTarget) || got != "" {
+				t.Fatalf("Connect = %q, %v; want ErrOtherTarget", got, err)
+			}
+		})
+	}
+}

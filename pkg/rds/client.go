@@ -276,6 +276,24 @@ func knownKeyAlgorithms(cb ssh.HostKeyCallback, addr string) []string {
 	return algos
 }
 
+// PinnedHostKeys lists the host keys the known_hosts file pins for the
+// RDS at address and port (none: no entry).
+func PinnedHostKeys(knownHostsFile, address string, port int) ([]ssh.PublicKey, error) {
+	cb, err := knownhosts.New(knownHostsFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: known_hosts %s: %v", ErrInvalidArgument, knownHostsFile, err)
+	}
+	var ke *knownhosts.KeyError
+	if err := cb(net.JoinHostPort(address, strconv.Itoa(port)), &net.TCPAddr{IP: net.IPv4zero}, probeKey{}); !errors.As(err, &ke) {
+		return nil, nil
+	}
+	keys := make([]ssh.PublicKey, len(ke.Want))
+	for i, k := range ke.Want {
+		keys[i] = k.Key
+	}
+	return keys, nil
+}
+
 // probeKey is a key of a type no known_hosts line has; offering it to the
 // knownhosts callback makes it list the keys it does know for a host.
 type probeKey struct{}
@@ -399,7 +417,7 @@ func (c *Client) dial(ctx context.Context) (*ssh.Client, error) {
 		case errors.Is(err, ErrHostKey):
 			return nil, err
 		case isAuthFailure(err):
-			return nil, fmt.Errorf("%w: SSH authentication to %s as %q refused: check the key and the RDS user", ErrInvalidArgument, c.addr, c.cfg.User)
+			return nil, fmt.Errorf("%w: %w: SSH authentication to %s as %q refused: check the key and the RDS user", ErrInvalidArgument, ErrAuthRefused, c.addr, c.cfg.User)
 		case watched.n.Load() == 0 && isTimeout(err):
 			return nil, fmt.Errorf("%w: %w: %s accepted the TCP connection but sent no SSH banner within %s; is the RDS's SSH service (/ip service ssh) on that port, and is the RDS answering?",
 				ErrTransient, errSilentPeer, c.addr, time.Since(start).Round(time.Millisecond))

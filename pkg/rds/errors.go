@@ -32,6 +32,9 @@ var (
 	// is unknown: it may still be running on the RDS. The copy's disk
 	// appears when it completes; until then it is not ready.
 	ErrCopyPending = errors.New("copy on RDS not confirmed complete")
+	// ErrAuthRefused: the RDS refused the SSH key (with ErrInvalidArgument:
+	// retrying the same key cannot succeed). No command can be run on it.
+	ErrAuthRefused = errors.New("RDS refused the SSH key")
 	// ErrHostKey: the RDS host key did not match the pinned known_hosts entry.
 	ErrHostKey = errors.New("RDS host key verification failed")
 	// ErrExportChanged: the disk's export changed under us (another
