@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,12 +77,17 @@ func toStatus(err error) error {
 // kubeAPIUnavailable: err is the Kubernetes API server's own failure
 // (a 5xx, a timeout, too many requests) or a failure to reach it.
 func kubeAPIUnavailable(err error) bool {
-	var netErr net.Error
+	var urlErr *url.Error
+	var opErr *net.OpError
 	switch {
 	case apierrors.IsInternalError(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
 		apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err):
 		return true
-	case errors.As(err, &netErr):
+	case errors.As(err, &urlErr), errors.As(err, &opErr):
+		// A request that did not reach the API server (client-go's
+		// transport errors). Not any net.Error: a bare errno has its
+		// methods too, and the kernel's refusal of a connect or a mount
+		// is no API failure.
 		return true
 	}
 	return false

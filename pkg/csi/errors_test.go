@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -35,6 +36,11 @@ func TestToStatus(t *testing.T) {
 		{nvme.ErrForeignNQN, codes.InvalidArgument},
 		{nvme.ErrConnectFailed, codes.Internal},
 		{fmt.Errorf("volume x: connecting: %w", nvme.ErrAuthFailed), codes.FailedPrecondition},
+		// The kernel's refusal carries its errno, which has the methods of a
+		// net.Error: still the refusal, never "the API server is down".
+		{fmt.Errorf("volume x: %w: connecting: %w: secret rejected", nvme.ErrAuthFailed, syscall.EKEYREJECTED), codes.FailedPrecondition},
+		{fmt.Errorf("disconnect: %w: %w", nvme.ErrInUse, syscall.EBUSY), codes.FailedPrecondition},
+		{fmt.Errorf("mount: %w", syscall.EIO), codes.Internal},
 		{fmt.Errorf("volume x: %w", nvme.ErrAuthUnsupported), codes.FailedPrecondition},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
