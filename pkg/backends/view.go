@@ -23,8 +23,16 @@ type RDS interface {
 	RemoveFile(ctx context.Context, path string) error
 	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
 	Probe(ctx context.Context) (*rds.SystemInfo, error)
+	// Storage fencing (--storage-fencing=allow-host).
+	// SwapExport changes the export from one state to another in one
+	// conditional command (rds.Client.SwapExport).
 	SwapExport(ctx context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error)
+	// SwapExportAuth is SwapExport that sets the export's password in the
+	// same command and reads the secret back (rds.Client.SwapExportAuth;
+	// --export-auth=dhchap).
 	SwapExportAuth(ctx context.Context, slot string, from, to rds.ExportState, password rds.ExportPassword) (rds.ExportState, nvme.DHCHAPSecret, error)
+	// Retombstone gives a closed export whose allowed host RouterOS does
+	// not print a fresh one (rds.Client.Retombstone).
 	Retombstone(ctx context.Context, slot string, to rds.ExportState) (rds.ExportState, error)
 }
 

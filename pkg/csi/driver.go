@@ -8,36 +8,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/srvlab/rds-csi/pkg/backends"
-	"github.com/srvlab/rds-csi/pkg/nvme"
-	"github.com/srvlab/rds-csi/pkg/rds"
 )
 
-// RDS is what the controller needs from the RouterOS client.
-type RDS interface {
-	CreateDisk(ctx context.Context, req rds.CreateDiskRequest) (*rds.Disk, error)
-	CopyDisk(ctx context.Context, req rds.CopyDiskRequest) (*rds.Disk, error)
-	GetDisk(ctx context.Context, slot string) (*rds.Disk, error)
-	ListDisks(ctx context.Context) ([]rds.Disk, error)
-	ResizeDisk(ctx context.Context, slot string, size int64) (*rds.Disk, error)
-	DeleteDisk(ctx context.Context, slot, filePath string) error
-	GetFile(ctx context.Context, path string) (*rds.File, error)
-	FilesWithPrefix(ctx context.Context, prefix string) ([]rds.File, error)
-	DiskUsingFile(ctx context.Context, path string) (bool, error)
-	RemoveFile(ctx context.Context, path string) error
-	Capacity(ctx context.Context, pool string) (rds.Capacity, error)
-	Probe(ctx context.Context) (*rds.SystemInfo, error)
-	// Storage fencing (--storage-fencing=allow-host).
-	// SwapExport changes the export from one state to another in one
-	// conditional command (rds.Client.SwapExport).
-	SwapExport(ctx context.Context, slot string, from, to rds.ExportState) (rds.ExportState, error)
-	// SwapExportAuth is SwapExport that sets the export's password in the
-	// same command and reads the secret back (rds.Client.SwapExportAuth;
-	// --export-auth=dhchap).
-	SwapExportAuth(ctx context.Context, slot string, from, to rds.ExportState, password rds.ExportPassword) (rds.ExportState, nvme.DHCHAPSecret, error)
-	// Retombstone gives a closed export whose allowed host RouterOS does
-	// not print a fresh one (rds.Client.Retombstone).
-	Retombstone(ctx context.Context, slot string, to rds.ExportState) (rds.ExportState, error)
-}
+// RDS is what the controller needs from the RouterOS client: one box's
+// client, as pkg/backends defines it (every box's client is one).
+type RDS = backends.RDS
 
 // ReadinessCheck reports why the driver cannot serve yet (nil: ready).
 type ReadinessCheck func(ctx context.Context) error
