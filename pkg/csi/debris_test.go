@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/srvlab/rds-csi/pkg/rds"
+	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
 // TestSimDeleteSnapshotFinishesInterruptedDelete: a DeleteSnapshot whose
@@ -104,9 +105,13 @@ func TestSimCreateVolumeReclaimsOrphanedFile(t *testing.T) {
 
 // TestSimSnapshotReadyOnlyWhenCopied: a snapshot whose copy outlives the
 // CreateSnapshot call is reported not ready, is not copied a second time
-// by the repeated call, and is ready once the copy completed.
+// by the repeated call, and is ready once the copy completed. The copy is
+// held by the simulator's CopyGate until the checks are made, not timed by
+// a copy rate: on a loaded machine (CI's two cores under -race) a second
+// went by between the calls and the copy was done before the repeat.
 func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
-	env := startSimEnv(t, simEnvConfig{CopyRate: 64 * rds.MiB}) // 1 s for 64 MiB
+	gate := make(chan struct{})
+	env := startSimEnv(t, simEnvConfig{Sim: func(c *rdssim.Config) { c.CopyGate = gate }})
 	ctx := context.Background()
 	vol, err := env.ctrl.CreateVolume(ctx, createReq(testPVC, 64*rds.MiB))
 	if err != nil {
@@ -139,7 +144,8 @@ func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
 	if copies != 1 {
 		t.Fatalf("the snapshot was copied %d times", copies)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	close(gate)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		if _, ok := env.disk(first.Snapshot.SnapshotId); ok || time.Now().After(deadline) {
 			break
