@@ -24,6 +24,11 @@ LDFLAGS := -X github.com/srvlab/rds-csi/pkg/version.Version=$(VERSION)
 # same work and the fuzz runner's deadline race (golang/go#75804) cannot hit.
 FUZZCOUNT ?= 20000
 PKGS := ./...
+# A go test command (the second argument) whose output goes to the terminal
+# and to .cache/logs/NAME.log (the first); when it fails, what failed is
+# printed again at the end (hack/test-failures.sh), where a CI page that
+# shows only a log's tail sees it.
+logged = set -o pipefail; mkdir -p $(CACHE)/logs; { $(2); } 2>&1 | tee $(CACHE)/logs/$(1).log || { hack/test-failures.sh $(CACHE)/logs/$(1).log; exit 1; }
 
 .PHONY: all build test unit sanity-loop fuzz lint bench bench-publish bench-scale demo demo-rds clean e2e e2e-nvme e2e-kubelet
 
@@ -45,7 +50,7 @@ test-host: lint unit packaging sanity-loop model fuzz e2e e2e-kubelet
 .PHONY: test-host
 
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	$(call logged,unit,$(GO) test -race -count=1 $(PKGS))
 
 # The commands of README.md and docs/ run as written against the simulator
 # (docs/commands_test.go; part of `unit` through ./...), alone, and every
@@ -109,7 +114,7 @@ E2E_PARALLEL ?= 6
 e2e:
 	./hack/build-controlplane.sh
 	$(GO) vet -tags e2e ./e2e/... ./docs
-	$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/... ./docs
+	$(call logged,e2e,$(GO) test -tags e2e -count=1 -timeout 40m -parallel $(E2E_PARALLEL) ./e2e/... ./docs)
 
 # The kubelet tier (e2e/kubelet, build tag kubelet): the driver as users
 # run it, installed from the chart's render with the image of `make image`
@@ -129,7 +134,7 @@ e2e-kubelet: deps
 	$(GO) vet -tags kubelet ./e2e/kubelet
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then echo "e2e-kubelet: skipped (needs root: namespaces, cgroups, mounts, loop devices)"; else \
 	  set -e; ./hack/build-controlplane.sh && ONLY="kubelet kube-scheduler containerd debs images e2e.test ginkgo" ./hack/build-kubelet-tier.sh && \
-	  RDS_CSI_KUBELET_LABS=$(E2E_KUBELET_PARALLEL) $(GO) test -tags kubelet -count=1 -timeout 60m -parallel 64 -v ./e2e/kubelet; fi
+	  { $(call logged,e2e-kubelet,RDS_CSI_KUBELET_LABS=$(E2E_KUBELET_PARALLEL) $(GO) test -tags kubelet -count=1 -timeout 60m -parallel 64 -v ./e2e/kubelet); }; fi
 
 # The NVMe/TCP tier (e2e/nvme, build tag nvmevm): a Debian kernel under
 # QEMU (hack/nvme-vm.sh downloads it into .cache/nvme-vm/, never /boot),
@@ -142,7 +147,7 @@ e2e-kubelet: deps
 # logged), on or off, e.g. `make e2e-nvme RDS_CSI_VM_KVM=off`.
 e2e-nvme: deps
 	$(GO) vet -tags nvmevm ./pkg/nvme ./pkg/csi ./e2e/nvme ./e2e/vm
-	$(GO) test -tags nvmevm -count=1 -timeout 40m -v -run TestNVMeTCPInVM ./e2e/nvme
+	$(call logged,e2e-nvme,$(GO) test -tags nvmevm -count=1 -timeout 40m -v -run TestNVMeTCPInVM ./e2e/nvme)
 
 # The driver's container image without a container engine
 # (hack/build-image.sh): the static driver and the Debian bookworm packages
