@@ -92,7 +92,7 @@ func newRDSBoxes(cfgs []backends.Backend, m *metrics.Metrics) (*rdsBoxes, error)
 			if errors.Is(rec.Err, context.Canceled) {
 				return // its caller gave up: nothing learnt of the box
 			}
-			m.SetRDSConnected(name, rec.Err == nil || !errors.Is(rec.Err, rds.ErrTransient))
+			m.SetRDSConnected(name, rds.Reached(rec.Err))
 			if rec.Err == nil {
 				h.Answered() // a failure is the probe's to judge (backends.Health)
 			}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,6 +17,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/srvlab/rds-csi/pkg/backends"
+	"github.com/srvlab/rds-csi/pkg/metrics"
+	"github.com/srvlab/rds-csi/pkg/rds"
 	"github.com/srvlab/rds-csi/pkg/rds/rdssim"
 )
 
@@ -212,5 +217,61 @@ func TestTwoBoxesPinningOneHostKeyStopTheDriver(t *testing.T) {
 	want := `--rds-config rds[1] ("rack-b"): its pinned host key ` + ssh.FingerprintSHA256(pub) + ` is pinned for the RDS of the --rds-* flags ("rack-a") too`
 	if code != 2 || !strings.Contains(stderr.String(), want) {
 		t.Fatalf("exit %d, %q; want 2 saying %q", code, stderr.String(), want)
+	}
+}
+
+// TestABoxRefusingTheKeyIsNotConnected: rds_csi_rds_ssh_connected is 0 for
+// a box that refuses the driver's SSH key and 1 for a box that answers,
+// each under its own name. It was 1 for the refusing box (only a
+// transport failure counted as not connected), so the RDSUnreachable
+// alert never fired for a rotated key.
+func TestABoxRefusingTheKeyIsNotConnected(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "id_ed25519")
+	pub, err := rdssim.WriteClientKey(keyFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := rdssim.NewTestKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := startSimBox(t, filepath.Join(dir, "a"), pub, filepath.Join(dir, "a.known_hosts"))
+	refusing := startSimBox(t, filepath.Join(dir, "b"), other, filepath.Join(dir, "b.known_hosts"))
+	box := func(name string, s *simBox, knownHosts string) backends.Backend {
+		port, _ := strconv.Atoi(s.port)
+		return backends.Backend{Name: name, Address: s.host, Port: port, User: "admin", KeyFile: keyFile, KnownHostsFile: knownHosts, LoginOptions: "ct"}
+	}
+	m := metrics.New()
+	boxes, err := newRDSBoxes([]backends.Backend{box("rack-a", good, filepath.Join(dir, "a.known_hosts")), box("rack-b", refusing, filepath.Join(dir, "b.known_hosts"))}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer boxes.Close()
+	if _, err := boxes.clients[0].Clock(context.Background()); err != nil {
+		t.Fatalf("rack-a: %v", err)
+	}
+	if _, err := boxes.clients[1].Clock(context.Background()); !errors.Is(err, rds.ErrAuthRefused) {
+		t.Fatalf("rack-b: %v; want the key refused", err)
+	}
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "rds_csi_rds_ssh_connected" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "rds" {
+					got[l.GetValue()] = s.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if got["rack-a"] != 1 || got["rack-b"] != 0 || len(got) != 2 {
+		t.Fatalf("rds_csi_rds_ssh_connected %v; want rack-a 1, rack-b 0 (it refuses the key)", got)
 	}
 }

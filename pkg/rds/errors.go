@@ -43,6 +43,14 @@ var (
 	ErrExportChanged = errors.New("the disk's NVMe/TCP export changed concurrently on RDS")
 )
 
+// Reached reports whether a command's outcome (nil included) came from a
+// session on the RDS: RouterOS answered, even if it refused the command. A
+// transport failure, a refused SSH key and a host key other than the
+// pinned one did not reach it.
+func Reached(err error) bool {
+	return !errors.Is(err, ErrTransient) && !errors.Is(err, ErrAuthRefused) && !errors.Is(err, ErrHostKey)
+}
+
 // CommandError carries the RouterOS text of a refused command.
 type CommandError struct {
 	Command string // the command as sent, secrets (an export password) hidden
