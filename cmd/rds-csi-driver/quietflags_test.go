@@ -62,6 +62,7 @@ func TestFlagsTakenAndQuietlyWrongRefused(t *testing.T) {
 	node := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-nvme-dir=" + nvmeDir}
 	loop := []string{"--mode=node", "--node-id=n1", "--rds-name=rds1", "--node-connector=loop", "--node-loop-data-dir=" + filepath.Join(dir, "pool")}
 	longDir := filepath.Join(dir, strings.Repeat("d", 120-len(dir)))
+	trailDir := filepath.Join(dir, "trail")
 	for i, tc := range []struct {
 		base []string
 		args string
@@ -97,6 +98,7 @@ func TestFlagsTakenAndQuietlyWrongRefused(t *testing.T) {
 		{node, "--fence-guard-share=0.5", "--fence-guard-share is a flag of the controller"},
 		{node, "--rds-key-file=" + keyFile, "--rds-key-file is a flag of the controller"},
 		{node, "--endpoint=unix://" + longDir + "/csi.sock", "too long for a unix socket: at most 107 bytes"},
+		{node, "--endpoint=unix://" + trailDir + "/", "ends in /, so it names a directory; name the socket file in it (for example " + trailDir + "/csi.sock)"},
 		{loop[:4], "--node-loop-data-dir=rds-pool", `--node-loop-data-dir "rds-pool" must be an absolute path`},
 		{loop, "--rds-user=admin", "--rds-user is a flag of the controller"},
 	} {
@@ -107,7 +109,7 @@ func TestFlagsTakenAndQuietlyWrongRefused(t *testing.T) {
 		if serving || code != 2 || !strings.Contains(out, tc.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 			t.Errorf("%s: serving %v, exit %d, stderr %q; want exit 2 and one line saying %q", tc.args, serving, code, out, tc.want)
 		}
-		for _, p := range []string{socketDir, longDir, nvmeDir} {
+		for _, p := range []string{socketDir, longDir, nvmeDir, trailDir} {
 			if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("%s: %s was created before the flag error: %v", tc.args, p, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,6 +49,11 @@ func ParseEndpoint(endpoint string) (network, address string, err error) {
 		}
 		if address == "" {
 			return "", "", fmt.Errorf("endpoint %q has no socket path", endpoint)
+		}
+		// A path ending in / names a directory: the bind would fail with
+		// "address already in use" once the directory was made.
+		if strings.HasSuffix(address, "/") {
+			return "", "", fmt.Errorf("endpoint %q: the socket path %s ends in /, so it names a directory; name the socket file in it (for example %scsi.sock)", endpoint, address, address)
 		}
 		if err := CheckSocketPath(address); err != nil {
 			return "", "", fmt.Errorf("endpoint %q: %w", endpoint, err)
