@@ -177,6 +177,8 @@ func (o *controllerOptions) validate() error {
 		add("--orphaned-claim-threshold must not be negative (have %s; 0: never)", o.OrphanedClaimThreshold)
 	case o.OrphanedClaimThreshold > 0 && o.OrphanedClaimThreshold < minOrphanedClaimThreshold:
 		add("--orphaned-claim-threshold=%s is shorter than %s: a claim is briefly without its VolumeAttachment while the index catches up with a detach, which is no orphan (0: never)", o.OrphanedClaimThreshold, minOrphanedClaimThreshold)
+	case o.OrphanedClaimThreshold > maxOrphanedClaimThreshold:
+		add("--orphaned-claim-threshold=%s is longer than %s: an orphaned claim keeps every other node off its volume, and one not reported within a day is as good as never (0 turns the report off)", o.OrphanedClaimThreshold, maxOrphanedClaimThreshold)
 	}
 	// And the ceiling where a larger value quietly turns off what the
 	// flag bounds.
@@ -258,6 +260,7 @@ func (o *controllerOptions) validateLeaderElection(add func(string, ...any)) {
 const (
 	minNotReadyThreshold      = 5 * time.Second
 	minOrphanedClaimThreshold = time.Minute
+	maxOrphanedClaimThreshold = 24 * time.Hour
 	minMigrationTimeout       = 10 * time.Second
 	maxMigrationTimeout       = 24 * time.Hour
 	maxExportReconcilePeriod  = time.Hour

@@ -14,8 +14,10 @@ import (
 // years, a watch-disconnect threshold of years keeps a replica ready on a
 // cache that stopped following the API, an export reconcile period of
 // years leaves a wrong export standing, a fence call timeout of years
-// lets one hung call hold a dead node's fence, and a leader Lease of
-// years holds every background action off after the leader dies. Each
+// lets one hung call hold a dead node's fence, an orphaned-claim
+// threshold of years never reports a claim that keeps every other node off
+// its volume, and a leader Lease of years holds every background action
+// off after the leader dies. Each
 // exits 2 with one line naming the flag and its ceiling; the ceiling
 // itself is taken.
 func TestDurationsThatTurnOffWhatTheyBoundRefused(t *testing.T) {
@@ -30,6 +32,9 @@ func TestDurationsThatTurnOffWhatTheyBoundRefused(t *testing.T) {
 	}{
 		{"--migration-timeout=100000h", "--migration-timeout=100000h0m0s is longer than 24h0m0s"},
 		{"--migration-timeout=24h", ""},
+		{"--orphaned-claim-threshold=100000h", "--orphaned-claim-threshold=100000h0m0s is longer than 24h0m0s"},
+		{"--orphaned-claim-threshold=24h", ""},
+		{"--orphaned-claim-threshold=0", ""},
 		{"--watch-disconnect-threshold=100000h", "--watch-disconnect-threshold=100000h0m0s is longer than 10m0s"},
 		{"--watch-disconnect-threshold=10m", ""},
 		{"--export-reconcile-period=100000h", "--export-reconcile-period=100000h0m0s is longer than 1h0m0s"},

@@ -250,7 +250,7 @@ arg, seconds) for the checks across flags. */}}
 {{- $ranges := dict
   "attach-grace-period" (list true 0.0 1e12 "not negative")
   "not-ready-threshold" (list true 5.0 86400.0 "0 (never) or 5s to 24h")
-  "orphaned-claim-threshold" (list true 60.0 1e12 "0 (never) or at least 1m")
+  "orphaned-claim-threshold" (list true 60.0 86400.0 "0 (never) or 1m to 24h")
   "heartbeat-threshold" (list true 5.0 86400.0 "0 (never) or 5s to 24h")
   "migration-timeout" (list false 10.0 86400.0 "10s to 24h")
   "watch-disconnect-threshold" (list false 5.0 600.0 "5s to 10m")

@@ -534,6 +534,8 @@ func TestChartFlagValuesAgreeWithTheDriver(t *testing.T) {
 		{[]string{"--orphaned-claim-threshold=1ns"}, nil},
 		{[]string{"--orphaned-claim-threshold=59s"}, nil},
 		{[]string{"--orphaned-claim-threshold=1m"}, nil},
+		{[]string{"--orphaned-claim-threshold=24h"}, nil},
+		{[]string{"--orphaned-claim-threshold=24h0m1s"}, nil},
 		{[]string{"--not-ready-threshold=1ns"}, nil},
 		{[]string{"--not-ready-threshold=5s"}, nil},
 		{[]string{"--not-ready-threshold=24h1s"}, nil},
