@@ -67,14 +67,15 @@ test-host-rest: packaging sanity-loop model fuzz e2e e2e-kubelet
 unit:
 	$(call logged,unit,$(GO) test -race -count=1 $(PKGS))
 
-# The commands of README.md and docs/ run as written against the simulator
-# (docs/commands_test.go; part of `unit` through ./...), alone, and every
-# relative link checked. The blocks marked cluster and install run against
-# a real kube-apiserver in `e2e` (docs/cluster_test.go, build tag e2e):
+# The commands of the Markdown files run as written against the simulator
+# (docs/commands_test.go; part of `unit` through ./...), alone, every
+# relative link and every fence's language checked. The blocks marked
+# cluster and install run against a real kube-apiserver in `e2e`
+# (docs/cluster_test.go, build tag e2e):
 # go test -tags e2e -count=1 -v -run TestDocumentedClusterCommands ./docs
 .PHONY: docs-test
 docs-test:
-	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored|TestMarkdownLinksResolve' ./docs
+	$(GO) test -count=1 -v -run 'TestDocumentedCommands|TestGeneratedKeysAreIgnored|TestMarkdownLinksResolve|TestEveryFenceHasALanguage' ./docs
 
 # The publish model check (pkg/csi/publish_model_test.go) at full size
 # without the race detector: two controller replicas with adversarially

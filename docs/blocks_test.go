@@ -1,10 +1,19 @@
 // Package docs holds the user documentation. Its tests run the commands
 // the documentation shows, so that they cannot drift from the binaries.
 //
-// The marker convention: every shell block (a fence of backticks or
-// tildes whose language is sh, bash, shell, zsh, console or
-// shell-session, in any case, attributes after it allowed) of README.md
-// and docs/*.md is preceded by an HTML comment on the line before it,
+// The documents read are every markdown file of the repository
+// (markdownFiles: README.md, CHANGELOG.md, docs/*.md, e2e/README.md,
+// hack/README.md, ...; not hidden directories such as .cache, bin/, test
+// artifacts or testdata). In them every fenced block (backticks or
+// tildes) names its language: text for a diagram, a log or an output,
+// yaml, json, and so on, a shell language for commands; a fence without
+// one fails the test (fences_test.go), since what it holds would be
+// neither run nor checked.
+//
+// The marker convention: every shell block (a fence whose language is
+// sh, bash, shell, zsh, console or shell-session, in any case,
+// attributes after it allowed) is preceded by an HTML comment on the line
+// before it,
 //
 //	<!-- docs-test: run -->            run as written against the simulator
 //	<!-- docs-test: cluster -->        run as written against a real kube-apiserver holding what the commands name
@@ -30,7 +39,8 @@
 // control plane, as on a cluster nothing was installed on yet.
 //
 // In every block not run by a test, each flag given to one of this
-// repository's binaries must exist. Both tests log how many blocks were
+// repository's binaries must exist (in a console transcript, on its
+// command lines and in its output alike). Both tests log how many blocks were
 // run and why the others were not.
 package docs
 
@@ -86,19 +96,34 @@ func closes(line, marks string) bool {
 	return ok && info == "" && m[0] == marks[0] && len(m) >= len(marks)
 }
 
-// shellBlocks returns the shell blocks of a markdown file with their markers.
-func shellBlocks(path string) ([]block, error) {
+// fenced is one fenced code block of a document.
+type fenced struct {
+	line   int    // of the opening fence
+	info   string // the info string: the language, maybe attributes after it ("": none)
+	marker string // of the docs-test comment on the line before ("": none)
+	text   string
+}
+
+// language is the block's language (the info string's first word), in
+// lower case.
+func (f fenced) language() string {
+	lang, _, _ := strings.Cut(f.info, " ")
+	return strings.ToLower(lang)
+}
+
+// fencedBlocks returns every fenced code block of a markdown file, with
+// the marker before each; a fence inside a longer one is its text.
+func fencedBlocks(path string) ([]fenced, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	var (
-		blocks []block
-		cur    *block // the shell block being read
-		open   string // the marks of the fenced block being read ("": none)
-		opened int    // its line
-		prev   string // the line before, trimmed
+		blocks []fenced
+		cur    *fenced // the block being read
+		open   string  // its marks ("": none)
+		prev   string  // the line before, trimmed
 		lineNo int
 	)
 	sc := bufio.NewScanner(f)
@@ -106,33 +131,59 @@ func shellBlocks(path string) ([]block, error) {
 		lineNo++
 		line := strings.TrimSpace(sc.Text())
 		switch {
-		case open != "" && closes(line, open):
-			if cur != nil {
-				blocks = append(blocks, *cur)
-			}
+		case cur != nil && closes(line, open):
+			blocks = append(blocks, *cur)
 			cur, open = nil, ""
 		case cur != nil:
 			cur.text += sc.Text() + "\n"
-		case open != "":
 		default:
 			marks, info, ok := fence(line)
 			if !ok {
 				break
 			}
-			open, opened = marks, lineNo
-			if lang, _, _ := strings.Cut(info, " "); shellLanguages[strings.ToLower(lang)] {
-				cur = &block{line: lineNo}
-				if m := markerPattern.FindStringSubmatch(prev); m != nil {
-					cur.marker = m[1]
-				}
+			open, cur = marks, &fenced{line: lineNo, info: info}
+			if m := markerPattern.FindStringSubmatch(prev); m != nil {
+				cur.marker = m[1]
 			}
 		}
 		prev = line
 	}
-	if open != "" {
-		return nil, fmt.Errorf("%s:%d: unterminated code block", path, opened)
+	if cur != nil {
+		return nil, fmt.Errorf("%s:%d: unterminated code block", path, cur.line)
 	}
 	return blocks, sc.Err()
+}
+
+// shellBlocks returns the shell blocks of a markdown file with their markers.
+func shellBlocks(path string) ([]block, error) {
+	fences, err := fencedBlocks(path)
+	if err != nil {
+		return nil, err
+	}
+	var blocks []block
+	for _, f := range fences {
+		if shellLanguages[f.language()] {
+			blocks = append(blocks, block{line: f.line, marker: f.marker, text: f.text})
+		}
+	}
+	return blocks, nil
+}
+
+// unlabelled returns the lines of the fences of a markdown file that give
+// no language: what they hold is never counted, marked or run, so a
+// command written in one would go unchecked.
+func unlabelled(path string) ([]int, error) {
+	fences, err := fencedBlocks(path)
+	if err != nil {
+		return nil, err
+	}
+	var lines []int
+	for _, f := range fences {
+		if f.info == "" {
+			lines = append(lines, f.line)
+		}
+	}
+	return lines, nil
 }
 
 // How a block is tested, from its marker.
@@ -165,12 +216,13 @@ type docBlock struct {
 
 func (b docBlock) String() string { return fmt.Sprintf("%s:%d", b.doc, b.line) }
 
-// allBlocks returns the shell blocks of README.md and docs/*.md, in
-// document order, README.md first; a block without a valid marker fails t.
+// allBlocks returns the shell blocks of every markdown file of the
+// repository (blockDocuments), in document order, README.md first; a block
+// without a valid marker fails t.
 func allBlocks(t *testing.T, root string) []docBlock {
 	t.Helper()
 	var out []docBlock
-	for _, doc := range documents(t, root) {
+	for _, doc := range blockDocuments(t, root) {
 		rel, _ := filepath.Rel(root, doc)
 		blocks, err := shellBlocks(doc)
 		if err != nil {
@@ -226,6 +278,23 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
+// blockDocuments returns the markdown files whose fenced blocks the tests
+// read: every one of the repository (markdownFiles: README.md, CHANGELOG.md,
+// docs/, e2e/README.md, hack/README.md, ...), README.md first, the others
+// in the order of their paths.
+func blockDocuments(t *testing.T, root string) []string {
+	t.Helper()
+	readme := filepath.Join(root, "README.md")
+	docs := []string{readme}
+	for _, f := range markdownFiles(t, root) {
+		if f != readme {
+			docs = append(docs, f)
+		}
+	}
+	return docs
+}
+
+// documents returns README.md and docs/*.md: what a user reads.
 func documents(t *testing.T, root string) []string {
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {

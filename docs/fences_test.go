@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -44,5 +45,45 @@ func TestEveryShellFenceIsABlock(t *testing.T) {
 	}
 	if got := blocks[2].text; got != "bin/rdsctl get a\n```\nstill the same block\n" {
 		t.Errorf("the four-backtick block's text: %q", got)
+	}
+}
+
+// Every fenced block of the documents the tests read names its language.
+// A fence without one is neither a shell block nor anything else: a
+// command written in it was never counted, marked, run or checked.
+func TestEveryFenceHasALanguage(t *testing.T) {
+	root := repoRoot(t)
+	for _, doc := range blockDocuments(t, root) {
+		lines, err := unlabelled(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, doc)
+		for _, l := range lines {
+			t.Errorf("%s:%d: a fence without a language: name one (text for a diagram or an output; sh, or console for a transcript, for commands, with a docs-test marker)", filepath.ToSlash(rel), l)
+		}
+	}
+}
+
+// The fences unlabelled finds: a fence of backticks or tildes with no
+// info string, and no other (a fence with a language, a fence inside a
+// longer one, a closing fence).
+func TestUnlabelledFences(t *testing.T) {
+	md := "# doc\n\n" +
+		"```\ndiagram\n```\n\n" + // line 3
+		"```text\noutput\n```\n\n" +
+		"~~~\nmore\n~~~\n\n" + // line 11
+		"````sh\n```\nnot a fence\n```\n````\n\n" +
+		"  ```   \nindented, spaces after\n  ```\n" // line 21
+	path := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := unlabelled(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(lines) != "[3 11 21]" {
+		t.Errorf("unlabelled fences at lines %v, want [3 11 21]", lines)
 	}
 }
