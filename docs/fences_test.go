@@ -62,7 +62,31 @@ func TestEveryFenceHasALanguage(t *testing.T) {
 		for _, l := range lines {
 			t.Errorf("%s:%d: a fence without a language: name one (text for a diagram or an output; sh, or console for a transcript, for commands, with a docs-test marker)", filepath.ToSlash(rel), l)
 		}
+		misplaced, err := markedNotShell(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range misplaced {
+			t.Errorf("%s:%d: a docs-test marker (%q) before a %q block, which no test reads as commands: give the block a shell language, or drop the marker", filepath.ToSlash(rel), f.line, f.marker, f.info)
+		}
 	}
+}
+
+// markedNotShell returns the fences of a markdown file that carry a
+// docs-test marker but are not shell blocks: the marker says a test runs
+// or checks them, and none does.
+func markedNotShell(path string) ([]fenced, error) {
+	fences, err := fencedBlocks(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []fenced
+	for _, f := range fences {
+		if f.marker != "" && !shellLanguages[f.language()] {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // The fences unlabelled finds: a fence of backticks or tildes with no
@@ -85,5 +109,31 @@ func TestUnlabelledFences(t *testing.T) {
 	}
 	if fmt.Sprint(lines) != "[3 11 21]" {
 		t.Errorf("unlabelled fences at lines %v, want [3 11 21]", lines)
+	}
+}
+
+// A docs-test marker before a block that is not shell is found: before,
+// such a block (a command given the language text, say) looked marked,
+// and was never run nor checked.
+func TestMarkerBeforeAnotherLanguage(t *testing.T) {
+	md := "# doc\n\n" +
+		"<!-- docs-test: run -->\n```text\nbin/rdsctl probe\n```\n\n" + // line 4
+		"<!-- docs-test: skip: why -->\n```sh\nbin/rdsctl probe\n```\n\n" +
+		"<!-- docs-test: skip: why -->\n```\nbin/rdsctl probe\n```\n\n" + // line 14
+		"```yaml\nkey: value\n```\n"
+	path := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := markedNotShell(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []int
+	for _, f := range got {
+		lines = append(lines, f.line)
+	}
+	if fmt.Sprint(lines) != "[4 14]" {
+		t.Errorf("marked blocks that are not shell at lines %v, want [4 14]", lines)
 	}
 }
