@@ -684,11 +684,11 @@ func (p *controllerProcess) elect(ctx context.Context, start func(func())) {
 	if p.driver.NodeID != "" {
 		id = p.driver.NodeID + "_" + id
 	}
-	lock := &resourcelock.LeaseLock{
+	lock := &heldLease{LeaseLock: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: p.namespace(), Name: leaseName(p.driver.DriverName)},
 		Client:     p.client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id, EventRecorder: p.rec},
-	}
+	}}
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:            lock,
