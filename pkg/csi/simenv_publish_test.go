@@ -102,7 +102,7 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 		t.Fatal("informers never synced")
 	}
 	now := cs.now
-	cs = NewControllerServer(cs.d, &Publisher{Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: fencing.DefaultConfig()})
+	cs = NewControllerServer(cs.d, &Publisher{Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: fencing.DefaultConfig(), CatchUp: testCatchUp})
 	cs.now = now
 	return &provisioningController{ControllerServer: cs, t: t, client: client, index: index}
 }
