@@ -17,7 +17,7 @@ import (
 // containing match (it is logged before the exec request is answered).
 func waitForCommand(t *testing.T, sim *rdssim.Server, match string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		for _, c := range sim.Commands() {
 			if strings.Contains(c.Text, match) {
