@@ -60,7 +60,7 @@ func TestHTTPEndpointInEveryMode(t *testing.T) {
 				}
 			}()
 			var body string
-			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 				resp, err := http.Get("http://" + addr + "/metrics")
 				if err != nil {
 					return false, nil

@@ -2,7 +2,9 @@ package csi
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,11 +120,33 @@ func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &csi.CreateSnapshotRequest{Name: testSnapName, SourceVolumeId: vol.Volume.VolumeId}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
 	// The CO's deadline passes during the copy (the driver's answer, not
-	// ready, arrives after it).
-	if resp, err := env.ctrl.CreateSnapshot(short, req); code(err) != codes.DeadlineExceeded && (err != nil || resp.Snapshot.ReadyToUse) {
+	// ready, arrives after it): once the copy's file is on the RDS, not
+	// after a fixed time, which a loaded machine can spend before the
+	// copy is even sent (the repeat below would then copy, and wait on
+	// the gate for good).
+	short, expire := deadlineOnCue(ctx)
+	answered, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		defer expire()
+		files := filepath.Join(env.sim.DataDir(), "kubernetes-volumes", "snapshots", "*.img")
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			select {
+			case <-answered:
+				return
+			default:
+			}
+			if m, _ := filepath.Glob(files); len(m) > 0 {
+				return
+			}
+		}
+		t.Errorf("no snapshot copy began on the RDS within a minute (%s)", files)
+	}()
+	resp, err := env.ctrl.CreateSnapshot(short, req)
+	close(answered)
+	<-watched
+	if code(err) != codes.DeadlineExceeded && (err != nil || resp.Snapshot.ReadyToUse) {
 		t.Fatalf("CreateSnapshot past its deadline: %v, %v", resp, err)
 	}
 	// Until the first call has let go of the snapshot, a repeat is ABORTED
@@ -155,5 +179,30 @@ func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
 	done, err := env.ctrl.CreateSnapshot(ctx, req)
 	if err != nil || !done.Snapshot.ReadyToUse || !done.Snapshot.CreationTime.AsTime().Equal(first.Snapshot.CreationTime.AsTime()) {
 		t.Fatalf("after the copy: %v, %v", done, err)
+	}
+}
+
+// deadlineOnCue returns a context whose deadline passes when expire is
+// called: a test makes a call's deadline pass at a chosen step, not after a
+// time the machine's speed decides what fits into.
+func deadlineOnCue(parent context.Context) (ctx context.Context, expire func()) {
+	c := &cueContext{Context: parent, done: make(chan struct{})}
+	var once sync.Once
+	return c, func() { once.Do(func() { close(c.done) }) }
+}
+
+type cueContext struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c *cueContext) Done() <-chan struct{} { return c.done }
+
+func (c *cueContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }

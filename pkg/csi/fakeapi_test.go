@@ -139,6 +139,14 @@ type envOption func(*envConfig)
 func withTaint(c *envConfig)         { c.taint = true }
 func withoutNodeFencer(c *envConfig) { c.noNodeFencer = true }
 
+// testCatchUp is how long a test replica's publish whose write conflicted
+// waits for its own informers to deliver the newer PV. The driver waits
+// publishCatchUpLimit (2 s), which a starved -race run can outlast
+// (ABORTED where the test expects the decision made again on the newer
+// PV); here it is only a safety net. A test whose replica's PV watch is
+// held shut sets its CatchUp short.
+const testCatchUp = time.Minute
+
 // newPublishEnv starts a replica on client and waits until its informers
 // have synced. rdsFake may be shared between replicas.
 func newPublishEnv(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, policy fencing.Config) *publishEnv {
@@ -191,6 +199,7 @@ func newPublishEnvWith(t *testing.T, client *fake.Clientset, rdsFake *fakeRDS, p
 	}
 	e.cs = NewControllerServer(NewDriver(opts, rdsFake), &Publisher{
 		Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: policy, Reporter: reporter, Malformed: icfg.Malformed,
+		CatchUp: testCatchUp,
 	})
 	return e
 }
@@ -203,7 +212,7 @@ func (e *publishEnv) close() {
 // waitFor polls cond until it holds; the informers deliver asynchronously.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true,
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true,
 		func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)

@@ -413,6 +413,26 @@ func (e *publishEnv) waitIndexed(id string) {
 	waitFor(e.t, "the index to know "+id, func() bool { return e.index.Volume(id).Indexed() })
 }
 
+// waitCaughtUp waits until this replica's index holds every PV of volume
+// id at the resourceVersion the API server has: its next decision is made
+// on the current state, not on one its informers have yet to deliver.
+func (e *publishEnv) waitCaughtUp(id string) {
+	e.t.Helper()
+	waitFor(e.t, "the index to hold the API server's PVs of "+id, func() bool {
+		v := e.index.Volume(id)
+		if !v.Indexed() {
+			return false
+		}
+		for _, ref := range v.PVs {
+			pv, err := e.client.CoreV1().PersistentVolumes().Get(context.Background(), ref.Name, metav1.GetOptions{})
+			if err != nil || pv.ResourceVersion != ref.ResourceVersion {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // drainEvents returns the events recorded so far.
 func (e *publishEnv) drainEvents() []string {
 	var out []string

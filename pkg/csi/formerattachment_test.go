@@ -354,20 +354,17 @@ func TestPausedUnpublishLeavesTheNewerAttachmentToItsOwnCut(t *testing.T) {
 		t.Fatalf("scripting: a's unpublish should have released node-a's claim on %s", pvs[0])
 	}
 
-	// 3. node-a's new attachment, then the migration to node-b.
-	waitFor(t, "replica b's index to see the release on "+pvs[0], func() bool {
-		for _, pv := range b.index.Volume(id).PVs {
-			if pv.Name == pvs[0] && pv.Claims.Has("node-a") {
-				return false
-			}
-		}
-		return true
-	})
+	// 3. node-a's new attachment, then the migration to node-b. Replica b
+	// first sees both PVs as they are (a's publish on both, its release on
+	// the first), or its publish, deciding on what its informers have yet
+	// to deliver, may conflict past its attempts.
+	b.waitCaughtUp(id)
 	if _, err := b.publish(id, nodeA, rwx); err != nil {
 		t.Fatalf("node-a's new attachment: %v", err)
 	}
 	h2 := b.hostOf(id, "node-a")
 	b.waitClaims(id, "node-a")
+	b.waitCaughtUp(id)
 	if _, err := b.publish(id, nodeB, rwx); err != nil {
 		t.Fatalf("the migration target: %v", err)
 	}
@@ -390,6 +387,7 @@ func TestPausedUnpublishLeavesTheNewerAttachmentToItsOwnCut(t *testing.T) {
 	}
 
 	// 6. n2's own unpublish.
+	b.waitCaughtUp(id)
 	if err := b.unpublish(id, nodeA); err != nil {
 		t.Fatalf("n2's unpublish: %v", err)
 	}

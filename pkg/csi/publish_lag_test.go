@@ -55,6 +55,7 @@ func TestLaggingReplicaNoAlreadyPublishedFromCache(t *testing.T) {
 	waitFor(t, "b to see n0's claim", func() bool { v := b.index.Volume(id); return v != nil && v.HasClaim("n0") })
 
 	lag.pause("persistentvolumes")
+	b.cs.pub.CatchUp = time.Millisecond // its PV watch stays paused: no use waiting
 	mustCode(t, "unpublish n0 via a", a.unpublish(id, "n0"), codes.OK)
 	waitFor(t, "a to see the release", func() bool { return !a.index.Volume(id).HasClaim("n0") })
 	_, err = a.publish(id, "n1", rwo)
@@ -81,6 +82,7 @@ func TestLaggingReplicaNoThirdMultiWriter(t *testing.T) {
 	}
 	waitFor(t, "b to see both claims", func() bool { v := b.index.Volume(id); return v != nil && v.HasClaim("n0") && v.HasClaim("n1") })
 	lag.pause("persistentvolumes")
+	b.cs.pub.CatchUp = time.Millisecond // its PV watch stays paused: no use waiting
 	mustCode(t, "unpublish n0 via a", a.unpublish(id, "n0"), codes.OK)
 	waitFor(t, "a to see the release", func() bool { return !a.index.Volume(id).HasClaim("n0") })
 	_, err := a.publish(id, "n2", rwx)

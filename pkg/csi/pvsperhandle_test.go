@@ -65,15 +65,10 @@ func TestReconcileBetweenTheFencesOfTwoPVsKeepsTheFencedAttachmentOut(t *testing
 	if recs := retiringOf(t, client, pvs[0]); len(recs) != 1 {
 		t.Fatalf("the fence of %s removed its record while %s still claims the attachment: %+v", pvs[0], pvs[1], recs)
 	}
-	waitFor(t, "the leader's index to see the release on the first PV", func() bool {
-		v := b.index.Volume(id)
-		for _, pv := range v.PVs {
-			if pv.Name == pvs[0] && pv.Claims.Has("node-a") {
-				return false
-			}
-		}
-		return true
-	})
+	// The leader's index sees the release on the first PV (and the claims
+	// before it: "no claim on the first PV" holds too for an index that
+	// has not seen the publish yet).
+	b.waitCaughtUp(id)
 
 	if _, err := b.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
@@ -191,14 +186,8 @@ func TestUnpublishReleasesAPVItsIndexHasNotSeen(t *testing.T) {
 	if c := claimsOf(t, shared, p2); has(c, "node-a") {
 		t.Errorf("the unpublish answered OK and left node-a's claim on %s: an orphaned claim", p2)
 	}
-	waitFor(t, "replica a's index to see the release on p1", func() bool {
-		for _, pv := range a.index.Volume(id).PVs {
-			if pv.Name == p1 && pv.Claims.Has("node-a") {
-				return false
-			}
-		}
-		return true
-	})
+	// Replica a's index sees the release on p1.
+	a.waitCaughtUp(id)
 	if _, err := a.fence.Reconcile(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}

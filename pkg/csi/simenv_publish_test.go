@@ -65,6 +65,12 @@ func (p *provisioningController) DeleteVolume(ctx context.Context, req *csi.Dele
 	resp, err := p.ControllerServer.DeleteVolume(ctx, req)
 	if err == nil {
 		_ = p.client.CoreV1().PersistentVolumes().Delete(ctx, req.GetVolumeId(), metav1.DeleteOptions{})
+		// As CreateVolume waits for the index to know the PV, the index
+		// forgets it before the next call: csi-sanity's cleanup unpublishes
+		// a volume it deleted a moment ago, which on an index that still
+		// lists the deleted PV is ABORTED (retried in a cluster, not by
+		// csi-sanity).
+		waitFor(p.t, "the index to forget the PV of "+req.GetVolumeId(), func() bool { return indexedPVs(p.index.Volume(req.GetVolumeId())) == 0 })
 	}
 	return resp, err
 }
@@ -102,7 +108,7 @@ func enablePublish(t testing.TB, cs *ControllerServer, nodes ...string) csi.Cont
 		t.Fatal("informers never synced")
 	}
 	now := cs.now
-	cs = NewControllerServer(cs.d, &Publisher{Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: fencing.DefaultConfig()})
+	cs = NewControllerServer(cs.d, &Publisher{Index: index, Fence: fence, Nodes: live, Synced: ctrl.Synced, Policy: fencing.DefaultConfig(), CatchUp: testCatchUp})
 	cs.now = now
 	return &provisioningController{ControllerServer: cs, t: t, client: client, index: index}
 }

@@ -21,7 +21,7 @@ import (
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true,
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}

@@ -151,7 +151,7 @@ func TestCopyNeverReclaimsARunningCopysFile(t *testing.T) {
 	// The held copy lands (its disk appears) once released; the retry
 	// then finds it.
 	var d *Disk
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if d, _ = c.GetDisk(ctx, clone.Slot); d != nil {
 			break
 		}

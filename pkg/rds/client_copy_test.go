@@ -3,6 +3,8 @@ package rds
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +17,7 @@ import (
 // containing match (it is logged before the exec request is answered).
 func waitForCommand(t *testing.T, sim *rdssim.Server, match string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		for _, c := range sim.Commands() {
 			if strings.Contains(c.Text, match) {
@@ -94,18 +96,42 @@ func TestSlowCopyKeepsOtherSessions(t *testing.T) {
 
 // TestCopyPendingThenDone: a copy whose reply does not come within the
 // caller's context is not re-sent and is reported pending; the disk
-// appears when the copy completes, and the copy is then complete.
+// appears when the copy completes, and the copy is then complete. The
+// copy is held by the simulator's CopyGate and the caller's deadline
+// passes once the copy's file exists: with a copy rate and a fixed
+// timeout, a loaded machine could spend the timeout before the copy was
+// sent, or the copy's second before the checks of the pending copy.
 func TestCopyPendingThenDone(t *testing.T) {
-	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyRate = 64 * MiB }) // 1 s for 64 MiB
+	gate := make(chan struct{})
+	env := startSimWith(t, 10*GiB, func(c *rdssim.Config) { c.CopyGate = gate })
 	c := env.client(t, nil)
 	ctx := context.Background()
 	if _, err := c.CreateDisk(ctx, req("pvc-src", 64*MiB)); err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
 	r := CopyDiskRequest{Slot: "snap-1", FilePath: "/storage-pool/k8s/snap-1.img", SourceSlot: "pvc-src"}
-	if _, err := c.CopyDisk(cctx, r); !errors.Is(err, ErrCopyPending) {
+	cctx, expire := deadlineOnCue(ctx)
+	answered, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		defer expire()
+		file := filepath.Join(env.sim.DataDir(), "k8s", "snap-1.img")
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			select {
+			case <-answered:
+				return
+			default:
+			}
+			if _, err := os.Stat(file); err == nil {
+				return
+			}
+		}
+		t.Errorf("the copy's file %s never appeared", file)
+	}()
+	_, err := c.CopyDisk(cctx, r)
+	close(answered)
+	<-watched
+	if !errors.Is(err, ErrCopyPending) {
 		t.Fatalf("CopyDisk past its context: %v, want ErrCopyPending", err)
 	}
 	if _, err := c.GetDisk(ctx, "snap-1"); !errors.Is(err, ErrNotFound) {
@@ -114,7 +140,8 @@ func TestCopyPendingThenDone(t *testing.T) {
 	if err := c.RemoveFile(ctx, r.FilePath); !errors.Is(err, ErrCommandFailed) {
 		t.Fatalf("removing the file of a running copy: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	close(gate)
+	deadline := time.Now().Add(time.Minute)
 	for len(env.sim.Disks()) != 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -124,6 +151,31 @@ func TestCopyPendingThenDone(t *testing.T) {
 	}
 	if n := commandsContaining(env.sim, "copy-from"); n != 1 {
 		t.Errorf("the copy was sent %d times", n)
+	}
+}
+
+// deadlineOnCue returns a context whose deadline passes when expire is
+// called: a test makes a call's deadline pass at a chosen step, not after a
+// time the machine's speed decides what fits into.
+func deadlineOnCue(parent context.Context) (ctx context.Context, expire func()) {
+	c := &cueContext{Context: parent, done: make(chan struct{})}
+	var once sync.Once
+	return c, func() { once.Do(func() { close(c.done) }) }
+}
+
+type cueContext struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c *cueContext) Done() <-chan struct{} { return c.done }
+
+func (c *cueContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
