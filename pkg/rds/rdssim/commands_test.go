@@ -22,7 +22,7 @@ func docSample(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(doc), "```\nFlags:")
+	_, rest, ok := strings.Cut(string(doc), "```text\nFlags:")
 	if !ok {
 		t.Fatal("no print detail sample in docs/routeros.md")
 	}
