@@ -50,10 +50,11 @@ func TestAStoppedMakeTestStopsTheVMTier(t *testing.T) {
 			if err := syscall.Mkfifo(started, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			// Each stand-in says it started, then runs until stopped.
+			// Each stand-in says its pid, then becomes a sleep that runs
+			// until stopped.
 			makefile := "SHELL := /bin/bash\nCACHE := .cache\n" +
 				"test:\n" + recipe +
-				"test-host-rest:\n\t@echo rest >started; exec sleep 600\n" +
+				"test-host-rest:\n\t@echo rest $$$$ >started; exec sleep 600\n" +
 				"e2e-nvme:\n\t@echo vm $$$$ >started; exec sleep 600\n" +
 				".PHONY: test test-host-rest e2e-nvme\n"
 			if err := os.WriteFile(filepath.Join(dir, "Makefile"), []byte(makefile), 0o644); err != nil {
@@ -84,23 +85,35 @@ func TestAStoppedMakeTestStopsTheVMTier(t *testing.T) {
 					lines <- r.Text()
 				}
 			}()
-			vm := 0
+			pids := map[string]int{}
 			timeout := time.After(time.Minute) // a safety net; both start at once
-			for seen := 0; seen < 2; seen++ {
+			for len(pids) < 2 {
 				select {
 				case l := <-lines:
-					if pid, ok := strings.CutPrefix(l, "vm "); ok {
-						if vm, err = strconv.Atoi(pid); err != nil {
-							t.Fatal(err)
-						}
-						t.Cleanup(func() { _ = syscall.Kill(vm, syscall.SIGKILL) })
+					tier, pid, _ := strings.Cut(l, " ")
+					n, err := strconv.Atoi(pid)
+					if err != nil {
+						t.Fatalf("a stand-in said %q", l)
 					}
+					pids[tier] = n
+					t.Cleanup(func() { _ = syscall.Kill(n, syscall.SIGKILL) })
 				case <-timeout:
 					t.Fatal("the stand-ins of the tiers did not start")
 				}
 			}
-			if vm == 0 {
-				t.Fatal("the VM tier's stand-in did not start")
+			vm := pids["vm"]
+			if vm == 0 || pids["rest"] == 0 {
+				t.Fatalf("the stand-ins said %v; want a vm and a rest", pids)
+			}
+			// Once each is its sleep: a signal that came to the stand-in's
+			// shell before its exec would be lost with the shell (bash
+			// defers SIGINT), which a real tier, long running, never meets.
+			for _, pid := range pids {
+				for deadline := time.Now().Add(time.Minute); comm(pid) != "sleep"; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) { // a safety net
+						t.Fatalf("stand-in %d is %q, not its sleep", pid, comm(pid))
+					}
+				}
 			}
 
 			// What a terminal does: the signal to make's process group.
@@ -131,4 +144,13 @@ func running(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
+}
+
+// comm is the name of the process's program ("" once it is gone).
+func comm(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
