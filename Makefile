@@ -49,11 +49,12 @@ build:
 # The VM tier keeps one core busy (TCG: one vCPU) while the e2e and kubelet
 # tiers mostly wait, so make test starts it beside the rest once the unit
 # tests pass, its output in .cache/logs/e2e-nvme.out, and waits for it at
-# the end: it fails if either side failed, and a stopped make test stops it.
+# the end: it fails if either side failed, and a make test stopped from its
+# terminal (hang-up, Ctrl-C, Ctrl-\, a TERM to its process group) stops it.
 test: lint unit deps
 	@set -u; mkdir -p $(CACHE)/logs; out=$(CACHE)/logs/e2e-nvme.out; \
 	  setsid -w $(MAKE) --no-print-directory e2e-nvme >"$$out" 2>&1 & vm=$$!; \
-	  trap 'kill -TERM -- -'$$vm' 2>/dev/null' INT TERM; \
+	  trap 'kill -TERM -- -'$$vm' 2>/dev/null; wait '$$vm'; exit 1' HUP INT QUIT TERM; \
 	  echo "make test: the NVMe/TCP VM tier (make e2e-nvme) runs beside the rest from here; its output: $$out"; \
 	  status=0; $(MAKE) --no-print-directory test-host-rest || status=1; \
 	  echo "make test: waiting for the NVMe/TCP VM tier"; \
