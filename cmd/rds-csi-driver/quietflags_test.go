@@ -98,7 +98,9 @@ func TestFlagsTakenAndQuietlyWrongRefused(t *testing.T) {
 		{node, "--fence-guard-share=0.5", "--fence-guard-share is a flag of the controller"},
 		{node, "--rds-key-file=" + keyFile, "--rds-key-file is a flag of the controller"},
 		{node, "--endpoint=unix://" + longDir + "/csi.sock", "too long for a unix socket: at most 107 bytes"},
-		{node, "--endpoint=unix://" + trailDir + "/", "ends in /, so it names a directory; name the socket file in it (for example " + trailDir + "/csi.sock)"},
+		{node, "--endpoint=unix://" + trailDir + "/", "names a directory (it ends in /, /. or /..); name the socket file in it, for example " + trailDir + "/csi.sock"},
+		{controller, "--endpoint=unix://" + trailDir + "/.", "names a directory (it ends in /, /. or /..); name the socket file in it, for example " + trailDir + "/csi.sock"},
+		{node, "--endpoint=unix://" + trailDir + "/sub/..", "names a directory (it ends in /, /. or /..); name the socket file in it, for example " + trailDir + "/csi.sock"},
 		{loop[:4], "--node-loop-data-dir=rds-pool", `--node-loop-data-dir "rds-pool" must be an absolute path`},
 		{loop, "--rds-user=admin", "--rds-user is a flag of the controller"},
 	} {

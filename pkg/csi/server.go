@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -50,10 +51,10 @@ func ParseEndpoint(endpoint string) (network, address string, err error) {
 		if address == "" {
 			return "", "", fmt.Errorf("endpoint %q has no socket path", endpoint)
 		}
-		// A path ending in / names a directory: the bind would fail with
-		// "address already in use" once the directory was made.
-		if strings.HasSuffix(address, "/") {
-			return "", "", fmt.Errorf("endpoint %q: the socket path %s ends in /, so it names a directory; name the socket file in it (for example %scsi.sock)", endpoint, address, address)
+		// A path ending in /, /. or /.. names a directory: the bind would
+		// fail with "address already in use" once the directory was made.
+		if base := path.Base(address); strings.HasSuffix(address, "/") || base == "." || base == ".." {
+			return "", "", fmt.Errorf("endpoint %q: the socket path %s names a directory (it ends in /, /. or /..); name the socket file in it, for example %s", endpoint, address, path.Join(address, "csi.sock"))
 		}
 		if err := CheckSocketPath(address); err != nil {
 			return "", "", fmt.Errorf("endpoint %q: %w", endpoint, err)
