@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,7 +124,7 @@ func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
 	// after a fixed time, which a loaded machine can spend before the
 	// copy is even sent (the repeat below would then copy, and wait on
 	// the gate for good).
-	short, expire := deadlineOnCue(ctx)
+	short, expire := rdssim.DeadlineOnCue(ctx)
 	answered, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -179,30 +178,5 @@ func TestSimSnapshotReadyOnlyWhenCopied(t *testing.T) {
 	done, err := env.ctrl.CreateSnapshot(ctx, req)
 	if err != nil || !done.Snapshot.ReadyToUse || !done.Snapshot.CreationTime.AsTime().Equal(first.Snapshot.CreationTime.AsTime()) {
 		t.Fatalf("after the copy: %v, %v", done, err)
-	}
-}
-
-// deadlineOnCue returns a context whose deadline passes when expire is
-// called: a test makes a call's deadline pass at a chosen step, not after a
-// time the machine's speed decides what fits into.
-func deadlineOnCue(parent context.Context) (ctx context.Context, expire func()) {
-	c := &cueContext{Context: parent, done: make(chan struct{})}
-	var once sync.Once
-	return c, func() { once.Do(func() { close(c.done) }) }
-}
-
-type cueContext struct {
-	context.Context
-	done chan struct{}
-}
-
-func (c *cueContext) Done() <-chan struct{} { return c.done }
-
-func (c *cueContext) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
 	}
 }

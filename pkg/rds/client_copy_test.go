@@ -110,7 +110,7 @@ func TestCopyPendingThenDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := CopyDiskRequest{Slot: "snap-1", FilePath: "/storage-pool/k8s/snap-1.img", SourceSlot: "pvc-src"}
-	cctx, expire := deadlineOnCue(ctx)
+	cctx, expire := rdssim.DeadlineOnCue(ctx)
 	answered, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -151,31 +151,6 @@ func TestCopyPendingThenDone(t *testing.T) {
 	}
 	if n := commandsContaining(env.sim, "copy-from"); n != 1 {
 		t.Errorf("the copy was sent %d times", n)
-	}
-}
-
-// deadlineOnCue returns a context whose deadline passes when expire is
-// called: a test makes a call's deadline pass at a chosen step, not after a
-// time the machine's speed decides what fits into.
-func deadlineOnCue(parent context.Context) (ctx context.Context, expire func()) {
-	c := &cueContext{Context: parent, done: make(chan struct{})}
-	var once sync.Once
-	return c, func() { once.Do(func() { close(c.done) }) }
-}
-
-type cueContext struct {
-	context.Context
-	done chan struct{}
-}
-
-func (c *cueContext) Done() <-chan struct{} { return c.done }
-
-func (c *cueContext) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
 	}
 }
 
