@@ -29,13 +29,13 @@ type Health struct {
 func NewHealth(name string) *Health { return &Health{name: name} }
 
 // Unreachable reports whether err says the box cannot be used now: the
-// transport failed or timed out, its host key is not the pinned one, it
-// refuses the driver's SSH key, or it answers what cannot be read. A
+// command did not reach RouterOS (rds.Reached: the transport failed, its
+// host key is not the pinned one, it refuses the driver's SSH key), it
+// timed out, or it answers what cannot be read. A
 // refusal of a command (no space, no such disk) is an answer: the box is
 // up.
 func Unreachable(err error) bool {
-	return errors.Is(err, rds.ErrTransient) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, rds.ErrHostKey) || errors.Is(err, rds.ErrAuthRefused) || errors.Is(err, rds.ErrBadOutput)
+	return !rds.Reached(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rds.ErrBadOutput)
 }
 
 // Observe records the outcome of a command or probe. A command its
